@@ -1,0 +1,47 @@
+import { Type, type Static } from '@sinclair/typebox';
+import { Value } from '@sinclair/typebox/value';
+
+/** Every setting a user can make, read from the environment in one place. */
+export const ConfigSchema = Type.Object({
+  PORT: Type.Integer({ minimum: 0, maximum: 65535, default: 3000 }),
+  HOST: Type.String({ minLength: 1, default: '127.0.0.1' }),
+  DATABASE_URL: Type.Optional(Type.String({ pattern: '^postgres(ql)?://' })),
+  DATA_DIR: Type.String({ minLength: 1, default: './data' }),
+  PUBLIC_BASE_URL: Type.Optional(Type.String({ pattern: '^https?://[^/]+(/.*)?/v1$' })),
+  LOG_LEVEL: Type.Union(
+    ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].map((level) => Type.Literal(level)),
+    { default: 'info' },
+  ),
+  NODE_ENV: Type.String({ default: 'development' }),
+  /** When GET /v1/pets/{petId} was deprecated: the 1.0.0 release. */
+  PETS_GET_DEPRECATED_AT: Type.String({ default: '2025-12-05T00:00:00Z' }),
+});
+
+export type Config = Omit<Static<typeof ConfigSchema>, 'PUBLIC_BASE_URL'> & { PUBLIC_BASE_URL: string };
+
+export class ConfigError extends Error {}
+
+/** Validates the environment; throws a ConfigError naming the first bad variable. */
+export function loadConfig(env: Record<string, string | undefined> = process.env): Config {
+  const known = Object.fromEntries(
+    Object.keys(ConfigSchema.properties)
+      .filter((key) => env[key] !== undefined && env[key] !== '')
+      .map((key) => [key, env[key]]),
+  );
+  const values = Value.Default(ConfigSchema, Value.Convert(ConfigSchema, known));
+  const error = Value.Errors(ConfigSchema, values).First();
+  if (error) {
+    const name = error.path.slice(1);
+    throw new ConfigError(`Invalid ${name}=${JSON.stringify(env[name] ?? '')}: ${error.message}`);
+  }
+  const config = values as Static<typeof ConfigSchema>;
+  if (Number.isNaN(Date.parse(config.PETS_GET_DEPRECATED_AT))) {
+    throw new ConfigError(`Invalid PETS_GET_DEPRECATED_AT=${JSON.stringify(config.PETS_GET_DEPRECATED_AT)}: expected an ISO 8601 date-time`);
+  }
+  return { ...config, PUBLIC_BASE_URL: config.PUBLIC_BASE_URL ?? defaultBaseUrl(config.HOST, config.PORT) };
+}
+
+function defaultBaseUrl(host: string, port: number): string {
+  const reachable = host === '0.0.0.0' || host === '::' ? 'localhost' : host.includes(':') ? `[${host}]` : host;
+  return `http://${reachable}:${port}/v1`;
+}

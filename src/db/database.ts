@@ -1,0 +1,34 @@
+/**
+ * The one seam between the service and its SQL engine: PostgreSQL through a pg Pool, or PGlite
+ * in process. Repositories take a Database, so the server, the CLI, tests and the benchmark share them.
+ */
+export interface Statement {
+  /** A name makes pg prepare the statement once per connection and reuse it. */
+  readonly name?: string;
+  readonly text: string;
+}
+
+export interface Queryable {
+  query<Row>(statement: Statement | string, params?: readonly unknown[]): Promise<Row[]>;
+}
+
+export interface Transaction extends Queryable {
+  /** Runs a script of several statements without parameters (migrations). */
+  runScript(sql: string): Promise<void>;
+}
+
+export interface Database extends Queryable {
+  readonly kind: 'postgres' | 'pglite';
+  transaction<T>(work: (tx: Transaction) => Promise<T>): Promise<T>;
+  close(): Promise<void>;
+}
+
+/** PostgreSQL when a URL is given, otherwise the embedded engine on its data directory. */
+export async function openDatabase(config: { DATABASE_URL?: string; DATA_DIR: string }): Promise<Database> {
+  if (config.DATABASE_URL) {
+    const { createPostgresDatabase } = await import('./postgres.js');
+    return createPostgresDatabase({ connectionString: config.DATABASE_URL });
+  }
+  const { createPgliteDatabase } = await import('./pglite.js');
+  return createPgliteDatabase(config.DATA_DIR);
+}

@@ -1,0 +1,56 @@
+import pg from 'pg';
+import type { Database, Statement, Transaction } from './database.js';
+
+// Identifiers are bigint; every value the API stores fits in 2^53 - 1, so a JS number is exact.
+const parseInt8 = (value: string) => Number(value);
+const types = {
+  getTypeParser: ((oid: number, format?: string) =>
+    oid === pg.types.builtins.INT8 ? parseInt8 : pg.types.getTypeParser(oid, format as 'text')) as typeof pg.types.getTypeParser,
+};
+
+export interface PostgresOptions {
+  connectionString: string;
+  max?: number;
+}
+
+export function createPostgresDatabase({ connectionString, max = 10 }: PostgresOptions): Database & { pool: pg.Pool } {
+  const pool = new pg.Pool({ connectionString, max, types, connectionTimeoutMillis: 5_000 });
+  // An idle client losing its connection (database restart) must not crash the process.
+  pool.on('error', () => {});
+
+  return {
+    kind: 'postgres',
+    pool,
+    query: (statement, params) => run(pool, statement, params),
+    async transaction(work) {
+      const client = await pool.connect();
+      try {
+        await client.query('BEGIN');
+        const result = await work({
+          query: (statement, params) => run(client, statement, params),
+          runScript: async (sql) => {
+            await client.query(sql);
+          },
+        } satisfies Transaction);
+        await client.query('COMMIT');
+        return result;
+      } catch (error) {
+        await client.query('ROLLBACK').catch(() => {});
+        throw error;
+      } finally {
+        client.release();
+      }
+    },
+    close: () => pool.end(),
+  };
+}
+
+async function run<Row>(
+  target: pg.Pool | pg.PoolClient,
+  statement: Statement | string,
+  params: readonly unknown[] = [],
+): Promise<Row[]> {
+  const query = typeof statement === 'string' ? { text: statement } : statement;
+  const result = await target.query<Row & pg.QueryResultRow>({ ...query, values: params as unknown[] });
+  return result.rows;
+}

@@ -1,0 +1,56 @@
+import fp from 'fastify-plugin';
+import { ApiError } from '../errors.js';
+
+export interface Deprecation {
+  /** When the operation was deprecated (RFC 9745 Deprecation). */
+  deprecatedAt: Date;
+  /** When it stops working (RFC 8594 Sunset); from then on it answers 410. */
+  sunset: Date;
+  /** Absolute URL of what replaces it. */
+  successor: string;
+  /** Absolute URL of the documentation of the deprecation. */
+  documentation: string;
+}
+
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    deprecation?: Deprecation;
+  }
+}
+
+/**
+ * Any route whose config names a deprecation announces it on every response and is gone after
+ * its sunset. The clock is injectable so the sunset can be tested.
+ */
+export default fp<{ now: () => number }>(
+  async function deprecation(app, { now }) {
+    app.addHook('onRoute', (route) => {
+      const deprecation = route.config?.deprecation;
+      if (!deprecation) return;
+      const headers = {
+        deprecation: `@${Math.floor(deprecation.deprecatedAt.getTime() / 1000)}`,
+        sunset: deprecation.sunset.toUTCString(),
+        link: `<${deprecation.successor}>; rel="successor-version", <${deprecation.documentation}>; rel="deprecation"`,
+      };
+      const sunsetAt = deprecation.sunset.getTime();
+      route.onSend = [
+        ...[route.onSend ?? []].flat(),
+        async (_request, reply, payload) => {
+          const link = reply.getHeader('link');
+          reply.headers({ ...headers, link: link ? `${String(link)}, ${headers.link}` : headers.link });
+          return payload;
+        },
+      ];
+      // After auth and rate limiting, before validation: a gone route is gone for every input.
+      route.preValidation = [
+        ...[route.preValidation ?? []].flat(),
+        async () => {
+          if (now() >= sunsetAt) {
+            throw new ApiError(410, 'gone', `This operation was removed on ${headers.sunset}; use ${deprecation.successor}`);
+          }
+        },
+      ];
+    });
+  },
+  { name: 'deprecation' },
+);

@@ -1,0 +1,30 @@
+import fp from 'fastify-plugin';
+import { ErrorBody } from '../schemas/error.js';
+import { Type } from '@sinclair/typebox';
+import { sendError } from './error-handler.js';
+
+const Status = Type.Object({ status: Type.String() });
+
+/** Liveness and readiness for orchestrators and load balancers: outside /v1, no auth. */
+export default fp(
+  async function health(app) {
+    app.get('/healthz', { schema: { hide: true, response: { 200: Status } } }, async () => ({
+      status: 'ok',
+    }));
+
+    app.get(
+      '/readyz',
+      { schema: { hide: true, response: { 200: Status, 503: ErrorBody } } },
+      async (request, reply) => {
+        try {
+          await app.db.query('SELECT 1');
+          return { status: 'ready' };
+        } catch (error) {
+          request.log.warn({ err: error }, 'readiness check failed: database unreachable');
+          return sendError(reply.header('retry-after', '5'), 503, 'service_unavailable', 'Database is unreachable');
+        }
+      },
+    );
+  },
+  { name: 'health', dependencies: ['database'] },
+);

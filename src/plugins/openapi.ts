@@ -1,0 +1,33 @@
+import fp from 'fastify-plugin';
+import swagger from '@fastify/swagger';
+import swaggerUi from '@fastify/swagger-ui';
+import { API_PREFIX } from '../routes/v1/index.js';
+
+/**
+ * The OpenAPI document is generated from the route schemas themselves; it lists the /v1
+ * operations relative to the public base URL, as the interface does.
+ */
+export default fp<{ publicBaseUrl: string }>(
+  async function openapi(app, { publicBaseUrl }) {
+    await app.register(swagger, {
+      openapi: {
+        openapi: '3.0.3',
+        info: {
+          title: 'Pet store',
+          version: '1.0.0',
+          description:
+            'Browse and manage the animals available for adoption. Every error is an `Error` body ' +
+            '`{code, message, status}`; see the README for the codes and the decisions this service takes.',
+        },
+        servers: [{ url: publicBaseUrl }],
+        tags: [{ name: 'pets', description: 'Animals available for adoption' }],
+      },
+      transform: ({ schema, url }) => ({
+        schema: url.startsWith(`${API_PREFIX}/`) ? schema : { ...schema, hide: true },
+        url: url.slice(API_PREFIX.length),
+      }),
+    });
+    await app.register(swaggerUi, { routePrefix: '/docs' });
+  },
+  { name: 'openapi' },
+);

@@ -1,0 +1,94 @@
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import { notFound } from '../../errors.js';
+import { refuseOtherMethods } from '../method-not-allowed.js';
+import { decodeCursor, encodeCursor } from '../../pagination.js';
+import { ErrorBody } from '../../schemas/error.js';
+import { ListPetsQuery, NewPet, Pet, PetParams, Pets } from '../../schemas/pet.js';
+
+const SUNSET = new Date('2030-12-05T00:00:00Z');
+
+const pets: FastifyPluginAsyncTypebox = async (app) => {
+  const base = app.config.PUBLIC_BASE_URL;
+
+  app.get(
+    '/pets',
+    {
+      schema: {
+        operationId: 'listPets',
+        tags: ['pets'],
+        summary: 'List animals in id order, one page at a time',
+        description:
+          'When more animals follow, the response has a `Link: <...>; rel="next"` header whose URL continues the listing.',
+        querystring: ListPetsQuery,
+        response: {
+          200: { ...Pets, headers: { link: { type: 'string', description: 'RFC 8288 rel="next" link, when more results exist' } } },
+          400: ErrorBody,
+        },
+      },
+    },
+    async (request, reply) => {
+      const { limit, status, cursor } = request.query;
+      const page = await app.pets.list({ limit, status, afterId: cursor ? decodeCursor(cursor, status) : 0 });
+      if (page.nextAfterId !== undefined) {
+        const filter = status ? `&status=${status}` : '';
+        reply.header('link', `<${base}/pets?limit=${limit}${filter}&cursor=${encodeCursor(page.nextAfterId, status)}>; rel="next"`);
+      }
+      return page.pets;
+    },
+  );
+
+  app.post(
+    '/pets',
+    {
+      schema: {
+        operationId: 'createPet',
+        tags: ['pets'],
+        summary: 'Add an animal',
+        body: NewPet,
+        response: {
+          201: { ...Pet, headers: { location: { type: 'string', description: 'URL of the new animal' } } },
+          400: ErrorBody,
+          413: ErrorBody,
+          415: ErrorBody,
+        },
+      },
+    },
+    async (request, reply) => {
+      const pet = await app.pets.create(request.body);
+      return reply.code(201).header('location', `${base}/pets/${pet.id}`).send(pet);
+    },
+  );
+
+  app.get(
+    '/pets/:petId',
+    {
+      schema: {
+        operationId: 'getPet',
+        tags: ['pets'],
+        summary: 'Fetch one animal (deprecated)',
+        description: `Deprecated; removed on ${SUNSET.toUTCString()}, after which it answers 410. Use GET /pets with the status filter instead.`,
+        deprecated: true,
+        params: PetParams,
+        response: { 200: Pet, 400: ErrorBody, 404: ErrorBody, 410: ErrorBody },
+      },
+      config: {
+        deprecation: {
+          deprecatedAt: new Date(app.config.PETS_GET_DEPRECATED_AT),
+          sunset: SUNSET,
+          successor: `${base}/pets`,
+          documentation: `${base}/openapi.json#/paths/~1pets~1{petId}/get`,
+        },
+      },
+    },
+    async (request) => {
+      const pet = await app.pets.findById(request.params.petId);
+      if (!pet) throw notFound(`No pet with id ${request.params.petId}`);
+      return pet;
+    },
+  );
+
+  refuseOtherMethods(app, '/pets', ['GET', 'POST']);
+  refuseOtherMethods(app, '/pets/:petId', ['GET']);
+};
+
+export default pets;

@@ -1,0 +1,78 @@
+import { Type, type Static } from '@sinclair/typebox';
+
+/** JSON numbers are exact only up to 2^53 - 1, so that is the documented ceiling of every int64 field. */
+export const MAX_ID = Number.MAX_SAFE_INTEGER;
+
+export const PetStatus = Type.Union(
+  [Type.Literal('available'), Type.Literal('pending'), Type.Literal('sold')],
+  { description: 'Availability of the animal', errorMessage: 'must be one of available, pending, sold' },
+);
+export type PetStatus = Static<typeof PetStatus>;
+
+const Id = Type.Integer({
+  minimum: 1,
+  maximum: MAX_ID,
+  format: 'int64',
+  errorMessage: `must be an integer from 1 to ${MAX_ID}`,
+});
+
+export const NewPet = Type.Object(
+  {
+    // A name needs one visible character; NUL cannot be stored in PostgreSQL text.
+    name: Type.String({
+      minLength: 1,
+      maxLength: 255,
+      pattern: '^[^\\u0000]*[^\\s\\u0000][^\\u0000]*$',
+      description: "The animal's name",
+      errorMessage: 'must be a string of 1 to 255 characters with at least one non-space character',
+    }),
+    categoryId: Type.Integer({
+      ...Id,
+      description: 'Identifier of the category the animal belongs to',
+    }),
+    status: Type.Optional(PetStatus),
+  },
+  {
+    $id: 'NewPet',
+    title: 'NewPet',
+    description: 'An animal to add. Unknown fields are ignored.',
+    errorMessage: 'must be a JSON object',
+  },
+);
+export type NewPet = Static<typeof NewPet>;
+
+export const Pet = Type.Object(
+  {
+    id: Type.Integer({ ...Id, description: 'Unique identifier assigned by the service on creation' }),
+    name: Type.String({ description: "The animal's name" }),
+    categoryId: Type.Integer({ format: 'int64', description: 'Identifier of the category the animal belongs to' }),
+    status: Type.Optional(PetStatus),
+  },
+  { $id: 'Pet', title: 'Pet', description: 'An animal; status is absent when the animal was created without one.' },
+);
+export type Pet = Static<typeof Pet>;
+
+export const Pets = Type.Array(Pet, { title: 'Pets' });
+
+export const PetParams = Type.Object({
+  petId: Type.Integer({ ...Id, description: 'Identifier of the animal to fetch' }),
+});
+
+export const ListPetsQuery = Type.Object({
+  limit: Type.Integer({
+    minimum: 1,
+    maximum: 100,
+    default: 20,
+    description: 'Maximum number of animals to return',
+    errorMessage: 'must be an integer from 1 to 100',
+  }),
+  status: Type.Optional(PetStatus),
+  cursor: Type.Optional(
+    Type.String({
+      maxLength: 200,
+      description: 'Opaque cursor from the rel="next" Link header of the previous page',
+      errorMessage: 'must be the cursor of a rel="next" link',
+    }),
+  ),
+});
+export type ListPetsQuery = Static<typeof ListPetsQuery>;

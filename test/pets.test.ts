@@ -1,0 +1,223 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { buildTestApp, listen, type HttpResponse, type TestApp } from './helpers.js';
+
+let t: TestApp;
+let request: Awaited<ReturnType<typeof listen>>;
+const BASE = 'https://api.example.test/v1';
+
+beforeAll(async () => {
+  t = await buildTestApp();
+  request = await listen(t.app);
+});
+afterAll(() => t.close());
+
+const create = (json: unknown) => request('POST', '/v1/pets', { json });
+const countPets = async () => (await t.db.query<{ n: number }>('SELECT count(*)::int AS n FROM pets'))[0]!.n;
+
+function expectError(response: HttpResponse, status: number, code: string, mentions?: string) {
+  expect(response.status).toBe(status);
+  expect(response.headers.get('content-type')).toMatch(/^application\/json/);
+  expect(response.body).toEqual({ code, message: expect.any(String), status });
+  if (mentions) expect(response.body.message).toContain(mentions);
+}
+
+/** Follows rel="next" links from a first page to the end. */
+async function walk(firstPath: string, onPage?: () => Promise<void>) {
+  const seen: number[] = [];
+  let path: string | undefined = firstPath;
+  while (path) {
+    const page = await request('GET', path);
+    expect(page.status).toBe(200);
+    seen.push(...page.body.map((pet: { id: number }) => pet.id));
+    const next = page.headers.get('link')?.match(/^<([^>]+)>; rel="next"$/)?.[1];
+    path = next?.slice(BASE.length - '/v1'.length);
+    await onPage?.();
+  }
+  return seen;
+}
+
+describe('POST /v1/pets', () => {
+  it('201: adds an animal and returns it with its id and Location', async () => {
+    const response = await create({ name: 'Rex', categoryId: 7, status: 'available' });
+    expect(response.status).toBe(201);
+    expect(response.body).toEqual({ id: expect.any(Number), name: 'Rex', categoryId: 7, status: 'available' });
+    expect(response.headers.get('location')).toBe(`${BASE}/pets/${response.body.id}`);
+    const fetched = await request('GET', `/v1/pets/${response.body.id}`);
+    expect(fetched.body).toEqual(response.body);
+  });
+
+  it('201: a pet created without status has no status field and matches no status filter', async () => {
+    const { body } = await create({ name: 'Nameless status', categoryId: 1 });
+    expect(body).not.toHaveProperty('status');
+    expect((await request('GET', `/v1/pets/${body.id}`)).body).not.toHaveProperty('status');
+    for (const status of ['available', 'pending', 'sold']) {
+      const ids = await walk(`/v1/pets?limit=100&status=${status}`);
+      expect(ids).not.toContain(body.id);
+    }
+    expect(await walk('/v1/pets?limit=100')).toContain(body.id);
+  });
+
+  it('accepts the edges: 255 characters, categoryId 2^53 - 1, unknown fields ignored', async () => {
+    const name = 'é'.repeat(255);
+    const response = await create({ name, categoryId: 9007199254740991, status: 'sold', color: 'brown', id: 1 });
+    expect(response.status).toBe(201);
+    expect(response.body).toEqual({ id: expect.any(Number), name, categoryId: 9007199254740991, status: 'sold' });
+  });
+
+  it.each([
+    ['name missing', { categoryId: 1 }, 'body/name'],
+    ['categoryId missing', { name: 'Rex' }, 'body/categoryId'],
+    ['empty name', { name: '', categoryId: 1 }, 'body/name'],
+    ['blank name', { name: ' \t\n ', categoryId: 1 }, 'body/name'],
+    ['name of 256 characters', { name: 'x'.repeat(256), categoryId: 1 }, 'body/name'],
+    ['name with NUL', { name: 'Re\u0000x', categoryId: 1 }, 'body/name'],
+    ['name as number', { name: 123, categoryId: 1 }, 'body/name'],
+    ['categoryId as string', { name: 'Rex', categoryId: '12' }, 'body/categoryId'],
+    ['categoryId zero', { name: 'Rex', categoryId: 0 }, 'body/categoryId'],
+    ['categoryId negative', { name: 'Rex', categoryId: -3 }, 'body/categoryId'],
+    ['categoryId fractional', { name: 'Rex', categoryId: 1.5 }, 'body/categoryId'],
+    ['categoryId past 2^53 - 1', { name: 'Rex', categoryId: 9007199254740992 }, 'body/categoryId'],
+    ['status null', { name: 'Rex', categoryId: 1, status: null }, 'body/status'],
+    ['unknown status', { name: 'Rex', categoryId: 1, status: 'adopted' }, 'body/status'],
+    ['an array', [{ name: 'Rex', categoryId: 1 }], 'body'],
+    ['a string', 'Rex', 'body'],
+  ])('400 and nothing stored: %s', async (_case, json, field) => {
+    const before = await countPets();
+    expectError(await create(json), 400, 'bad_request', field);
+    expect(await countPets()).toBe(before);
+  });
+
+  it('400: missing, empty or malformed JSON body', async () => {
+    const before = await countPets();
+    expectError(await request('POST', '/v1/pets'), 400, 'bad_request', 'body');
+    const json = { 'content-type': 'application/json' };
+    expectError(await request('POST', '/v1/pets', { headers: json, body: '' }), 400, 'bad_request');
+    expectError(await request('POST', '/v1/pets', { headers: json, body: '{"name": "Rex",' }), 400, 'bad_request');
+    expect(await countPets()).toBe(before);
+  });
+
+  it('415: a content type other than JSON', async () => {
+    for (const type of ['text/plain', 'application/x-www-form-urlencoded', 'application/xml']) {
+      const response = await request('POST', '/v1/pets', { headers: { 'content-type': type }, body: 'name=Rex&categoryId=1' });
+      expectError(response, 415, 'unsupported_media_type');
+    }
+  });
+
+  it('413: a body over 16 KiB', async () => {
+    const response = await create({ name: 'Rex', categoryId: 1, padding: 'x'.repeat(16 * 1024) });
+    expectError(response, 413, 'payload_too_large');
+  });
+
+  it('200 concurrent creates give 200 distinct ids, all stored', async () => {
+    const responses = await Promise.all(
+      Array.from({ length: 200 }, (_, i) => create({ name: `pet ${i}`, categoryId: 1 + (i % 5), status: 'pending' })),
+    );
+    expect(responses.every((response) => response.status === 201)).toBe(true);
+    const ids = responses.map((response) => response.body.id as number);
+    expect(new Set(ids).size).toBe(200);
+    const stored = await t.db.query<{ id: number }>('SELECT id FROM pets WHERE id = ANY($1)', [ids]);
+    expect(stored).toHaveLength(200);
+  });
+});
+
+describe('GET /v1/pets/{petId}', () => {
+  it('200: the animal', async () => {
+    const { body } = await create({ name: 'Fetch me', categoryId: 2, status: 'pending' });
+    const response = await request('GET', `/v1/pets/${body.id}`);
+    expect(response.status).toBe(200);
+    expect(response.body).toEqual(body);
+  });
+
+  it('404: no animal with that identifier', async () => {
+    expectError(await request('GET', '/v1/pets/9007199254740991'), 404, 'not_found');
+  });
+
+  it.each(['abc', '0', '-1', '1.5', '9007199254740992', '1e3', '%20'])('400: petId %s', async (petId) => {
+    expectError(await request('GET', `/v1/pets/${petId}`), 400, 'bad_request', 'params/petId');
+  });
+});
+
+describe('GET /v1/pets', () => {
+  it('200: default limit 20, in id order, with a next link', async () => {
+    for (let i = 0; i < 25; i++) await create({ name: `list ${i}`, categoryId: 3, status: 'available' });
+    const response = await request('GET', '/v1/pets');
+    expect(response.status).toBe(200);
+    expect(response.body).toHaveLength(20);
+    const ids = response.body.map((pet: { id: number }) => pet.id);
+    expect(ids).toEqual([...ids].sort((a, b) => a - b));
+    expect(response.headers.get('link')).toMatch(
+      new RegExp(`^<${BASE}/pets\\?limit=20&cursor=[A-Za-z0-9_-]+>; rel="next"$`),
+    );
+  });
+
+  it('200: limit 1 and 100, and the status filter', async () => {
+    expect((await request('GET', '/v1/pets?limit=1')).body).toHaveLength(1);
+    const hundred = await request('GET', '/v1/pets?limit=100&status=available');
+    expect(hundred.status).toBe(200);
+    expect(hundred.body.length).toBeGreaterThan(20);
+    expect(hundred.body.every((pet: { status: string }) => pet.status === 'available')).toBe(true);
+    const filtered = await request('GET', '/v1/pets?limit=1&status=available');
+    expect(filtered.headers.get('link')).toMatch(new RegExp(`^<${BASE}/pets\\?limit=1&status=available&cursor=[A-Za-z0-9_-]+>; rel="next"$`));
+  });
+
+  it('pages reach every pet exactly once, and the last page has no next link', async () => {
+    const all = (await t.db.query<{ id: number }>('SELECT id FROM pets ORDER BY id')).map((row) => row.id);
+    expect(await walk('/v1/pets?limit=7')).toEqual(all);
+    const available = (await t.db.query<{ id: number }>("SELECT id FROM pets WHERE status = 'available' ORDER BY id")).map(
+      (row) => row.id,
+    );
+    expect(await walk('/v1/pets?limit=3&status=available')).toEqual(available);
+  });
+
+  it('no pet is skipped or repeated while another client inserts', async () => {
+    const before = (await t.db.query<{ id: number }>('SELECT id FROM pets ORDER BY id')).map((row) => row.id);
+    let inserted = 0;
+    const seen = await walk('/v1/pets?limit=9', async () => {
+      await Promise.all([1, 2, 3].map(() => create({ name: `concurrent ${inserted++}`, categoryId: 4 })));
+    });
+    expect(new Set(seen).size).toBe(seen.length);
+    expect(seen.slice(0, before.length)).toEqual(before);
+    expect(seen.length).toBeGreaterThan(before.length);
+  });
+
+  it.each(['0', '101', '-1', '1.5', 'abc', '', '20&limit=30'])('400: limit=%s', async (limit) => {
+    expectError(await request('GET', `/v1/pets?limit=${limit}`), 400, 'bad_request', 'querystring/limit');
+  });
+
+  it('400: unknown status', async () => {
+    expectError(await request('GET', '/v1/pets?status=adopted'), 400, 'bad_request', 'querystring/status');
+  });
+
+  it('400: a malformed cursor, or one made for another status filter', async () => {
+    for (const cursor of ['garbage!', 'Zm9vYmFy', Buffer.from(':0').toString('base64url'), 'x'.repeat(300)]) {
+      expectError(await request('GET', `/v1/pets?cursor=${cursor}`), 400, 'bad_request', 'cursor');
+    }
+    const first = await request('GET', '/v1/pets?limit=1&status=available');
+    const cursor = first.headers.get('link')!.match(/cursor=([^>]+)>/)![1];
+    expect((await request('GET', `/v1/pets?limit=1&status=available&cursor=${cursor}`)).status).toBe(200);
+    expectError(await request('GET', `/v1/pets?limit=1&status=sold&cursor=${cursor}`), 400, 'bad_request', 'status');
+    expectError(await request('GET', `/v1/pets?limit=1&cursor=${cursor}`), 400, 'bad_request', 'status');
+  });
+});
+
+describe('every other request gets an Error body', () => {
+  it('404: unknown routes', async () => {
+    expectError(await request('GET', '/v1/orders'), 404, 'not_found');
+    expectError(await request('GET', '/pets'), 404, 'not_found');
+  });
+
+  it('405: unsupported methods, with Allow', async () => {
+    const onList = await request('DELETE', '/v1/pets');
+    expectError(onList, 405, 'method_not_allowed');
+    expect(onList.headers.get('allow')).toBe('GET, POST, HEAD');
+    const onPet = await request('PUT', '/v1/pets/1', { json: { name: 'x', categoryId: 1 } });
+    expectError(onPet, 405, 'method_not_allowed');
+    expect(onPet.headers.get('allow')).toBe('GET, HEAD');
+  });
+
+  it('logs one line per request with id, method, route, status and duration', async () => {
+    await request('GET', '/v1/pets?limit=2');
+    const line = t.logs.entries().findLast((entry) => entry.msg === 'request');
+    expect(line).toMatchObject({ reqId: expect.any(String), method: 'GET', route: '/v1/pets', status: 200, ms: expect.any(Number) });
+  });
+});
