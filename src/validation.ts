@@ -9,7 +9,7 @@ const DECIMAL_INTEGER = /^-?(0|[1-9][0-9]*)$/;
  * Validates with TypeBox's compiled checks. JSON bodies are checked exactly as sent (no
  * coercion). Query and path parameters are strings on the wire: integer fields are converted
  * when they are written as decimal integers, and missing fields take their schema defaults.
- * A schema's `errorMessage` replaces TypeBox's wording.
+ * A schema's `x-error-message` (an OpenAPI extension, so the document stays valid) replaces TypeBox's wording.
  */
 export const validatorCompiler: FastifySchemaCompiler<TSchema> = ({ schema, httpPart }) => {
   const check = TypeCompiler.Compile(schema);
@@ -23,7 +23,7 @@ export const validatorCompiler: FastifySchemaCompiler<TSchema> = ({ schema, http
       instancePath: first.path,
       schemaPath: '',
       params: {},
-      message: (first.schema as { errorMessage?: string }).errorMessage ?? first.message.toLowerCase(),
+      message: (first.schema as { 'x-error-message'?: string })['x-error-message'] ?? first.message.toLowerCase(),
     };
     return { error: [error] };
   };

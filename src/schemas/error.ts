@@ -23,7 +23,7 @@ export const ErrorBody = Type.Object(
     message: Type.String({ description: 'Human-readable description' }),
     status: Type.Integer({ description: 'The HTTP status code, repeated' }),
   },
-  { $id: 'Error', title: 'Error' },
+  { title: 'Error' },
 );
 export type ErrorBody = Static<typeof ErrorBody>;
 export type ErrorCode = ErrorBody['code'];

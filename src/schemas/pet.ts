@@ -5,7 +5,7 @@ export const MAX_ID = Number.MAX_SAFE_INTEGER;
 
 export const PetStatus = Type.Union(
   [Type.Literal('available'), Type.Literal('pending'), Type.Literal('sold')],
-  { description: 'Availability of the animal', errorMessage: 'must be one of available, pending, sold' },
+  { description: 'Availability of the animal', 'x-error-message': 'must be one of available, pending, sold' },
 );
 export type PetStatus = Static<typeof PetStatus>;
 
@@ -13,7 +13,7 @@ const Id = Type.Integer({
   minimum: 1,
   maximum: MAX_ID,
   format: 'int64',
-  errorMessage: `must be an integer from 1 to ${MAX_ID}`,
+  'x-error-message': `must be an integer from 1 to ${MAX_ID}`,
 });
 
 export const NewPet = Type.Object(
@@ -24,7 +24,7 @@ export const NewPet = Type.Object(
       maxLength: 255,
       pattern: '^[^\\u0000]*[^\\s\\u0000][^\\u0000]*$',
       description: "The animal's name",
-      errorMessage: 'must be a string of 1 to 255 characters with at least one non-space character',
+      'x-error-message': 'must be a string of 1 to 255 characters with at least one non-space character',
     }),
     categoryId: Type.Integer({
       ...Id,
@@ -33,10 +33,9 @@ export const NewPet = Type.Object(
     status: Type.Optional(PetStatus),
   },
   {
-    $id: 'NewPet',
     title: 'NewPet',
     description: 'An animal to add. Unknown fields are ignored.',
-    errorMessage: 'must be a JSON object',
+    'x-error-message': 'must be a JSON object',
   },
 );
 export type NewPet = Static<typeof NewPet>;
@@ -48,7 +47,7 @@ export const Pet = Type.Object(
     categoryId: Type.Integer({ format: 'int64', description: 'Identifier of the category the animal belongs to' }),
     status: Type.Optional(PetStatus),
   },
-  { $id: 'Pet', title: 'Pet', description: 'An animal; status is absent when the animal was created without one.' },
+  { title: 'Pet', description: 'An animal; status is absent when the animal was created without one.' },
 );
 export type Pet = Static<typeof Pet>;
 
@@ -64,14 +63,14 @@ export const ListPetsQuery = Type.Object({
     maximum: 100,
     default: 20,
     description: 'Maximum number of animals to return',
-    errorMessage: 'must be an integer from 1 to 100',
+    'x-error-message': 'must be an integer from 1 to 100',
   }),
   status: Type.Optional(PetStatus),
   cursor: Type.Optional(
     Type.String({
       maxLength: 200,
       description: 'Opaque cursor from the rel="next" Link header of the previous page',
-      errorMessage: 'must be the cursor of a rel="next" link',
+      'x-error-message': 'must be the cursor of a rel="next" link',
     }),
   ),
 });

@@ -1,0 +1,17 @@
+import { ConfigError, loadConfig } from '../config.js';
+import { openDatabase } from '../db/database.js';
+import { migrate } from '../db/migrate.js';
+
+/** `npm run migrate`: the one-shot migration step to run before a rollout. */
+try {
+  const db = await openDatabase(loadConfig());
+  try {
+    const applied = await migrate(db);
+    console.log(applied.length ? `applied: ${applied.join(', ')}` : 'up to date');
+  } finally {
+    await db.close();
+  }
+} catch (error) {
+  console.error(error instanceof ConfigError ? error.message : `migration failed: ${(error as Error).message}`);
+  process.exitCode = 1;
+}

@@ -1,0 +1,55 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { buildTestApp, type TestApp } from './helpers.js';
+
+const SUNSET = Date.parse('2030-12-05T00:00:00Z');
+let clock = Date.parse('2026-11-22T00:00:00Z');
+let t: TestApp;
+
+beforeAll(async () => {
+  t = await buildTestApp({ PETS_GET_DEPRECATED_AT: '2025-12-05T00:00:00Z' }, { now: () => clock });
+});
+afterAll(() => t.close());
+
+const BASE = 'https://api.example.test/v1';
+
+function expectDeprecationHeaders(headers: Record<string, unknown>) {
+  expect(headers.deprecation).toBe(`@${Date.parse('2025-12-05T00:00:00Z') / 1000}`);
+  expect(headers.sunset).toBe('Thu, 05 Dec 2030 00:00:00 GMT');
+  expect(headers.link).toBe(
+    `<${BASE}/pets>; rel="successor-version", <${BASE}/openapi.json#/paths/~1pets~1{petId}/get>; rel="deprecation"`,
+  );
+}
+
+describe('GET /v1/pets/{petId} is deprecated', () => {
+  it('announces it on 200, 400 and 404', async () => {
+    const created = await t.app.inject({ method: 'POST', url: '/v1/pets', payload: { name: 'Old', categoryId: 1 } });
+    for (const [url, status] of [
+      [`/v1/pets/${created.json().id}`, 200],
+      ['/v1/pets/nope', 400],
+      ['/v1/pets/424242', 404],
+    ] as const) {
+      const response = await t.app.inject({ method: 'GET', url });
+      expect(response.statusCode).toBe(status);
+      expectDeprecationHeaders(response.headers);
+    }
+  });
+
+  it('no other operation carries the headers', async () => {
+    const response = await t.app.inject({ method: 'GET', url: '/v1/pets' });
+    expect(response.headers.deprecation).toBeUndefined();
+    expect(response.headers.sunset).toBeUndefined();
+  });
+
+  it('answers 410 gone from the sunset instant on, for every input', async () => {
+    clock = SUNSET - 1;
+    expect((await t.app.inject({ method: 'GET', url: '/v1/pets/1' })).statusCode).toBe(200);
+    clock = SUNSET;
+    for (const url of ['/v1/pets/1', '/v1/pets/nope']) {
+      const response = await t.app.inject({ method: 'GET', url });
+      expect(response.statusCode).toBe(410);
+      expect(response.json()).toEqual({ code: 'gone', message: expect.stringContaining('/pets'), status: 410 });
+      expectDeprecationHeaders(response.headers);
+    }
+    expect((await t.app.inject({ method: 'GET', url: '/v1/pets' })).statusCode).toBe(200);
+  });
+});

@@ -1,0 +1,42 @@
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { buildTestApp, type TestApp } from './helpers.js';
+
+let t: TestApp;
+beforeAll(async () => {
+  t = await buildTestApp();
+});
+afterAll(() => t.close());
+
+it('a failure inside the service is a 500 Error that leaks nothing, logged with the request id', async () => {
+  // A real fault: the table the repository reads is gone.
+  await t.db.query('ALTER TABLE pets RENAME TO pets_elsewhere');
+  try {
+    const response = await t.app.inject({ method: 'GET', url: '/v1/pets' });
+    expect(response.statusCode).toBe(500);
+    expect(response.headers['content-type']).toMatch(/^application\/json/);
+    const body = response.json();
+    expect(body).toEqual({ code: 'internal_error', message: expect.any(String), status: 500 });
+    expect(body.message).not.toMatch(/pets|relation|select|at .*\.ts/i);
+    const logged = t.logs.entries().find((entry) => entry.msg === 'request failed');
+    expect(logged).toBeDefined();
+    expect(body.message).toContain(String(logged!.reqId));
+    expect(JSON.stringify(logged!.err)).toMatch(/pets/);
+  } finally {
+    await t.db.query('ALTER TABLE pets_elsewhere RENAME TO pets');
+  }
+});
+
+it('health and readiness are outside /v1 and answer without credentials', async () => {
+  expect((await t.app.inject('/healthz')).json()).toEqual({ status: 'ok' });
+  expect((await t.app.inject('/readyz')).json()).toEqual({ status: 'ready' });
+});
+
+it('readiness is a 503 Error while the database is unreachable', async () => {
+  const own = await buildTestApp();
+  await own.db.close();
+  const response = await own.app.inject('/readyz');
+  expect(response.statusCode).toBe(503);
+  expect(response.headers['retry-after']).toBe('5');
+  expect(response.json()).toEqual({ code: 'service_unavailable', message: 'Database is unreachable', status: 503 });
+  await own.close().catch(() => {});
+});

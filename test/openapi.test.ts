@@ -1,0 +1,72 @@
+import SwaggerParser from '@apidevtools/swagger-parser';
+import { Ajv } from 'ajv';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { buildTestApp, type TestApp } from './helpers.js';
+
+let t: TestApp;
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+let document: any;
+
+beforeAll(async () => {
+  t = await buildTestApp();
+  const response = await t.app.inject('/v1/openapi.json');
+  expect(response.statusCode).toBe(200);
+  document = response.json();
+});
+afterAll(() => t.close());
+
+describe('the OpenAPI document at /v1/openapi.json', () => {
+  it('is a valid OpenAPI 3 document', async () => {
+    await SwaggerParser.validate(structuredClone(document));
+    expect(document.openapi).toMatch(/^3\./);
+    expect(document.servers).toEqual([{ url: 'https://api.example.test/v1' }]);
+  });
+
+  it('lists the three operations relative to the base URL, and nothing else', () => {
+    expect(Object.keys(document.paths).sort()).toEqual(['/pets', '/pets/{petId}']);
+    expect(document.paths['/pets'].get.operationId).toBe('listPets');
+    expect(document.paths['/pets'].post.operationId).toBe('createPet');
+    expect(document.paths['/pets/{petId}'].get.operationId).toBe('getPet');
+  });
+
+  it('marks getPet deprecated with its sunset', () => {
+    const getPet = document.paths['/pets/{petId}'].get;
+    expect(getPet.deprecated).toBe(true);
+    expect(getPet.description).toContain('05 Dec 2030');
+  });
+
+  it('documents the error responses with the Error shape', () => {
+    const createPet = document.paths['/pets'].post;
+    for (const status of ['400', '413', '415']) {
+      const schema = createPet.responses[status].content['application/json'].schema;
+      expect(schema.required).toEqual(['code', 'message', 'status']);
+    }
+    expect(document.paths['/pets/{petId}'].get.responses['404']).toBeDefined();
+  });
+
+  it('describes real responses: each one validates against its documented schema', async () => {
+    const ajv = new Ajv({ strict: false });
+    const schemaOf = (path: string, method: string, status: number) =>
+      document.paths[path][method].responses[String(status)].content['application/json'].schema;
+    const check = (schema: object, body: unknown) => {
+      const validate = ajv.compile(schema);
+      expect(validate(body), JSON.stringify(validate.errors)).toBe(true);
+    };
+
+    const created = await t.app.inject({ method: 'POST', url: '/v1/pets', payload: { name: 'Doc', categoryId: 2, status: 'sold' } });
+    check(schemaOf('/pets', 'post', 201), created.json());
+    const bare = await t.app.inject({ method: 'POST', url: '/v1/pets', payload: { name: 'No status', categoryId: 2 } });
+    check(schemaOf('/pets', 'post', 201), bare.json());
+    check(schemaOf('/pets', 'post', 400), (await t.app.inject({ method: 'POST', url: '/v1/pets', payload: {} })).json());
+    check(schemaOf('/pets', 'get', 200), (await t.app.inject('/v1/pets')).json());
+    check(schemaOf('/pets', 'get', 400), (await t.app.inject('/v1/pets?limit=0')).json());
+    check(schemaOf('/pets/{petId}', 'get', 200), (await t.app.inject(`/v1/pets/${created.json().id}`)).json());
+    check(schemaOf('/pets/{petId}', 'get', 404), (await t.app.inject('/v1/pets/999999')).json());
+  });
+
+  it('serves interactive docs at /docs', async () => {
+    const response = await t.app.inject('/docs/');
+    expect(response.statusCode).toBe(200);
+    expect(response.headers['content-type']).toMatch(/text\/html/);
+  });
+});
