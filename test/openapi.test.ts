@@ -70,3 +70,10 @@ describe('the OpenAPI document at /v1/openapi.json', () => {
     expect(response.headers['content-type']).toMatch(/text\/html/);
   });
 });
+
+it('documents the deprecation headers on every response of getPet', () => {
+  const responses = document.paths['/pets/{petId}'].get.responses;
+  for (const status of ['200', '400', '404', '410']) {
+    expect(Object.keys(responses[status].headers)).toEqual(expect.arrayContaining(['deprecation', 'sunset', 'link']));
+  }
+});

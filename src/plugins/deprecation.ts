@@ -33,6 +33,7 @@ export default fp<{ now: () => number }>(
         link: `<${deprecation.successor}>; rel="successor-version", <${deprecation.documentation}>; rel="deprecation"`,
       };
       const sunsetAt = deprecation.sunset.getTime();
+      documentHeaders(route.schema?.response as Record<string, { headers?: object }> | undefined);
       route.onSend = [
         ...[route.onSend ?? []].flat(),
         async (_request, reply, payload) => {
@@ -54,3 +55,18 @@ export default fp<{ now: () => number }>(
   },
   { name: 'deprecation' },
 );
+
+/** Every documented response of a deprecated route lists the headers it carries. */
+function documentHeaders(responses: Record<string, { headers?: object }> | undefined) {
+  for (const [status, schema] of Object.entries(responses ?? {})) {
+    responses![status] = {
+      ...schema,
+      headers: {
+        ...schema.headers,
+        deprecation: { type: 'string', description: 'RFC 9745: @<unix seconds> when the operation was deprecated' },
+        sunset: { type: 'string', description: 'RFC 8594: when the operation is removed; from then on it answers 410' },
+        link: { type: 'string', description: 'rel="successor-version" and rel="deprecation" links' },
+      },
+    };
+  }
+}
