@@ -1,17 +1,18 @@
 import closeWithGrace from 'close-with-grace';
 import { buildApp } from './app.js';
 import { ConfigError, loadConfig } from './config.js';
+import { DataDirInUseError } from './db/database.js';
+import { developmentKeyGreeting } from './development-key.js';
 
-let config;
+let app;
 try {
-  config = loadConfig();
+  app = await buildApp(loadConfig());
 } catch (error) {
-  if (!(error instanceof ConfigError)) throw error;
+  if (!(error instanceof ConfigError || error instanceof DataDirInUseError)) throw error;
   console.error(error.message);
   process.exit(1);
 }
-
-const app = await buildApp(config);
+const { config } = app;
 
 closeWithGrace({ delay: 10_000 }, async ({ signal, err }) => {
   if (err) app.log.error({ err }, 'closing after an uncaught error');
@@ -21,3 +22,6 @@ closeWithGrace({ delay: 10_000 }, async ({ signal, err }) => {
 
 await app.listen({ port: config.PORT, host: config.HOST });
 app.log.info({ publicBaseUrl: config.PUBLIC_BASE_URL, database: app.db.kind }, 'pet store ready');
+// Straight to stdout, not the log: a key must never be in the logs.
+const greeting = await developmentKeyGreeting(app);
+if (greeting) process.stdout.write(greeting);

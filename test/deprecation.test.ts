@@ -22,34 +22,34 @@ function expectDeprecationHeaders(headers: Record<string, unknown>) {
 
 describe('GET /v1/pets/{petId} is deprecated', () => {
   it('announces it on 200, 400 and 404', async () => {
-    const created = await t.app.inject({ method: 'POST', url: '/v1/pets', payload: { name: 'Old', categoryId: 1 } });
+    const created = await t.app.inject({ method: 'POST', url: '/v1/pets', payload: { name: 'Old', categoryId: 1 }, headers: t.auth });
     for (const [url, status] of [
       [`/v1/pets/${created.json().id}`, 200],
       ['/v1/pets/nope', 400],
       ['/v1/pets/424242', 404],
     ] as const) {
-      const response = await t.app.inject({ method: 'GET', url });
+      const response = await t.app.inject({ method: 'GET', url, headers: t.auth });
       expect(response.statusCode).toBe(status);
       expectDeprecationHeaders(response.headers);
     }
   });
 
   it('no other operation carries the headers', async () => {
-    const response = await t.app.inject({ method: 'GET', url: '/v1/pets' });
+    const response = await t.app.inject({ method: 'GET', url: '/v1/pets', headers: t.auth });
     expect(response.headers.deprecation).toBeUndefined();
     expect(response.headers.sunset).toBeUndefined();
   });
 
   it('answers 410 gone from the sunset instant on, for every input', async () => {
     clock = SUNSET - 1;
-    expect((await t.app.inject({ method: 'GET', url: '/v1/pets/1' })).statusCode).toBe(200);
+    expect((await t.app.inject({ method: 'GET', url: '/v1/pets/1', headers: t.auth })).statusCode).toBe(200);
     clock = SUNSET;
     for (const url of ['/v1/pets/1', '/v1/pets/nope']) {
-      const response = await t.app.inject({ method: 'GET', url });
+      const response = await t.app.inject({ method: 'GET', url, headers: t.auth });
       expect(response.statusCode).toBe(410);
       expect(response.json()).toEqual({ code: 'gone', message: expect.stringContaining('/pets'), status: 410 });
       expectDeprecationHeaders(response.headers);
     }
-    expect((await t.app.inject({ method: 'GET', url: '/v1/pets' })).statusCode).toBe(200);
+    expect((await t.app.inject({ method: 'GET', url: '/v1/pets', headers: t.auth })).statusCode).toBe(200);
   });
 });

@@ -11,7 +11,7 @@ it('a failure inside the service is a 500 Error that leaks nothing, logged with 
   // A real fault: the table the repository reads is gone.
   await t.db.query('ALTER TABLE pets RENAME TO pets_elsewhere');
   try {
-    const response = await t.app.inject({ method: 'GET', url: '/v1/pets' });
+    const response = await t.app.inject({ method: 'GET', url: '/v1/pets', headers: t.auth });
     expect(response.statusCode).toBe(500);
     expect(response.headers['content-type']).toMatch(/^application\/json/);
     const body = response.json();

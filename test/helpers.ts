@@ -60,6 +60,8 @@ export function captureLogs() {
 export interface TestApp {
   app: FastifyInstance;
   db: Database;
+  /** Headers of an enterprise key whose limits no test reaches. */
+  auth: { authorization: string };
   logs: ReturnType<typeof captureLogs>;
   close: () => Promise<void>;
 }
@@ -71,9 +73,12 @@ export async function buildTestApp(env: Record<string, string> = {}, deps: AppDe
   const config = loadConfig({ PUBLIC_BASE_URL: 'https://api.example.test/v1', LOG_LEVEL: 'info', ...env });
   const app = await buildApp(config, { db, logStream: logs.stream, ...deps });
   await app.ready();
+  const { key } = await app.apiKeys.create({ plan: 'enterprise', name: 'tests', limits: { perMinute: 1e9, perDay: 2e9 } });
+  await eventually(async () => (await app.inject({ url: '/v1/pets?limit=1', headers: { authorization: `Bearer ${key}` } })).statusCode === 200);
   return {
     app,
     db,
+    auth: { authorization: `Bearer ${key}` },
     logs,
     close: async () => {
       await app.close();
@@ -89,8 +94,18 @@ export interface HttpResponse {
   body: any; // eslint-disable-line @typescript-eslint/no-explicit-any
 }
 
-/** Listens on a free loopback port and returns a client that speaks real HTTP to it. */
-export async function listen(app: FastifyInstance) {
+/** Polls a condition until it holds, for changes that reach the app asynchronously (NOTIFY). */
+export async function eventually(condition: () => Promise<boolean>, timeoutMs = 5_000): Promise<number> {
+  const started = Date.now();
+  while (!(await condition())) {
+    if (Date.now() - started > timeoutMs) throw new Error(`condition not met within ${timeoutMs} ms`);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  return Date.now() - started;
+}
+
+/** Listens on a free loopback port and returns a client that speaks real HTTP to it, sending defaultHeaders. */
+export async function listen(app: FastifyInstance, defaultHeaders: Record<string, string> = {}) {
   await app.listen({ port: 0, host: '127.0.0.1' });
   const address = app.server.address();
   const origin = `http://127.0.0.1:${typeof address === 'object' && address ? address.port : 0}`;
@@ -99,10 +114,10 @@ export async function listen(app: FastifyInstance) {
     path: string,
     { json, body, headers = {} }: { json?: unknown; body?: string; headers?: Record<string, string> } = {},
   ): Promise<HttpResponse> {
-    const init: RequestInit = { method, headers: { ...headers } };
+    const init: RequestInit = { method, headers: { ...defaultHeaders, ...headers } };
     if (json !== undefined) {
       init.body = JSON.stringify(json);
-      init.headers = { 'content-type': 'application/json', ...headers };
+      init.headers = { 'content-type': 'application/json', ...defaultHeaders, ...headers };
     } else if (body !== undefined) {
       init.body = body;
     }
@@ -118,11 +133,21 @@ export interface ServerProcess {
   stop: (signal?: NodeJS.Signals) => Promise<number | null>;
 }
 
+/** A loopback port nobody listens on now (so the server's derived PUBLIC_BASE_URL is right). */
+async function freePort(): Promise<number> {
+  const { createServer } = await import('node:net');
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as { port: number };
+  await new Promise((resolve) => server.close(resolve));
+  return port;
+}
+
 /** Starts src/server.ts as a real process, the way `npm start` runs it, and waits until it listens. */
 export async function startServer(env: Record<string, string>): Promise<ServerProcess> {
   const { spawn } = await import('node:child_process');
   const child = spawn(process.execPath, ['--import', 'tsx', 'src/server.ts'], {
-    env: { ...process.env, DATABASE_URL: '', PORT: '0', LOG_LEVEL: 'info', ...env },
+    env: { ...process.env, DATABASE_URL: '', PORT: String(await freePort()), LOG_LEVEL: 'info', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let output = '';
@@ -160,4 +185,11 @@ export async function run(args: string[], env: Record<string, string> = {}) {
   child.stderr.on('data', (chunk) => (stderr += chunk));
   const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
   return { code, stdout, stderr };
+}
+
+/** The development key a server prints on its first embedded start. */
+export async function developmentKey(server: ServerProcess): Promise<string> {
+  let key: string | undefined;
+  await eventually(async () => Boolean((key = server.output().match(/^ {2}(psk_\S+)$/m)?.[1])));
+  return key!;
 }

@@ -53,15 +53,15 @@ describe('the OpenAPI document at /v1/openapi.json', () => {
       expect(validate(body), JSON.stringify(validate.errors)).toBe(true);
     };
 
-    const created = await t.app.inject({ method: 'POST', url: '/v1/pets', payload: { name: 'Doc', categoryId: 2, status: 'sold' } });
+    const created = await t.app.inject({ method: 'POST', url: '/v1/pets', payload: { name: 'Doc', categoryId: 2, status: 'sold' }, headers: t.auth });
     check(schemaOf('/pets', 'post', 201), created.json());
-    const bare = await t.app.inject({ method: 'POST', url: '/v1/pets', payload: { name: 'No status', categoryId: 2 } });
+    const bare = await t.app.inject({ method: 'POST', url: '/v1/pets', payload: { name: 'No status', categoryId: 2 }, headers: t.auth });
     check(schemaOf('/pets', 'post', 201), bare.json());
-    check(schemaOf('/pets', 'post', 400), (await t.app.inject({ method: 'POST', url: '/v1/pets', payload: {} })).json());
-    check(schemaOf('/pets', 'get', 200), (await t.app.inject('/v1/pets')).json());
-    check(schemaOf('/pets', 'get', 400), (await t.app.inject('/v1/pets?limit=0')).json());
-    check(schemaOf('/pets/{petId}', 'get', 200), (await t.app.inject(`/v1/pets/${created.json().id}`)).json());
-    check(schemaOf('/pets/{petId}', 'get', 404), (await t.app.inject('/v1/pets/999999')).json());
+    check(schemaOf('/pets', 'post', 400), (await t.app.inject({ method: 'POST', url: '/v1/pets', payload: {}, headers: t.auth })).json());
+    check(schemaOf('/pets', 'get', 200), (await t.app.inject({ url: '/v1/pets', headers: t.auth })).json());
+    check(schemaOf('/pets', 'get', 400), (await t.app.inject({ url: '/v1/pets?limit=0', headers: t.auth })).json());
+    check(schemaOf('/pets/{petId}', 'get', 200), (await t.app.inject({ url: `/v1/pets/${created.json().id}`, headers: t.auth })).json());
+    check(schemaOf('/pets/{petId}', 'get', 404), (await t.app.inject({ url: '/v1/pets/999999', headers: t.auth })).json());
   });
 
   it('serves interactive docs at /docs', async () => {
@@ -75,5 +75,15 @@ it('documents the deprecation headers on every response of getPet', () => {
   const responses = document.paths['/pets/{petId}'].get.responses;
   for (const status of ['200', '400', '404', '410']) {
     expect(Object.keys(responses[status].headers)).toEqual(expect.arrayContaining(['deprecation', 'sunset', 'link']));
+  }
+});
+
+it('requires bearer auth on every operation and documents the 401 with its header', () => {
+  expect(document.components.securitySchemes.bearerAuth).toMatchObject({ type: 'http', scheme: 'bearer' });
+  for (const [path, method] of [['/pets', 'get'], ['/pets', 'post'], ['/pets/{petId}', 'get']] as const) {
+    const operation = document.paths[path][method];
+    expect(operation.security).toEqual([{ bearerAuth: [] }]);
+    expect(operation.responses['401'].headers['www-authenticate']).toBeDefined();
+    expect(operation.responses['401'].content['application/json'].schema.required).toEqual(['code', 'message', 'status']);
   }
 });

@@ -7,7 +7,7 @@ const BASE = 'https://api.example.test/v1';
 
 beforeAll(async () => {
   t = await buildTestApp();
-  request = await listen(t.app);
+  request = await listen(t.app, t.auth);
 });
 afterAll(() => t.close());
 

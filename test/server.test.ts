@@ -2,7 +2,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { run, startServer } from './helpers.js';
+import { developmentKey, run, startServer } from './helpers.js';
 
 let dataDir: string;
 beforeAll(async () => {
@@ -28,9 +28,11 @@ describe('the server process', () => {
 
   it('serves the API on the embedded database without any install, keeps data across restarts, and stops cleanly', async () => {
     const first = await startServer({ DATA_DIR: dataDir });
+    const key = await developmentKey(first);
+    const authorization = `Bearer ${key}`;
     const created = await fetch(`${first.origin}/v1/pets`, {
       method: 'POST',
-      headers: { 'content-type': 'application/json' },
+      headers: { 'content-type': 'application/json', authorization },
       body: JSON.stringify({ name: 'Persisted', categoryId: 1, status: 'available' }),
     });
     expect(created.status).toBe(201);
@@ -38,9 +40,24 @@ describe('the server process', () => {
     expect(await first.stop('SIGTERM')).toBe(0);
 
     const second = await startServer({ DATA_DIR: dataDir });
-    const fetched = await fetch(`${second.origin}/v1/pets/${pet.id}`);
+    const fetched = await fetch(`${second.origin}/v1/pets/${pet.id}`, { headers: { authorization } });
     expect(fetched.status).toBe(200);
     expect(await fetched.json()).toEqual(pet);
+    expect(second.output()).not.toContain('psk_');
     expect(await second.stop('SIGINT')).toBe(0);
+  });
+
+  it('prints a development key with a curl line on first embedded start, never into the log', async () => {
+    const server = await startServer({ DATA_DIR: 'memory://' });
+    const key = await developmentKey(server);
+    const curl = server.output().match(/curl -H 'Authorization: Bearer (psk_\S+)' (\S+)/);
+    expect(curl?.[1]).toBe(key);
+    expect(curl?.[2]).toBe(`${server.origin}/v1/pets`);
+    const response = await fetch(curl![2]!, { headers: { authorization: `Bearer ${key}` } });
+    expect(response.status).toBe(200);
+    const logLines = server.output().split('\n').filter((line) => line.startsWith('{'));
+    expect(logLines.length).toBeGreaterThan(0);
+    expect(logLines.join('\n')).not.toContain(key);
+    expect(await server.stop()).toBe(0);
   });
 });

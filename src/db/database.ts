@@ -20,8 +20,17 @@ export interface Transaction extends Queryable {
 export interface Database extends Queryable {
   readonly kind: 'postgres' | 'pglite';
   transaction<T>(work: (tx: Transaction) => Promise<T>): Promise<T>;
+  /**
+   * Calls onNotify with the payload of each NOTIFY on the channel. Notifications sent while the
+   * listening connection was lost are gone, so onResubscribe runs each time it is back.
+   * Resolves, once listening, to a function that stops.
+   */
+  listen(channel: string, onNotify: (payload: string) => void, onResubscribe: () => void): Promise<() => Promise<void>>;
   close(): Promise<void>;
 }
+
+/** Another process holds the embedded database's directory. */
+export class DataDirInUseError extends Error {}
 
 /** PostgreSQL when a URL is given, otherwise the embedded engine on its data directory. */
 export async function openDatabase(config: { DATABASE_URL?: string; DATA_DIR: string }): Promise<Database> {

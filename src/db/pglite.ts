@@ -1,18 +1,34 @@
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { PGlite, type Transaction as PgliteTransaction } from '@electric-sql/pglite';
-import type { Database, Queryable } from './database.js';
+import { DataDirInUseError, type Database, type Queryable } from './database.js';
 
 /**
  * PostgreSQL compiled to WASM, in this process: the zero-install default. It holds one
- * connection and admits one process per data directory, so it is never shared over a socket.
+ * connection and admits one process per data directory, so it is never shared over a socket,
+ * and a lock file keeps a second process (a server, or the keys command) out.
  */
 export async function createPgliteDatabase(dataDir: string): Promise<Database> {
-  const db = await PGlite.create(dataDir);
+  const unlock = dataDir.startsWith('memory://') ? () => {} : lockDataDir(dataDir);
+  let db: PGlite;
+  try {
+    db = await PGlite.create(dataDir);
+  } catch (error) {
+    unlock();
+    throw error;
+  }
   return {
     kind: 'pglite',
     query: queryOn(db),
     transaction: (work) =>
       db.transaction((tx) => work({ query: queryOn(tx), runScript: async (sql) => void (await tx.exec(sql)) })),
-    close: () => db.close(),
+    // One process, one connection: the listener is never lost.
+    listen: (channel, onNotify) => db.listen(channel, onNotify),
+    close: async () => {
+      if (db.closed) return;
+      await db.close();
+      unlock();
+    },
   };
 }
 
@@ -22,3 +38,35 @@ const queryOn =
     const text = typeof statement === 'string' ? statement : statement.text;
     return (await target.query<Row>(text, params as unknown[])).rows;
   };
+
+/** Takes the data directory for this process; a lock left by a process that is gone is taken over. */
+function lockDataDir(dataDir: string): () => void {
+  mkdirSync(dataDir, { recursive: true });
+  const lockFile = join(dataDir, 'pet-store.lock');
+  for (;;) {
+    try {
+      writeFileSync(lockFile, String(process.pid), { flag: 'wx' });
+      return () => rmSync(lockFile, { force: true });
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
+    }
+    const holder = Number(readFileSync(lockFile, 'utf8'));
+    if (isAlive(holder)) {
+      throw new DataDirInUseError(
+        `The embedded database in ${dataDir} is in use by process ${holder} (a running server?). ` +
+          'Stop that process first, or use PostgreSQL through DATABASE_URL so that several processes can share it.',
+      );
+    }
+    rmSync(lockFile, { force: true });
+  }
+}
+
+function isAlive(pid: number): boolean {
+  if (!Number.isInteger(pid) || pid <= 0) return false;
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}

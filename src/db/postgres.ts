@@ -41,6 +41,7 @@ export function createPostgresDatabase({ connectionString, max = 10 }: PostgresO
         client.release();
       }
     },
+    listen: (channel, onNotify, onResubscribe) => listen({ connectionString, types }, channel, onNotify, onResubscribe),
     close: () => pool.end(),
   };
 }
@@ -53,4 +54,50 @@ async function run<Row>(
   const query = typeof statement === 'string' ? { text: statement } : statement;
   const result = await target.query<Row & pg.QueryResultRow>({ ...query, values: params as unknown[] });
   return result.rows;
+}
+
+/** How soon a lost listening connection is tried again. */
+const RELISTEN_MS = 500;
+
+/** LISTEN on a connection of its own, reconnecting for as long as the listener is wanted. */
+async function listen(
+  config: pg.ClientConfig,
+  channel: string,
+  onNotify: (payload: string) => void,
+  onResubscribe: () => void,
+): Promise<() => Promise<void>> {
+  let client: pg.Client | undefined;
+  let stopped = false;
+  let retry: NodeJS.Timeout | undefined;
+
+  const scheduleReconnect = () => {
+    clearTimeout(retry);
+    if (!stopped) retry = setTimeout(() => void connect().then(onResubscribe, scheduleReconnect), RELISTEN_MS).unref();
+  };
+
+  async function connect() {
+    const next = new pg.Client(config);
+    next.on('notification', (message) => {
+      if (message.channel === channel) onNotify(message.payload ?? '');
+    });
+    next.on('error', () => {});
+    next.on('end', () => {
+      if (client === next) scheduleReconnect();
+    });
+    try {
+      await next.connect();
+      await next.query(`LISTEN ${next.escapeIdentifier(channel)}`);
+    } catch (error) {
+      await next.end().catch(() => {});
+      throw error;
+    }
+    client = next;
+  }
+
+  await connect();
+  return async () => {
+    stopped = true;
+    clearTimeout(retry);
+    await client?.end();
+  };
 }

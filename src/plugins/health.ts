@@ -8,13 +8,13 @@ const Status = Type.Object({ status: Type.String() });
 /** Liveness and readiness for orchestrators and load balancers: outside /v1, no auth. */
 export default fp(
   async function health(app) {
-    app.get('/healthz', { schema: { hide: true, response: { 200: Status } } }, async () => ({
+    app.get('/healthz', { schema: { hide: true, response: { 200: Status } }, config: { public: true } }, async () => ({
       status: 'ok',
     }));
 
     app.get(
       '/readyz',
-      { schema: { hide: true, response: { 200: Status, 503: ErrorBody } } },
+      { schema: { hide: true, response: { 200: Status, 503: ErrorBody } }, config: { public: true } },
       async (request, reply) => {
         try {
           await app.db.query('SELECT 1');

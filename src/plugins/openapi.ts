@@ -2,6 +2,7 @@ import fp from 'fastify-plugin';
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import { API_PREFIX } from '../routes/v1/index.js';
+import { SECURITY_SCHEME } from './auth.js';
 
 /**
  * The OpenAPI document is generated from the route schemas themselves; it lists the /v1
@@ -21,6 +22,15 @@ export default fp<{ publicBaseUrl: string }>(
         },
         servers: [{ url: publicBaseUrl }],
         tags: [{ name: 'pets', description: 'Animals available for adoption' }],
+        components: {
+          securitySchemes: {
+            [SECURITY_SCHEME]: {
+              type: 'http',
+              scheme: 'bearer',
+              description: 'An API key, sent as `Authorization: Bearer <API key>`. See the README for how keys are issued.',
+            },
+          },
+        },
       },
       transform: ({ schema, url }) => ({
         schema: url.startsWith(`${API_PREFIX}/`) ? schema : { ...schema, hide: true },

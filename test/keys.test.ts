@@ -1,0 +1,167 @@
+import { spawn } from 'node:child_process';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createTestDatabase, eventually, POSTGRES_URL, startServer } from './helpers.js';
+
+/** The command exactly as scripts call it. */
+function keys(args: string[], env: Record<string, string>) {
+  const child = spawn('npm', ['run', '--silent', 'keys', '--', ...args], {
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (chunk) => (stdout += chunk));
+  child.stderr.on('data', (chunk) => (stderr += chunk));
+  return new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) =>
+    child.once('close', (code) => resolve({ code, stdout, stderr: stderr.replace(/^npm warn .*\n/gm, '') })),
+  );
+}
+
+const KEY = /^psk_[A-Za-z0-9_-]{43}$/;
+const lastLine = (text: string) => text.trimEnd().split('\n').at(-1)!;
+
+let env: Record<string, string>;
+let cleanup: () => Promise<void>;
+
+beforeAll(async () => {
+  if (POSTGRES_URL) {
+    const database = await createTestDatabase();
+    await database.db.close();
+    env = { DATABASE_URL: database.url! };
+    cleanup = database.drop;
+  } else {
+    const dataDir = await mkdtemp(join(tmpdir(), 'pets-keys-'));
+    env = { DATABASE_URL: '', DATA_DIR: dataDir };
+    cleanup = () => rm(dataDir, { recursive: true, force: true });
+  }
+});
+afterAll(() => cleanup());
+
+const listJson = async () => JSON.parse((await keys(['list', '--json'], env)).stdout) as Array<Record<string, unknown>>;
+
+describe('npm run --silent keys', () => {
+  it('create prints the key as the last line of stdout and exits 0', async () => {
+    const created = await keys(['create', '--plan', 'free', '--name', 'ci script'], env);
+    expect(created).toMatchObject({ code: 0, stderr: '' });
+    expect(lastLine(created.stdout)).toMatch(KEY);
+
+    const enterprise = await keys(['create', '--plan', 'enterprise', '--per-minute', '5', '--per-day', '50'], env);
+    expect(enterprise.code).toBe(0);
+    expect(lastLine(enterprise.stdout)).toMatch(KEY);
+  });
+
+  it('list shows one line per key, id first, and never a key or a hash', async () => {
+    const created = await keys(['create', '--plan', 'pro', '--name', 'listed'], env);
+    const key = lastLine(created.stdout);
+    const listed = await keys(['list'], env);
+    expect(listed.code).toBe(0);
+    const lines = listed.stdout.trimEnd().split('\n');
+    const records = await listJson();
+    expect(lines).toHaveLength(records.length);
+    expect(lines.map((line) => Number(line.split('\t')[0]))).toEqual(records.map((record) => record.id));
+    expect(lines.find((line) => line.includes('listed'))).toMatch(/^\d+\tlisted\tpro\t300\/minute\t10000\/day\t\S+\tactive$/);
+    for (const output of [listed.stdout, JSON.stringify(records)]) {
+      expect(output).not.toContain(key);
+      expect(output).not.toMatch(/psk_|[0-9a-f]{64}|hash/i);
+    }
+  });
+
+  it('list --json prints the same keys as a JSON array', async () => {
+    const records = await listJson();
+    expect(records.find((record) => record.plan === 'enterprise')).toMatchObject({
+      id: expect.any(Number),
+      name: '',
+      plan: 'enterprise',
+      perMinute: 5,
+      perDay: 50,
+      createdAt: expect.any(String),
+      revokedAt: null,
+    });
+  });
+
+  it('revoke marks the key revoked; an unknown id is an error', async () => {
+    const id = (await listJson())[0]!.id as number;
+    const revoked = await keys(['revoke', String(id)], env);
+    expect(revoked.code).toBe(0);
+    expect((await listJson())[0]!.revokedAt).toEqual(expect.any(String));
+    expect((await keys(['revoke', String(id)], env)).code).toBe(0);
+    const missing = await keys(['revoke', '999999'], env);
+    expect(missing.code).toBe(1);
+    expect(missing.stderr).toContain('999999');
+  });
+
+  it('bad arguments: one line on stderr, exit 2, nothing written', async () => {
+    const cases = [
+      [],
+      ['rotate'],
+      ['create'],
+      ['create', '--plan', 'gold'],
+      ['create', '--plan'],
+      ['create', '--plan', 'enterprise'],
+      ['create', '--plan', 'enterprise', '--per-minute', '10'],
+      ['create', '--plan', 'enterprise', '--per-minute', '0', '--per-day', '10'],
+      ['create', '--plan', 'enterprise', '--per-minute', 'ten', '--per-day', '10'],
+      ['create', '--plan', 'enterprise', '--per-minute', '1.5', '--per-day', '10'],
+      ['create', '--plan', 'free', '--per-minute', '10'],
+      ['create', '--plan', 'pro', '--per-day', '10'],
+      ['create', '--plan', 'free', '--colour', 'red'],
+      ['create', '--plan', 'free', 'extra'],
+      ['create', '--plan', 'free', '--name', 'tab\there'],
+      ['list', '--plan', 'free'],
+      ['revoke'],
+      ['revoke', 'abc'],
+      ['revoke', '1', '2'],
+    ];
+    const before = await listJson();
+    // Bad arguments are refused before the database is opened, so the cases can run side by side.
+    for (let i = 0; i < cases.length; i += 4) {
+      const batch = cases.slice(i, i + 4);
+      const results = await Promise.all(batch.map((args) => keys(args, env)));
+      results.forEach((result, j) => {
+        const label = JSON.stringify(batch[j]);
+        expect(result.code, label).toBe(2);
+        expect(result.stdout, label).toBe('');
+        expect(result.stderr.trimEnd().split('\n'), label).toHaveLength(1);
+        expect(result.stderr, label).toMatch(/^keys: /);
+      });
+    }
+    expect(await listJson()).toEqual(before);
+  });
+});
+
+describe.runIf(!POSTGRES_URL)('on the embedded database', () => {
+  it('stops with a clear message while a server holds the data directory, and corrupts nothing', async () => {
+    const before = await listJson();
+    const server = await startServer({ DATA_DIR: env.DATA_DIR! });
+    try {
+      const result = await keys(['create', '--plan', 'free'], env);
+      expect(result.code).toBe(1);
+      expect(result.stdout).toBe('');
+      expect(result.stderr).toMatch(/in use by process \d+.*Stop that process first/);
+    } finally {
+      expect(await server.stop()).toBe(0);
+    }
+    expect(await listJson()).toEqual(before);
+  });
+});
+
+describe.runIf(POSTGRES_URL)('two servers sharing one PostgreSQL', () => {
+  it('a key revoked through the command stops working on both within a second', async () => {
+    const servers = await Promise.all([startServer(env), startServer(env)]);
+    try {
+      const key = lastLine((await keys(['create', '--plan', 'free', '--name', 'two servers'], env)).stdout);
+      const id = (await listJson()).find((record) => record.name === 'two servers')!.id as number;
+      const status = (origin: string) =>
+        fetch(`${origin}/v1/pets`, { headers: { authorization: `Bearer ${key}` } }).then((response) => response.status);
+      for (const server of servers) await eventually(async () => (await status(server.origin)) === 200);
+
+      expect((await keys(['revoke', String(id)], env)).code).toBe(0);
+      await Promise.all(servers.map((server) => eventually(async () => (await status(server.origin)) === 401, 1_000)));
+    } finally {
+      await Promise.all(servers.map((server) => server.stop()));
+    }
+  });
+});
