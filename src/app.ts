@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import Fastify, { LogController, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import type { DestinationStream } from 'pino';
-import type { Config } from './config.js';
+import { trustedProxies, type Config } from './config.js';
 import { openDatabase, type Database } from './db/database.js';
 import { migrate } from './db/migrate.js';
 import database from './plugins/database.js';
@@ -61,6 +61,8 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
     requestTimeout: 30_000,
     keepAliveTimeout: 5_000,
     schemaErrorFormatter: formatValidationError,
+    // Only the listed proxies are believed about the client address (X-Forwarded-For).
+    trustProxy: trustedProxies(config.TRUST_PROXY),
   });
   app.server.headersTimeout = 10_000;
   app.setValidatorCompiler(validatorCompiler);
@@ -68,14 +70,23 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
   app.removeContentTypeParser('text/plain');
   app.decorate('config', config);
 
+  const now = deps.now ?? Date.now;
   const db = deps.db ?? (await openDatabase(config));
   await migrate(db);
 
   await app.register(errorHandler);
   await app.register(database, { db });
-  await app.register(deprecation, { now: deps.now ?? Date.now });
+  await app.register(deprecation, { now });
   await app.register(openapi, { publicBaseUrl: config.PUBLIC_BASE_URL });
   await app.register(health);
-  await app.register(v1, { prefix: API_PREFIX });
+  await app.register(v1, {
+    prefix: API_PREFIX,
+    rateLimit: {
+      ban: { threshold: config.RATE_LIMIT_BAN_THRESHOLD, durationMs: config.RATE_LIMIT_BAN_SECONDS * 1000 },
+      redisUrl: config.REDIS_URL,
+      redisKeyPrefix: config.REDIS_KEY_PREFIX,
+      now,
+    },
+  });
   return app;
 }

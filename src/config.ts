@@ -1,5 +1,6 @@
 import { Type, type Static } from '@sinclair/typebox';
 import { Value } from '@sinclair/typebox/value';
+import { isIP } from 'node:net';
 
 /** Every setting a user can make, read from the environment in one place. */
 export const ConfigSchema = Type.Object({
@@ -13,6 +14,15 @@ export const ConfigSchema = Type.Object({
     { default: 'info' },
   ),
   NODE_ENV: Type.String({ default: 'development' }),
+  /** Shared rate-limit counters for several instances; unset, each instance counts alone. */
+  REDIS_URL: Type.Optional(Type.String({ pattern: '^rediss?://' })),
+  /** Prefix of every Redis key, so several deployments can share one Redis. */
+  REDIS_KEY_PREFIX: Type.String({ default: 'pets:' }),
+  /** More refused requests than this within one minute window ban the caller. */
+  RATE_LIMIT_BAN_THRESHOLD: Type.Integer({ minimum: 1, default: 30 }),
+  RATE_LIMIT_BAN_SECONDS: Type.Integer({ minimum: 1, default: 900 }),
+  /** Comma-separated addresses or CIDRs of the proxies whose X-Forwarded-For is believed. */
+  TRUST_PROXY: Type.String({ default: '' }),
   /** When GET /v1/pets/{petId} was deprecated: the 1.0.0 release. */
   PETS_GET_DEPRECATED_AT: Type.String({ default: '2025-12-05T00:00:00Z' }),
 });
@@ -38,7 +48,24 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
   if (Number.isNaN(Date.parse(config.PETS_GET_DEPRECATED_AT))) {
     throw new ConfigError(`Invalid PETS_GET_DEPRECATED_AT=${JSON.stringify(config.PETS_GET_DEPRECATED_AT)}: expected an ISO 8601 date-time`);
   }
+  const badProxy = trustedProxies(config.TRUST_PROXY).find((entry) => !isAddressOrCidr(entry));
+  if (badProxy !== undefined) {
+    throw new ConfigError(`Invalid TRUST_PROXY=${JSON.stringify(config.TRUST_PROXY)}: ${JSON.stringify(badProxy)} is not an IP address or CIDR`);
+  }
   return { ...config, PUBLIC_BASE_URL: config.PUBLIC_BASE_URL ?? defaultBaseUrl(config.HOST, config.PORT) };
+}
+
+export const trustedProxies = (value: string) =>
+  value
+    .split(',')
+    .map((entry) => entry.trim())
+    .filter(Boolean);
+
+function isAddressOrCidr(entry: string): boolean {
+  const [address = '', prefix, ...rest] = entry.split('/');
+  const version = isIP(address);
+  if (!version || rest.length > 0) return false;
+  return prefix === undefined || (/^[0-9]{1,3}$/.test(prefix) && Number(prefix) <= (version === 4 ? 32 : 128));
 }
 
 function defaultBaseUrl(host: string, port: number): string {

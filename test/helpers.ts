@@ -193,3 +193,38 @@ export async function developmentKey(server: ServerProcess): Promise<string> {
   await eventually(async () => Boolean((key = server.output().match(/^ {2}(psk_\S+)$/m)?.[1])));
   return key!;
 }
+
+/** The Redis the suite may use; tests that need it are skipped without it. */
+export const REDIS_URL = process.env.REDIS_URL || undefined;
+
+/** A Redis server of a test's own on a free port, which it may stop and start again. */
+export async function startRedis() {
+  const { spawn } = await import('node:child_process');
+  const port = await freePort();
+  let child: ReturnType<typeof spawn> | undefined;
+  const start = async () => {
+    child = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], {
+      stdio: 'ignore',
+    });
+    const { Redis } = await import('ioredis');
+    await eventually(async () => {
+      const probe = new Redis(port, '127.0.0.1', { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
+      probe.on('error', () => {});
+      try {
+        await probe.connect();
+        return (await probe.ping()) === 'PONG';
+      } catch {
+        return false;
+      } finally {
+        probe.disconnect();
+      }
+    });
+  };
+  const stop = async () => {
+    const exited = new Promise((resolve) => child!.once('exit', resolve));
+    child!.kill('SIGKILL');
+    await exited;
+  };
+  await start();
+  return { url: `redis://127.0.0.1:${port}`, start, stop };
+}

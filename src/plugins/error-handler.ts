@@ -1,5 +1,5 @@
 import fp from 'fastify-plugin';
-import type { FastifyError, FastifyReply } from 'fastify';
+import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { ApiError } from '../errors.js';
 import type { ErrorCode } from '../schemas/error.js';
 
@@ -24,6 +24,9 @@ const CODE_BY_STATUS: Record<number, ErrorCode> = {
   429: 'rate_limited',
   503: 'service_unavailable',
 };
+
+export const notFoundHandler = (request: FastifyRequest, reply: FastifyReply) =>
+  sendError(reply, 404, 'not_found', `No route for ${request.method} ${request.url.split('?')[0]}`);
 
 export function sendError(reply: FastifyReply, status: number, code: ErrorCode, message: string) {
   return reply.code(status).type('application/json; charset=utf-8').send({ code, message, status });
@@ -55,9 +58,7 @@ export default fp(
       return sendError(reply, 500, 'internal_error', `Internal server error; quote request id ${request.id}`);
     });
 
-    app.setNotFoundHandler((request, reply) =>
-      sendError(reply, 404, 'not_found', `No route for ${request.method} ${request.url.split('?')[0]}`),
-    );
+    app.setNotFoundHandler(notFoundHandler);
   },
   { name: 'error-handler' },
 );

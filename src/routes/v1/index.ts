@@ -1,12 +1,19 @@
 import type { FastifyPluginAsync } from 'fastify';
 import auth from '../../plugins/auth.js';
+import { notFoundHandler } from '../../plugins/error-handler.js';
+import rateLimit, { type RateLimitOptions } from '../../plugins/rate-limit/index.js';
 import pets from './pets.js';
 
 export const API_PREFIX = '/v1';
 
-/** Everything under /v1: the pets operations, behind bearer auth, and the public OpenAPI document. */
-const v1: FastifyPluginAsync = async (app) => {
+/**
+ * Everything under /v1: auth identifies the caller, the rate limiter counts every request
+ * (unknown paths too, through this context's own not-found handler), then the operations.
+ */
+const v1: FastifyPluginAsync<{ rateLimit: RateLimitOptions }> = async (app, options) => {
   await app.register(auth);
+  await app.register(rateLimit, options.rateLimit);
+  app.setNotFoundHandler(notFoundHandler);
   app.get('/openapi.json', { schema: { hide: true }, config: { public: true } }, async () => app.swagger());
   await app.register(pets);
 };

@@ -1,0 +1,55 @@
+import type { FastifyBaseLogger } from 'fastify';
+import type { Limits } from '../../plans.js';
+import type { MemoryStore } from './memory-store.js';
+import type { RedisStore } from './redis-store.js';
+import type { Decision, RateLimitStore } from './store.js';
+
+/**
+ * Redis while it answers; this instance's memory while it does not, so no request fails because
+ * of Redis. Each switch is logged once; ioredis reconnects by itself and Redis takes over again.
+ */
+export class FallbackStore implements RateLimitStore {
+  readonly #redis: RedisStore;
+  readonly #memory: MemoryStore;
+  readonly #log: FastifyBaseLogger;
+  #onMemory = false;
+
+  constructor(redis: RedisStore, memory: MemoryStore, log: FastifyBaseLogger) {
+    this.#redis = redis;
+    this.#memory = memory;
+    this.#log = log;
+  }
+
+  /** True while decisions come from this instance's memory. */
+  get degraded() {
+    return this.#onMemory;
+  }
+
+  async consume(subject: string, limits: Limits, now: number): Promise<Decision> {
+    if (this.#redis.ready) {
+      try {
+        const decision = await this.#redis.consume(subject, limits, now);
+        if (this.#onMemory) {
+          this.#onMemory = false;
+          this.#log.info('rate limiting: Redis is back; counting across all instances again');
+        }
+        return decision;
+      } catch (error) {
+        this.#switchToMemory(error);
+      }
+    } else {
+      this.#switchToMemory(new Error(`Redis connection is ${this.#redis.redis.status}`));
+    }
+    return this.#memory.consume(subject, limits, now);
+  }
+
+  #switchToMemory(error: unknown) {
+    if (this.#onMemory) return;
+    this.#onMemory = true;
+    this.#log.warn({ err: error }, 'rate limiting: Redis unreachable; limiting per instance from memory until it is back');
+  }
+
+  async close() {
+    await Promise.all([this.#redis.close(), this.#memory.close()]);
+  }
+}

@@ -1,0 +1,87 @@
+import fp from 'fastify-plugin';
+import type { FastifyReply } from 'fastify';
+import { ApiError } from '../../errors.js';
+import { PLAN_LIMITS, type Limits } from '../../plans.js';
+import { FallbackStore } from './fallback-store.js';
+import { MemoryStore } from './memory-store.js';
+import { RedisStore } from './redis-store.js';
+import type { BanPolicy, Decision, RateLimitStore, WindowUsage } from './store.js';
+
+export interface RateLimitOptions {
+  ban: BanPolicy;
+  /** Shared counters for any number of instances; without it, this instance counts alone. */
+  redisUrl?: string;
+  redisKeyPrefix: string;
+  now: () => number;
+}
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    rateLimitStore: RateLimitStore;
+  }
+}
+
+/** Callers without a valid key are limited by address, as the Free plan, so keys cannot be guessed at speed. */
+const ANONYMOUS: Limits = PLAN_LIMITS.free;
+
+const seconds = (ms: number) => Math.max(1, Math.ceil(ms / 1000));
+
+/**
+ * Per-plan limits on every request of the context it is registered in, before validation, so
+ * every response (400s and 401s included) carries the headers and counts; 429s do not count.
+ */
+export default fp<RateLimitOptions>(
+  async function rateLimit(app, options) {
+    const memory = new MemoryStore(options.ban, { now: options.now });
+    let store: RateLimitStore = memory;
+    if (options.redisUrl) {
+      const redis = new RedisStore(options.redisUrl, options.ban, options.redisKeyPrefix);
+      await redis.connect().catch((error) => app.log.warn({ err: error }, 'rate limiting: Redis unreachable at start'));
+      store = new FallbackStore(redis, memory, app.log);
+    }
+    app.decorate('rateLimitStore', store);
+    app.addHook('onClose', () => store.close());
+
+    app.addHook('onRequest', async (request, reply) => {
+      const key = request.apiKey;
+      const subject = key ? `key:${key.id}` : `ip:${request.ip}`;
+      const now = options.now();
+      const decision = await store.consume(subject, key ?? ANONYMOUS, now);
+      const binding = setHeaders(reply, decision, now);
+      if (decision.outcome === 'allowed') return;
+
+      if (decision.outcome === 'banned') {
+        const until = new Date(decision.bannedUntil!).toISOString();
+        if (decision.banStarted) request.log.warn({ keyId: key?.id, address: key ? undefined : request.ip, until }, 'rate limit ban');
+        throw new ApiError(429, 'api_key_banned', `Too many requests after being rate limited; banned until ${until}`, {
+          'retry-after': String(seconds(decision.bannedUntil! - now)),
+        });
+      }
+      const window = binding === decision.day ? 'day' : 'minute';
+      throw new ApiError(429, 'rate_limited', `Rate limit of ${binding.limit} requests per ${window} exceeded; retry after the Retry-After delay`, {
+        'retry-after': String(seconds(binding.resetAt - now)),
+      });
+    });
+  },
+  { name: 'rate-limit', dependencies: ['auth'] },
+);
+
+/**
+ * X-RateLimit-* describe the binding window: the one with fewer requests left (the minute on a
+ * tie, the day once it is spent, since retrying after the minute would not help). The IETF
+ * draft's RateLimit and RateLimit-Policy fields describe both. A ban's Reset is its end.
+ */
+function setHeaders(reply: FastifyReply, decision: Decision, now: number): WindowUsage {
+  const remaining = (window: WindowUsage) => Math.max(0, window.limit - window.used);
+  const { minute, day } = decision;
+  const binding = remaining(day) === 0 || remaining(day) < remaining(minute) ? day : minute;
+  const banned = decision.outcome === 'banned';
+  reply.headers({
+    'x-ratelimit-limit': binding.limit,
+    'x-ratelimit-remaining': banned ? 0 : remaining(binding),
+    'x-ratelimit-reset': Math.ceil((banned ? decision.bannedUntil! : binding.resetAt) / 1000),
+    'ratelimit-policy': `"minute";q=${minute.limit};w=60, "day";q=${day.limit};w=86400`,
+    ratelimit: `"minute";r=${banned ? 0 : remaining(minute)};t=${seconds(minute.resetAt - now)}, "day";r=${banned ? 0 : remaining(day)};t=${seconds(day.resetAt - now)}`,
+  });
+  return binding;
+}

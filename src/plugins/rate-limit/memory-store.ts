@@ -1,0 +1,86 @@
+import type { Limits } from '../../plans.js';
+import { DAY_MS, MINUTE_MS, usage, windowStart, type BanPolicy, type Decision, type RateLimitStore } from './store.js';
+
+interface Counters {
+  minute: number;
+  minuteUsed: number;
+  day: number;
+  dayUsed: number;
+  refused: number;
+  bannedUntil: number;
+}
+
+/** How many subjects one instance tracks at most; past it, the least recently seen is forgotten. */
+export const MAX_SUBJECTS = 100_000;
+
+/**
+ * Counters in this process: the default for one instance, and the fallback of an instance whose
+ * Redis is unreachable. A subject costs one small entry, dropped once its day window and any
+ * ban are over; the cap bounds memory however many distinct keys or addresses arrive.
+ */
+export class MemoryStore implements RateLimitStore {
+  readonly #subjects = new Map<string, Counters>();
+  readonly #ban: BanPolicy;
+  readonly #maxSubjects: number;
+  readonly #sweeper: NodeJS.Timeout;
+
+  constructor(ban: BanPolicy, { maxSubjects = MAX_SUBJECTS, now = Date.now } = {}) {
+    this.#ban = ban;
+    this.#maxSubjects = maxSubjects;
+    this.#sweeper = setInterval(() => this.sweep(now()), MINUTE_MS).unref();
+  }
+
+  get size() {
+    return this.#subjects.size;
+  }
+
+  async consume(subject: string, limits: Limits, now: number): Promise<Decision> {
+    return this.decide(subject, limits, now);
+  }
+
+  decide(subject: string, limits: Limits, now: number): Decision {
+    const minute = windowStart(now, MINUTE_MS);
+    const day = windowStart(now, DAY_MS);
+    const counters = this.#take(subject, minute, day);
+    if (counters.minute !== minute) Object.assign(counters, { minute, minuteUsed: 0, refused: 0 });
+    if (counters.day !== day) Object.assign(counters, { day, dayUsed: 0 });
+
+    if (counters.bannedUntil > now) {
+      return { outcome: 'banned', ...usage(limits, now, counters.minuteUsed, counters.dayUsed), bannedUntil: counters.bannedUntil };
+    }
+    if (counters.minuteUsed < limits.perMinute && counters.dayUsed < limits.perDay) {
+      counters.minuteUsed += 1;
+      counters.dayUsed += 1;
+      return { outcome: 'allowed', ...usage(limits, now, counters.minuteUsed, counters.dayUsed) };
+    }
+    counters.refused += 1;
+    const windows = usage(limits, now, counters.minuteUsed, counters.dayUsed);
+    if (counters.refused > this.#ban.threshold) {
+      counters.refused = 0;
+      counters.bannedUntil = now + this.#ban.durationMs;
+      return { outcome: 'banned', ...windows, bannedUntil: counters.bannedUntil, banStarted: true };
+    }
+    return { outcome: 'limited', ...windows };
+  }
+
+  /** Forgets subjects whose day window and ban are both over: nothing of them matters any more. */
+  sweep(now: number) {
+    const day = windowStart(now, DAY_MS);
+    for (const [subject, counters] of this.#subjects) {
+      if (counters.day !== day && counters.bannedUntil <= now) this.#subjects.delete(subject);
+    }
+  }
+
+  async close() {
+    clearInterval(this.#sweeper);
+  }
+
+  /** The subject's counters, moved to the most recently seen end; the least recent go past the cap. */
+  #take(subject: string, minute: number, day: number): Counters {
+    const counters = this.#subjects.get(subject) ?? { minute, minuteUsed: 0, day, dayUsed: 0, refused: 0, bannedUntil: 0 };
+    this.#subjects.delete(subject);
+    this.#subjects.set(subject, counters);
+    if (this.#subjects.size > this.#maxSubjects) this.#subjects.delete(this.#subjects.keys().next().value!);
+    return counters;
+  }
+}

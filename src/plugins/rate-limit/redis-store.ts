@@ -1,0 +1,95 @@
+import { Redis } from 'ioredis';
+import type { Limits } from '../../plans.js';
+import { DAY_MS, MINUTE_MS, usage, windowStart, type BanPolicy, type Decision, type RateLimitStore } from './store.js';
+
+/**
+ * The whole decision in one atomic round trip: the ban, both windows, the refusal count.
+ * KEYS: minute count, day count, minute refusals, ban. ARGV: per-minute limit, per-day limit,
+ * now (ms), ban threshold, ban duration (ms), minute TTL (ms), day TTL (ms).
+ * Returns [outcome, minute used, day used, banned until]: outcome 1 allowed, 0 limited,
+ * 2 banned, 3 banned by this request. The ban holds its end time, so an injected clock works.
+ */
+const DECIDE = `
+local now = tonumber(ARGV[3])
+local banned_until = tonumber(redis.call('GET', KEYS[4]) or '0')
+local minute_used = tonumber(redis.call('GET', KEYS[1]) or '0')
+local day_used = tonumber(redis.call('GET', KEYS[2]) or '0')
+if banned_until > now then
+  return {2, minute_used, day_used, banned_until}
+end
+if minute_used < tonumber(ARGV[1]) and day_used < tonumber(ARGV[2]) then
+  minute_used = redis.call('INCR', KEYS[1])
+  if minute_used == 1 then redis.call('PEXPIRE', KEYS[1], ARGV[6]) end
+  day_used = redis.call('INCR', KEYS[2])
+  if day_used == 1 then redis.call('PEXPIRE', KEYS[2], ARGV[7]) end
+  return {1, minute_used, day_used, 0}
+end
+local refused = redis.call('INCR', KEYS[3])
+if refused == 1 then redis.call('PEXPIRE', KEYS[3], ARGV[6]) end
+if refused > tonumber(ARGV[4]) then
+  banned_until = now + tonumber(ARGV[5])
+  redis.call('SET', KEYS[4], banned_until, 'PX', tonumber(ARGV[5]) + ${DAY_MS})
+  redis.call('DEL', KEYS[3])
+  return {3, minute_used, day_used, banned_until}
+end
+return {0, minute_used, day_used, 0}
+`;
+
+declare module 'ioredis' {
+  interface RedisCommander {
+    decideRateLimit(...args: Array<string | number>): Promise<[number, number, number, number]>;
+  }
+}
+
+const OUTCOMES = ['limited', 'allowed', 'banned', 'banned'] as const;
+
+/** Counters shared by every instance through Redis: one count per subject, however many instances. */
+export class RedisStore implements RateLimitStore {
+  readonly redis: Redis;
+  readonly #ban: BanPolicy;
+  readonly #prefix: string;
+
+  constructor(url: string, ban: BanPolicy, prefix: string) {
+    // Fail fast instead of queueing while Redis is away: the caller then decides from memory.
+    this.redis = new Redis(url, { enableOfflineQueue: false, maxRetriesPerRequest: 0, commandTimeout: 500, lazyConnect: true });
+    this.redis.on('error', () => {});
+    this.redis.defineCommand('decideRateLimit', { numberOfKeys: 4, lua: DECIDE });
+    this.#ban = ban;
+    this.#prefix = prefix;
+  }
+
+  get ready() {
+    return this.redis.status === 'ready';
+  }
+
+  connect() {
+    return this.redis.connect();
+  }
+
+  async consume(subject: string, limits: Limits, now: number): Promise<Decision> {
+    // One hash tag per subject keeps its keys on one slot of a Redis Cluster.
+    const base = `${this.#prefix}rl:{${subject}}`;
+    const minute = windowStart(now, MINUTE_MS);
+    const [code, minuteUsed, dayUsed, bannedUntil] = await this.redis.decideRateLimit(
+      `${base}:m:${minute}`,
+      `${base}:d:${windowStart(now, DAY_MS)}`,
+      `${base}:r:${minute}`,
+      `${base}:ban`,
+      limits.perMinute,
+      limits.perDay,
+      now,
+      this.#ban.threshold,
+      this.#ban.durationMs,
+      2 * MINUTE_MS,
+      2 * DAY_MS,
+    );
+    const decision: Decision = { outcome: OUTCOMES[code]!, ...usage(limits, now, minuteUsed, dayUsed) };
+    if (code >= 2) decision.bannedUntil = bannedUntil;
+    if (code === 3) decision.banStarted = true;
+    return decision;
+  }
+
+  async close() {
+    this.redis.disconnect();
+  }
+}

@@ -1,0 +1,48 @@
+import type { Limits } from '../../plans.js';
+
+export const MINUTE_MS = 60_000;
+export const DAY_MS = 86_400_000;
+
+/** One fixed window, aligned to the UTC clock: a minute or a day. */
+export interface WindowUsage {
+  limit: number;
+  /** Requests counted in this window, this one included when it was allowed. */
+  used: number;
+  /** When the window ends, in ms since the epoch. */
+  resetAt: number;
+}
+
+export interface Decision {
+  outcome: 'allowed' | 'limited' | 'banned';
+  minute: WindowUsage;
+  day: WindowUsage;
+  /** For 'banned': when the ban ends, in ms since the epoch. */
+  bannedUntil?: number;
+  /** This request is the one that started the ban. */
+  banStarted?: boolean;
+}
+
+export interface BanPolicy {
+  /** More refused requests than this within one minute window start a ban. */
+  threshold: number;
+  durationMs: number;
+}
+
+/**
+ * Decides one request of a subject (a key or an address): allowed only when both windows have
+ * room, counted in both when allowed and in neither when refused. Refusals are counted apart,
+ * per minute window, for the ban. Stores own atomicity; the plugin owns the headers.
+ */
+export interface RateLimitStore {
+  consume(subject: string, limits: Limits, now: number): Promise<Decision>;
+  close(): Promise<void>;
+}
+
+export const windowStart = (now: number, size: number) => now - (now % size);
+
+export function usage(limits: Limits, now: number, minuteUsed: number, dayUsed: number) {
+  return {
+    minute: { limit: limits.perMinute, used: minuteUsed, resetAt: windowStart(now, MINUTE_MS) + MINUTE_MS },
+    day: { limit: limits.perDay, used: dayUsed, resetAt: windowStart(now, DAY_MS) + DAY_MS },
+  };
+}
