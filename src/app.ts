@@ -5,7 +5,6 @@ import { trustedProxies, type Config } from './config.js';
 import { openDatabase, type Database } from './db/database.js';
 import { migrate } from './db/migrate.js';
 import database from './plugins/database.js';
-import deprecation from './plugins/deprecation.js';
 import errorHandler from './plugins/error-handler.js';
 import health from './plugins/health.js';
 import openapi from './plugins/openapi.js';
@@ -70,22 +69,20 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
   app.removeContentTypeParser('text/plain');
   app.decorate('config', config);
 
-  const now = deps.now ?? Date.now;
   const db = deps.db ?? (await openDatabase(config));
   await migrate(db);
 
   await app.register(errorHandler);
   await app.register(database, { db });
-  await app.register(deprecation, { now });
   await app.register(openapi, { publicBaseUrl: config.PUBLIC_BASE_URL });
   await app.register(health);
   await app.register(v1, {
     prefix: API_PREFIX,
+    now: deps.now ?? Date.now,
     rateLimit: {
       ban: { threshold: config.RATE_LIMIT_BAN_THRESHOLD, durationMs: config.RATE_LIMIT_BAN_SECONDS * 1000 },
       redisUrl: config.REDIS_URL,
       redisKeyPrefix: config.REDIS_KEY_PREFIX,
-      now,
     },
   });
   return app;

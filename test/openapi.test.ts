@@ -87,3 +87,17 @@ it('requires bearer auth on every operation and documents the 401 with its heade
     expect(operation.responses['401'].content['application/json'].schema.required).toEqual(['code', 'message', 'status']);
   }
 });
+
+it('documents the rate-limit headers on every response, and the 429 with Retry-After', () => {
+  for (const [path, method] of [['/pets', 'get'], ['/pets', 'post'], ['/pets/{petId}', 'get']] as const) {
+    const { responses } = document.paths[path][method];
+    expect(responses['429'].headers['retry-after']).toBeDefined();
+    for (const [status, response] of Object.entries(responses) as Array<[string, { headers: object }]>) {
+      expect(Object.keys(response.headers), `${method} ${path} ${status}`).toEqual(
+        expect.arrayContaining(['x-ratelimit-limit', 'x-ratelimit-remaining', 'x-ratelimit-reset', 'ratelimit-policy', 'ratelimit']),
+      );
+    }
+  }
+  const getPet = document.paths['/pets/{petId}'].get.responses;
+  for (const status of ['401', '429']) expect(getPet[status].headers.sunset).toBeDefined();
+});

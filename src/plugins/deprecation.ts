@@ -1,5 +1,6 @@
 import fp from 'fastify-plugin';
 import { ApiError } from '../errors.js';
+import { withHeaders, type ResponseSchemas } from '../schemas/responses.js';
 
 export interface Deprecation {
   /** When the operation was deprecated (RFC 9745 Deprecation). */
@@ -20,7 +21,8 @@ declare module 'fastify' {
 
 /**
  * Any route whose config names a deprecation announces it on every response and is gone after
- * its sunset. The clock is injectable so the sunset can be tested.
+ * its sunset. The clock is injectable so the sunset can be tested. Registered after auth and
+ * rate limiting, so that the responses they add are documented with these headers too.
  */
 export default fp<{ now: () => number }>(
   async function deprecation(app, { now }) {
@@ -33,7 +35,13 @@ export default fp<{ now: () => number }>(
         link: `<${deprecation.successor}>; rel="successor-version", <${deprecation.documentation}>; rel="deprecation"`,
       };
       const sunsetAt = deprecation.sunset.getTime();
-      documentHeaders(route.schema?.response as Record<string, { headers?: object }> | undefined);
+      if (route.schema) {
+        route.schema.response = withHeaders(route.schema.response as ResponseSchemas, {
+          deprecation: { type: 'string', description: 'RFC 9745: @<unix seconds> when the operation was deprecated' },
+          sunset: { type: 'string', description: 'RFC 8594: when the operation is removed; from then on it answers 410' },
+          link: { type: 'string', description: 'rel="successor-version" and rel="deprecation" links' },
+        });
+      }
       route.onSend = [
         ...[route.onSend ?? []].flat(),
         async (_request, reply, payload) => {
@@ -55,18 +63,3 @@ export default fp<{ now: () => number }>(
   },
   { name: 'deprecation' },
 );
-
-/** Every documented response of a deprecated route lists the headers it carries. */
-function documentHeaders(responses: Record<string, { headers?: object }> | undefined) {
-  for (const [status, schema] of Object.entries(responses ?? {})) {
-    responses![status] = {
-      ...schema,
-      headers: {
-        ...schema.headers,
-        deprecation: { type: 'string', description: 'RFC 9745: @<unix seconds> when the operation was deprecated' },
-        sunset: { type: 'string', description: 'RFC 8594: when the operation is removed; from then on it answers 410' },
-        link: { type: 'string', description: 'rel="successor-version" and rel="deprecation" links' },
-      },
-    };
-  }
-}

@@ -2,6 +2,8 @@ import fp from 'fastify-plugin';
 import type { FastifyReply } from 'fastify';
 import { ApiError } from '../../errors.js';
 import { PLAN_LIMITS, type Limits } from '../../plans.js';
+import { ErrorBody } from '../../schemas/error.js';
+import { withHeaders, type ResponseSchemas } from '../../schemas/responses.js';
 import { FallbackStore } from './fallback-store.js';
 import { MemoryStore } from './memory-store.js';
 import { RedisStore } from './redis-store.js';
@@ -24,6 +26,14 @@ declare module 'fastify' {
 /** Callers without a valid key are limited by address, as the Free plan, so keys cannot be guessed at speed. */
 const ANONYMOUS: Limits = PLAN_LIMITS.free;
 
+const RATE_LIMIT_HEADERS = {
+  'x-ratelimit-limit': { type: 'integer', description: 'Requests allowed in the binding window' },
+  'x-ratelimit-remaining': { type: 'integer', description: 'Requests left in the binding window' },
+  'x-ratelimit-reset': { type: 'integer', description: 'Unix time (seconds) when the binding window resets, or a ban ends' },
+  'ratelimit-policy': { type: 'string', description: 'Both windows, as in draft-ietf-httpapi-ratelimit-headers' },
+  ratelimit: { type: 'string', description: 'What is left of both windows and seconds until each resets' },
+} as const;
+
 const seconds = (ms: number) => Math.max(1, Math.ceil(ms / 1000));
 
 /**
@@ -41,6 +51,21 @@ export default fp<RateLimitOptions>(
     }
     app.decorate('rateLimitStore', store);
     app.addHook('onClose', () => store.close());
+
+    app.addHook('onRoute', (route) => {
+      if (!route.schema || route.schema.hide) return;
+      route.schema.response = withHeaders(
+        {
+          ...(route.schema.response as ResponseSchemas),
+          429: {
+            ...ErrorBody,
+            description: 'Rate limit exceeded (`rate_limited`), or the caller is banned for a while (`api_key_banned`)',
+            headers: { 'retry-after': { type: 'integer', description: 'Seconds to wait before retrying' } },
+          },
+        },
+        RATE_LIMIT_HEADERS,
+      );
+    });
 
     app.addHook('onRequest', async (request, reply) => {
       const key = request.apiKey;
