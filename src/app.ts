@@ -7,6 +7,8 @@ import { migrate } from './db/migrate.js';
 import database from './plugins/database.js';
 import errorHandler from './plugins/error-handler.js';
 import health from './plugins/health.js';
+import loadShedding from './plugins/load-shedding.js';
+import metrics from './plugins/metrics.js';
 import openapi from './plugins/openapi.js';
 import v1, { API_PREFIX } from './routes/v1/index.js';
 import { formatValidationError, validatorCompiler } from './validation.js';
@@ -73,7 +75,12 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
   await migrate(db);
 
   await app.register(errorHandler);
+  await app.register(metrics);
   await app.register(database, { db });
+  await app.register(loadShedding, {
+    maxEventLoopDelayMs: config.LOAD_SHED_EVENT_LOOP_DELAY_MS,
+    maxPoolWaiting: config.LOAD_SHED_POOL_WAITING,
+  });
   await app.register(openapi, { publicBaseUrl: config.PUBLIC_BASE_URL });
   await app.register(health);
   await app.register(v1, {

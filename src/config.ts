@@ -23,6 +23,15 @@ export const ConfigSchema = Type.Object({
   RATE_LIMIT_BAN_SECONDS: Type.Integer({ minimum: 1, default: 900 }),
   /** Comma-separated addresses or CIDRs of the proxies whose X-Forwarded-For is believed. */
   TRUST_PROXY: Type.String({ default: '' }),
+  /** Prometheus metrics are served apart from the API, on this port (0: any free port). */
+  METRICS_PORT: Type.Integer({ minimum: 0, maximum: 65535, default: 9464 }),
+  METRICS_HOST: Type.String({ minLength: 1, default: '127.0.0.1' }),
+  /** Connections each instance opens to PostgreSQL at most. */
+  DB_POOL_SIZE: Type.Integer({ minimum: 1, default: 10 }),
+  /** Overload: shed requests with 503 when the event loop lags longer than this... */
+  LOAD_SHED_EVENT_LOOP_DELAY_MS: Type.Integer({ minimum: 1, default: 1000 }),
+  /** ...or when more requests than this wait for a database connection. */
+  LOAD_SHED_POOL_WAITING: Type.Integer({ minimum: 1, default: 100 }),
   /** When GET /v1/pets/{petId} was deprecated: the 1.0.0 release. */
   PETS_GET_DEPRECATED_AT: Type.String({ default: '2025-12-05T00:00:00Z' }),
 });

@@ -21,6 +21,7 @@ closeWithGrace({ delay: 10_000 }, async ({ signal, err }) => {
 });
 
 await app.listen({ port: config.PORT, host: config.HOST });
+await app.metrics.server.listen({ port: config.METRICS_PORT, host: config.METRICS_HOST });
 app.log.info({ publicBaseUrl: config.PUBLIC_BASE_URL, database: app.db.kind }, 'pet store ready');
 // Straight to stdout, not the log: a key must never be in the logs.
 const greeting = await developmentKeyGreeting(app);

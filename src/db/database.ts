@@ -27,16 +27,18 @@ export interface Database extends Queryable {
    */
   listen(channel: string, onNotify: (payload: string) => void, onResubscribe: () => void): Promise<() => Promise<void>>;
   close(): Promise<void>;
+  /** Connections of a pool, for metrics and load shedding; the embedded engine has none. */
+  poolStats?(): { total: number; idle: number; waiting: number };
 }
 
 /** Another process holds the embedded database's directory. */
 export class DataDirInUseError extends Error {}
 
 /** PostgreSQL when a URL is given, otherwise the embedded engine on its data directory. */
-export async function openDatabase(config: { DATABASE_URL?: string; DATA_DIR: string }): Promise<Database> {
+export async function openDatabase(config: { DATABASE_URL?: string; DATA_DIR: string; DB_POOL_SIZE: number }): Promise<Database> {
   if (config.DATABASE_URL) {
     const { createPostgresDatabase } = await import('./postgres.js');
-    return createPostgresDatabase({ connectionString: config.DATABASE_URL });
+    return createPostgresDatabase({ connectionString: config.DATABASE_URL, max: config.DB_POOL_SIZE });
   }
   const { createPgliteDatabase } = await import('./pglite.js');
   return createPgliteDatabase(config.DATA_DIR);

@@ -43,6 +43,7 @@ export function createPostgresDatabase({ connectionString, max = 10 }: PostgresO
     },
     listen: (channel, onNotify, onResubscribe) => listen({ connectionString, types }, channel, onNotify, onResubscribe),
     close: () => pool.end(),
+    poolStats: () => ({ total: pool.totalCount, idle: pool.idleCount, waiting: pool.waitingCount }),
   };
 }
 

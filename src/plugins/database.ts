@@ -1,4 +1,5 @@
 import fp from 'fastify-plugin';
+import { Gauge } from 'prom-client';
 import type { Database } from '../db/database.js';
 import { createApiKeysRepository, type ApiKeysRepository } from '../repositories/api-keys.js';
 import { createPetsRepository, type PetsRepository } from '../repositories/pets.js';
@@ -15,9 +16,24 @@ declare module 'fastify' {
 export default fp<{ db: Database }>(
   async function database(app, { db }) {
     app.decorate('db', db);
+    if (db.poolStats) {
+      const stats = db.poolStats;
+      new Gauge({
+        name: 'db_pool_connections',
+        help: 'PostgreSQL pool connections in use and idle, and requests waiting for one',
+        labelNames: ['state'] as const,
+        registers: [app.metrics.registry],
+        collect() {
+          const { total, idle, waiting } = stats();
+          this.set({ state: 'in_use' }, total - idle);
+          this.set({ state: 'idle' }, idle);
+          this.set({ state: 'waiting' }, waiting);
+        },
+      });
+    }
     app.decorate('pets', createPetsRepository(db));
     app.decorate('apiKeys', createApiKeysRepository(db));
     app.addHook('onClose', () => db.close());
   },
-  { name: 'database' },
+  { name: 'database', dependencies: ['metrics'] },
 );

@@ -2,13 +2,15 @@ import fp from 'fastify-plugin';
 import { ErrorBody } from '../schemas/error.js';
 import { Type } from '@sinclair/typebox';
 import { sendError } from './error-handler.js';
+import { ALWAYS_ANSWER } from './load-shedding.js';
 
 const Status = Type.Object({ status: Type.String() });
 
 /** Liveness and readiness for orchestrators and load balancers: outside /v1, no auth. */
 export default fp(
   async function health(app) {
-    app.get('/healthz', { schema: { hide: true, response: { 200: Status } }, config: { public: true } }, async () => ({
+    // Liveness stays up under overload, or an orchestrator would restart a busy instance.
+    app.get('/healthz', { schema: { hide: true, response: { 200: Status } }, config: { public: true, ...ALWAYS_ANSWER } }, async () => ({
       status: 'ok',
     }));
 
@@ -16,6 +18,9 @@ export default fp(
       '/readyz',
       { schema: { hide: true, response: { 200: Status, 503: ErrorBody } }, config: { public: true } },
       async (request, reply) => {
+        if (app.isUnderPressure()) {
+          return sendError(reply.header('retry-after', '5'), 503, 'service_unavailable', 'The service is overloaded');
+        }
         try {
           await app.db.query('SELECT 1');
           return { status: 'ready' };
@@ -26,5 +31,5 @@ export default fp(
       },
     );
   },
-  { name: 'health', dependencies: ['database'] },
+  { name: 'health', dependencies: ['database', 'load-shedding'] },
 );

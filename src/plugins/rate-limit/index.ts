@@ -1,4 +1,5 @@
 import fp from 'fastify-plugin';
+import { Counter, Gauge } from 'prom-client';
 import type { FastifyReply } from 'fastify';
 import { ApiError } from '../../errors.js';
 import { PLAN_LIMITS, type Limits } from '../../plans.js';
@@ -50,6 +51,23 @@ export default fp<RateLimitOptions>(
       store = new FallbackStore(redis, memory, app.log);
     }
     app.decorate('rateLimitStore', store);
+    const decisions = new Counter({
+      name: 'rate_limit_decisions_total',
+      help: 'Rate-limit decisions: allowed, limited (429 rate_limited) and banned (429 api_key_banned)',
+      labelNames: ['outcome'] as const,
+      registers: [app.metrics.registry],
+    });
+    if (store instanceof FallbackStore) {
+      const fallback = store;
+      new Gauge({
+        name: 'rate_limit_redis_fallback',
+        help: '1 while Redis is unreachable and this instance limits from its own memory',
+        registers: [app.metrics.registry],
+        collect() {
+          this.set(fallback.degraded ? 1 : 0);
+        },
+      });
+    }
     app.addHook('onClose', () => store.close());
 
     app.addHook('onRoute', (route) => {
@@ -73,6 +91,7 @@ export default fp<RateLimitOptions>(
       const now = options.now();
       const decision = await store.consume(subject, key ?? ANONYMOUS, now);
       const binding = setHeaders(reply, decision, now);
+      decisions.inc({ outcome: decision.outcome });
       if (decision.outcome === 'allowed') return;
 
       if (decision.outcome === 'banned') {
@@ -88,7 +107,7 @@ export default fp<RateLimitOptions>(
       });
     });
   },
-  { name: 'rate-limit', dependencies: ['auth'] },
+  { name: 'rate-limit', dependencies: ['auth', 'metrics'] },
 );
 
 /**

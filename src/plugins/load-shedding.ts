@@ -1,0 +1,33 @@
+import underPressure from '@fastify/under-pressure';
+import fp from 'fastify-plugin';
+import { sendError } from './error-handler.js';
+
+export interface LoadSheddingOptions {
+  maxEventLoopDelayMs: number;
+  maxPoolWaiting: number;
+}
+
+/** How long an overloaded instance asks clients to wait. */
+const RETRY_AFTER_SECONDS = 5;
+
+/**
+ * Under overload (a lagging event loop, or too many requests queued for a database connection)
+ * every request is answered at once with 503 and Retry-After, instead of waiting longer and
+ * longer. A route can opt out through its config (liveness must stay up).
+ */
+/** Route config that keeps a route answering under pressure. */
+export const ALWAYS_ANSWER = { pressureHandler: () => undefined };
+
+export default fp<LoadSheddingOptions>(
+  async function loadShedding(app, { maxEventLoopDelayMs, maxPoolWaiting }) {
+    await app.register(underPressure, {
+      maxEventLoopDelay: maxEventLoopDelayMs,
+      healthCheck: async () => (app.db.poolStats?.().waiting ?? 0) <= maxPoolWaiting,
+      healthCheckInterval: 500,
+      pressureHandler: (_request, reply) => {
+        sendError(reply.header('retry-after', String(RETRY_AFTER_SECONDS)), 503, 'service_unavailable', 'The service is overloaded; retry later');
+      },
+    });
+  },
+  { name: 'load-shedding', dependencies: ['database'] },
+);

@@ -1,0 +1,73 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { buildTestApp, eventually, POSTGRES_URL, REDIS_URL, type TestApp } from './helpers.js';
+
+describe('Prometheus metrics', () => {
+  let t: TestApp;
+  beforeAll(async () => {
+    t = await buildTestApp(REDIS_URL ? { REDIS_URL, REDIS_KEY_PREFIX: `test:${Date.now()}:metrics:` } : {});
+  });
+  afterAll(() => t.close());
+
+  const scrape = async () => {
+    const response = await t.app.metrics.server.inject('/metrics');
+    expect(response.statusCode).toBe(200);
+    expect(response.headers['content-type']).toMatch(/^text\/plain/);
+    return response.body;
+  };
+  const sample = (body: string, name: string) => Number(body.match(new RegExp(`^${name.replace(/[{}]/g, '\\$&')} (\\S+)$`, 'm'))?.[1]);
+
+  it('count and time real traffic by route, method and status, with rate-limit decisions', async () => {
+    const before = await scrape();
+    const listed = 'http_request_duration_seconds_count{method="GET",route="/v1/pets",status_code="200"}';
+    const rejected = 'http_request_duration_seconds_count{method="GET",route="/v1/pets",status_code="400"}';
+    const allowed = 'rate_limit_decisions_total{outcome="allowed"}';
+    for (let i = 0; i < 7; i++) await t.app.inject({ url: '/v1/pets', headers: t.auth });
+    for (let i = 0; i < 3; i++) await t.app.inject({ url: '/v1/pets?limit=500', headers: t.auth });
+    await t.app.inject({ url: '/no/such/path/' + Math.random() });
+    const after = await scrape();
+    expect(sample(after, listed) - (sample(before, listed) || 0)).toBe(7);
+    expect(sample(after, rejected) - (sample(before, rejected) || 0)).toBe(3);
+    expect(sample(after, allowed) - (sample(before, allowed) || 0)).toBe(10);
+    expect(after).toMatch(/^http_request_duration_seconds_bucket\{le="0.005",method="GET",route="\/v1\/pets",status_code="200"\} \d+$/m);
+    expect(after).toMatch(/route="unmatched"/);
+    expect(after).toMatch(/^process_resident_memory_bytes \d+/m);
+  });
+
+  it.runIf(POSTGRES_URL)('report the database pool', async () => {
+    expect(await scrape()).toMatch(/^db_pool_connections\{state="idle"\} \d+$/m);
+    expect(await scrape()).toMatch(/^db_pool_connections\{state="waiting"\} 0$/m);
+  });
+
+  it.runIf(REDIS_URL)('report whether rate limiting has fallen back from Redis', async () => {
+    expect(await scrape()).toMatch(/^rate_limit_redis_fallback 0$/m);
+  });
+
+  it('are not served on the API port', async () => {
+    expect((await t.app.inject('/metrics')).statusCode).toBe(404);
+  });
+});
+
+describe('load shedding', () => {
+  let t: TestApp;
+  beforeAll(async () => {
+    t = await buildTestApp({ LOAD_SHED_EVENT_LOOP_DELAY_MS: '50' });
+  });
+  afterAll(() => t.close());
+
+  it('answers 503 with Retry-After while the event loop lags, keeps liveness up, and recovers', async () => {
+    expect((await t.app.inject({ url: '/v1/pets', headers: t.auth })).statusCode).toBe(200);
+    const blockedUntil = Date.now() + 1_500;
+    while (Date.now() < blockedUntil); // a real stall of the event loop
+    await new Promise((resolve) => setTimeout(resolve, 50));
+
+    const shed = await t.app.inject({ url: '/v1/pets', headers: t.auth });
+    expect(shed.statusCode).toBe(503);
+    expect(shed.json()).toEqual({ code: 'service_unavailable', message: expect.any(String), status: 503 });
+    expect(shed.headers['retry-after']).toBe('5');
+    expect((await t.app.inject('/readyz')).statusCode).toBe(503);
+    expect((await t.app.inject('/healthz')).statusCode).toBe(200);
+
+    await eventually(async () => (await t.app.inject({ url: '/v1/pets', headers: t.auth })).statusCode === 200, 5_000);
+    expect((await t.app.inject('/readyz')).statusCode).toBe(200);
+  });
+});
