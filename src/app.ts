@@ -5,7 +5,7 @@ import { trustedProxies, type Config } from './config.js';
 import { openDatabase, type Database } from './db/database.js';
 import { migrate } from './db/migrate.js';
 import database from './plugins/database.js';
-import errorHandler from './plugins/error-handler.js';
+import errorHandler, { clientErrorHandler } from './plugins/error-handler.js';
 import health from './plugins/health.js';
 import loadShedding from './plugins/load-shedding.js';
 import metrics from './plugins/metrics.js';
@@ -45,6 +45,8 @@ class RequestLog extends LogController {
   }
 }
 
+const SECURITY_HEADERS = { 'x-content-type-options': 'nosniff', 'cache-control': 'no-store' };
+
 /** 16 KiB is far more than any NewPet needs and small enough that no body can pin memory. */
 const BODY_LIMIT = 16 * 1024;
 
@@ -59,13 +61,22 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
     logController: new RequestLog(),
     genReqId: () => randomUUID(),
     bodyLimit: BODY_LIMIT,
+    // Slow or stalled clients are cut off: a whole request within 30 s, an idle socket (one that
+    // sends nothing or reads nothing) after 60 s, an idle keep-alive after 5 s.
     requestTimeout: 30_000,
+    connectionTimeout: 60_000,
     keepAliveTimeout: 5_000,
+    clientErrorHandler,
     schemaErrorFormatter: formatValidationError,
     // Only the listed proxies are believed about the client address (X-Forwarded-For).
     trustProxy: trustedProxies(config.TRUST_PROXY),
   });
   app.server.headersTimeout = 10_000;
+  app.server.maxConnections = config.MAX_CONNECTIONS;
+  // Every response: no sniffing, and no caching of what a key was allowed to see.
+  app.addHook('onRequest', async (_request, reply) => {
+    reply.headers(SECURITY_HEADERS);
+  });
   app.setValidatorCompiler(validatorCompiler);
   // JSON is the only media type the API reads; anything else is a 415.
   app.removeContentTypeParser('text/plain');

@@ -26,6 +26,8 @@ export const ConfigSchema = Type.Object({
   /** Prometheus metrics are served apart from the API, on this port (0: any free port). */
   METRICS_PORT: Type.Integer({ minimum: 0, maximum: 65535, default: 9464 }),
   METRICS_HOST: Type.String({ minLength: 1, default: '127.0.0.1' }),
+  /** Open client connections one instance accepts at most; past it, new ones are refused. */
+  MAX_CONNECTIONS: Type.Integer({ minimum: 1, default: 10_000 }),
   /** Connections each instance opens to PostgreSQL at most. */
   DB_POOL_SIZE: Type.Integer({ minimum: 1, default: 10 }),
   /** Overload: shed requests with 503 when the event loop lags longer than this... */

@@ -1,5 +1,5 @@
 import pg from 'pg';
-import type { Database, Statement, Transaction } from './database.js';
+import { DatabaseUnavailableError, type Database, type Statement, type Transaction } from './database.js';
 
 // Identifiers are bigint; every value the API stores fits in 2^53 - 1, so a JS number is exact.
 const parseInt8 = (value: string) => Number(value);
@@ -14,7 +14,8 @@ export interface PostgresOptions {
 }
 
 export function createPostgresDatabase({ connectionString, max = 10 }: PostgresOptions): Database & { pool: pg.Pool } {
-  const pool = new pg.Pool({ connectionString, max, types, connectionTimeoutMillis: 5_000 });
+  // Bounded waits: for a connection, and for an answer, so no request outlives the request timeout.
+  const pool = new pg.Pool({ connectionString, max, types, connectionTimeoutMillis: 5_000, query_timeout: 10_000 });
   // An idle client losing its connection (database restart) must not crash the process.
   pool.on('error', () => {});
 
@@ -53,8 +54,23 @@ async function run<Row>(
   params: readonly unknown[] = [],
 ): Promise<Row[]> {
   const query = typeof statement === 'string' ? { text: statement } : statement;
-  const result = await target.query<Row & pg.QueryResultRow>({ ...query, values: params as unknown[] });
-  return result.rows;
+  try {
+    const result = await target.query<Row & pg.QueryResultRow>({ ...query, values: params as unknown[] });
+    return result.rows;
+  } catch (error) {
+    throw isUnavailable(error) ? new DatabaseUnavailableError({ cause: error }) : error;
+  }
+}
+
+/** SQLSTATE classes and socket errors that mean "not now", as opposed to a wrong query. */
+const UNAVAILABLE_SQLSTATE = /^(08|57P0|53300)/;
+const UNAVAILABLE_SOCKET = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH']);
+
+function isUnavailable(error: unknown): boolean {
+  const { code, message } = error as { code?: string; message?: string };
+  if (code && (UNAVAILABLE_SQLSTATE.test(code) || UNAVAILABLE_SOCKET.has(code))) return true;
+  // pg reports a lost connection and an exhausted wait for one only in words.
+  return /Connection terminated|timeout exceeded when trying to connect|Query read timeout|Client has encountered a connection error/.test(message ?? '');
 }
 
 /** How soon a lost listening connection is tried again. */

@@ -1,5 +1,8 @@
 import fp from 'fastify-plugin';
+import { STATUS_CODES } from 'node:http';
+import type { Duplex } from 'node:stream';
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
+import { DatabaseUnavailableError } from '../db/database.js';
 import { ApiError } from '../errors.js';
 import type { ErrorCode } from '../schemas/error.js';
 
@@ -25,6 +28,28 @@ const CODE_BY_STATUS: Record<number, ErrorCode> = {
   503: 'service_unavailable',
 };
 
+/**
+ * Requests Node cannot even parse (oversized headers, malformed request lines, a header timeout)
+ * never reach a route; they get the same Error body on a raw socket, and the connection closes.
+ */
+export function clientErrorHandler(error: Error & { code?: string }, socket: Duplex) {
+  if (error.code === 'ECONNRESET' || !socket.writable) {
+    socket.destroy();
+    return;
+  }
+  const [status, code, message]: [number, ErrorCode, string] =
+    error.code === 'HPE_HEADER_OVERFLOW'
+      ? [431, 'headers_too_large', 'Request headers are larger than the limit (16 KiB)']
+      : error.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+        ? [408, 'request_timeout', 'The request took too long to arrive']
+        : [400, 'bad_request', 'Malformed HTTP request'];
+  const body = JSON.stringify({ code, message, status });
+  socket.end(
+    `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nConnection: close\r\nContent-Type: application/json; charset=utf-8\r\n` +
+      `X-Content-Type-Options: nosniff\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+  );
+}
+
 export const notFoundHandler = (request: FastifyRequest, reply: FastifyReply) =>
   sendError(reply, 404, 'not_found', `No route for ${request.method} ${request.url.split('?')[0]}`);
 
@@ -41,6 +66,10 @@ export default fp(
     app.setErrorHandler((error: FastifyError, request, reply) => {
       if (error instanceof ApiError) {
         return sendError(reply.headers(error.headers), error.statusCode, error.code, error.message);
+      }
+      if (error instanceof DatabaseUnavailableError) {
+        request.log.warn({ err: error.cause }, 'database unavailable');
+        return sendError(reply.header('retry-after', '5'), 503, 'service_unavailable', 'The database is unreachable; retry later');
       }
       if (error.validation) {
         return sendError(reply, 400, 'bad_request', error.message);
