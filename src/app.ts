@@ -61,17 +61,20 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
     logController: new RequestLog(),
     genReqId: () => randomUUID(),
     bodyLimit: BODY_LIMIT,
-    // Slow or stalled clients are cut off: a whole request within 30 s, an idle socket (one that
-    // sends nothing or reads nothing) after 60 s, an idle keep-alive after 5 s.
-    requestTimeout: 30_000,
-    connectionTimeout: 60_000,
+    // Slow or stalled clients are cut off (slowloris): headers, the whole request, and a socket
+    // that sends or reads nothing each have a deadline, checked every second.
+    http: {
+      headersTimeout: Math.min(config.HEADERS_TIMEOUT_MS, config.REQUEST_TIMEOUT_MS),
+      connectionsCheckingInterval: 1_000,
+    },
+    requestTimeout: config.REQUEST_TIMEOUT_MS,
+    connectionTimeout: config.IDLE_TIMEOUT_MS,
     keepAliveTimeout: 5_000,
     clientErrorHandler,
     schemaErrorFormatter: formatValidationError,
     // Only the listed proxies are believed about the client address (X-Forwarded-For).
     trustProxy: trustedProxies(config.TRUST_PROXY),
   });
-  app.server.headersTimeout = 10_000;
   app.server.maxConnections = config.MAX_CONNECTIONS;
   // Every response: no sniffing, and no caching of what a key was allowed to see.
   app.addHook('onRequest', async (_request, reply) => {

@@ -26,6 +26,12 @@ export const ConfigSchema = Type.Object({
   /** Prometheus metrics are served apart from the API, on this port (0: any free port). */
   METRICS_PORT: Type.Integer({ minimum: 0, maximum: 65535, default: 9464 }),
   METRICS_HOST: Type.String({ minLength: 1, default: '127.0.0.1' }),
+  /** Slow or stalled clients are cut off: all headers within this time... */
+  HEADERS_TIMEOUT_MS: Type.Integer({ minimum: 100, default: 10_000 }),
+  /** ...the whole request within this time... */
+  REQUEST_TIMEOUT_MS: Type.Integer({ minimum: 100, default: 30_000 }),
+  /** ...and a socket that sends and reads nothing for this long is closed. */
+  IDLE_TIMEOUT_MS: Type.Integer({ minimum: 100, default: 60_000 }),
   /** Open client connections one instance accepts at most; past it, new ones are refused. */
   MAX_CONNECTIONS: Type.Integer({ minimum: 1, default: 10_000 }),
   /** Connections each instance opens to PostgreSQL at most. */

@@ -33,7 +33,9 @@ const CODE_BY_STATUS: Record<number, ErrorCode> = {
  * never reach a route; they get the same Error body on a raw socket, and the connection closes.
  */
 export function clientErrorHandler(error: Error & { code?: string }, socket: Duplex) {
-  if (error.code === 'ECONNRESET' || !socket.writable) {
+  // A client with output still queued is not reading: an answer would never leave, so waiting
+  // to flush it would keep the connection open for ever.
+  if (error.code === 'ECONNRESET' || !socket.writable || socket.writableLength > 0) {
     socket.destroy();
     return;
   }
@@ -48,6 +50,7 @@ export function clientErrorHandler(error: Error & { code?: string }, socket: Dup
     `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nConnection: close\r\nContent-Type: application/json; charset=utf-8\r\n` +
       `X-Content-Type-Options: nosniff\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
   );
+  setTimeout(() => socket.destroy(), 1_000).unref();
 }
 
 export const notFoundHandler = (request: FastifyRequest, reply: FastifyReply) =>
