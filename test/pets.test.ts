@@ -57,8 +57,14 @@ describe('POST /v1/pets', () => {
     expect(await walk('/v1/pets?limit=100')).toContain(body.id);
   });
 
+  it('counts a name in characters: 255 emoji are fine', async () => {
+    const response = await create({ name: '🐕'.repeat(255), categoryId: 1 });
+    expect(response.status).toBe(201);
+    expect(response.body.name).toBe('🐕'.repeat(255));
+  });
+
   it('accepts the edges: 255 characters, categoryId 2^53 - 1, unknown fields ignored', async () => {
-    const name = 'é'.repeat(255);
+    const name = 'é'.repeat(250) + '😀 🐕';
     const response = await create({ name, categoryId: 9007199254740991, status: 'sold', color: 'brown', id: 1 });
     expect(response.status).toBe(201);
     expect(response.body).toEqual({ id: expect.any(Number), name, categoryId: 9007199254740991, status: 'sold' });
@@ -70,7 +76,9 @@ describe('POST /v1/pets', () => {
     ['empty name', { name: '', categoryId: 1 }, 'body/name'],
     ['blank name', { name: ' \t\n ', categoryId: 1 }, 'body/name'],
     ['name of 256 characters', { name: 'x'.repeat(256), categoryId: 1 }, 'body/name'],
+    ['name of 256 emoji', { name: '🐕'.repeat(256), categoryId: 1 }, 'body/name'],
     ['name with NUL', { name: 'Re\u0000x', categoryId: 1 }, 'body/name'],
+    ['name with a lone surrogate', { name: 'Re\ud800x', categoryId: 1 }, 'body/name'],
     ['name as number', { name: 123, categoryId: 1 }, 'body/name'],
     ['categoryId as string', { name: 'Rex', categoryId: '12' }, 'body/categoryId'],
     ['categoryId zero', { name: 'Rex', categoryId: 0 }, 'body/categoryId'],

@@ -18,13 +18,13 @@ const Id = Type.Integer({
 
 export const NewPet = Type.Object(
   {
-    // A name needs one visible character; NUL cannot be stored in PostgreSQL text.
+    // 1 to 255 characters (code points, as PostgreSQL counts them; maxLength would count UTF-16
+    // units), one of them visible. NUL cannot be stored in PostgreSQL text, and a lone surrogate
+    // would silently become U+FFFD: both are refused rather than altered.
     name: Type.String({
-      minLength: 1,
-      maxLength: 255,
-      pattern: '^[^\\u0000]*[^\\s\\u0000][^\\u0000]*$',
-      description: "The animal's name",
-      'x-error-message': 'must be a string of 1 to 255 characters with at least one non-space character',
+      pattern: '^(?=[\\s\\S]*[^\\s\\u0000])(?:[^\\u0000\\ud800-\\udfff]|[\\ud800-\\udbff][\\udc00-\\udfff]){1,255}$',
+      description: "The animal's name: 1 to 255 characters, not all white space",
+      'x-error-message': 'must be 1 to 255 characters of valid text, not all spaces, without NUL',
     }),
     categoryId: Type.Integer({
       ...Id,

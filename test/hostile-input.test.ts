@@ -1,0 +1,234 @@
+import fc from 'fast-check';
+import { connect } from 'node:net';
+import { Value } from '@sinclair/typebox/value';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { NewPet } from '../src/schemas/pet.js';
+import { ERROR_CODES } from '../src/schemas/error.js';
+import { buildTestApp, type TestApp } from './helpers.js';
+
+let t: TestApp;
+let port: number;
+let clock = Date.now();
+beforeAll(async () => {
+  // Each reading is a minute later, so thousands of requests never meet the rate limit.
+  t = await buildTestApp({}, { now: () => (clock += 60_000) });
+  await t.app.listen({ port: 0, host: '127.0.0.1' });
+  port = (t.app.server.address() as { port: number }).port;
+});
+afterAll(() => t.close());
+
+const tried = { bodies: 0, queries: 0, paths: 0, contentTypes: 0, injections: 0 };
+afterAll(() => console.log(`hostile input: ${JSON.stringify(tried)} requests, no 5xx`));
+
+function expectWellFormedError(response: { statusCode: number; headers: Record<string, unknown>; body: string }, allowed: number[]) {
+  expect(allowed, response.body).toContain(response.statusCode);
+  if (response.statusCode < 400) return;
+  expect(response.headers['content-type']).toMatch(/^application\/json/);
+  const body = JSON.parse(response.body);
+  expect(body).toEqual({ code: expect.any(String), message: expect.any(String), status: response.statusCode });
+  expect(ERROR_CODES).toContain(body.code);
+}
+
+const countPets = async () => (await t.db.query<{ n: number }>('SELECT count(*)::int AS n FROM pets'))[0]!.n;
+
+/** Values of every JSON type, with the awkward cases weighted in. */
+const nasty = fc.oneof(
+  fc.anything(),
+  fc.string({ unit: 'binary' }),
+  fc.constantFrom('', ' ', '\u0000', 'a\u0000b', '\t\n', '\ud800', '😀'.repeat(300), 'x'.repeat(256), 'x'.repeat(255)),
+  fc.double(),
+  fc.integer(),
+  fc.constantFrom(0, -1, 1.5, 2 ** 53, 2 ** 53 - 1, -(2 ** 63), 1e308, Number.MAX_SAFE_INTEGER + 2, null, true, [], {}),
+  fc.constantFrom('available', 'pending', 'sold', 'AVAILABLE', 'sold '),
+);
+
+describe('property: any request body', () => {
+  it('gets a 201 for a valid NewPet, else a well-formed 400, and stores only what is valid', async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        fc.oneof(
+          fc.record({ name: nasty, categoryId: nasty, status: nasty }, { requiredKeys: [] }),
+          fc.record({ name: fc.string({ unit: 'grapheme', minLength: 1, maxLength: 300 }), categoryId: fc.integer({ min: -5, max: 2 ** 31 }) }),
+          fc.jsonValue(),
+        ),
+        async (body) => {
+          tried.bodies++;
+          const before = await countPets();
+          const response = await t.app.inject({
+            method: 'POST',
+            url: '/v1/pets',
+            headers: { ...t.auth, 'content-type': 'application/json' },
+            payload: JSON.stringify(body) ?? '',
+          });
+          expectWellFormedError(response, [201, 400]);
+          // The oracle: the schema itself (its pattern compiled with the u flag, as a JSON Schema validator would).
+          const valid = Value.Check(NewPet, body) && new RegExp(NewPet.properties.name.pattern!, 'u').test((body as { name: string }).name);
+          expect(response.statusCode, JSON.stringify(body)).toBe(valid ? 201 : 400);
+          expect(await countPets()).toBe(before + (valid ? 1 : 0));
+          if (valid) {
+            const pet = response.json();
+            const [row] = await t.db.query<{ name: string; category_id: number; status: string | null }>(
+              'SELECT name, category_id, status FROM pets WHERE id = $1',
+              [pet.id],
+            );
+            const sent = body as { name: string; categoryId: number; status?: string };
+            expect(row).toEqual({ name: sent.name, category_id: sent.categoryId, status: sent.status ?? null });
+          }
+        },
+      ),
+      { numRuns: 400 },
+    );
+  });
+
+  it('malformed JSON and raw bytes are 400s', async () => {
+    await fc.assert(
+      fc.asyncProperty(fc.string({ unit: 'binary', maxLength: 200 }), async (raw) => {
+        tried.bodies++;
+        const response = await t.app.inject({ method: 'POST', url: '/v1/pets', headers: { ...t.auth, 'content-type': 'application/json' }, payload: raw });
+        expectWellFormedError(response, [201, 400]);
+      }),
+      { numRuns: 200 },
+    );
+  });
+});
+
+describe('property: any query string and path', () => {
+  it('GET /v1/pets answers 200 or a well-formed 400, whatever the parameters', async () => {
+    const param = fc.oneof(fc.string({ unit: 'binary', maxLength: 50 }), fc.integer().map(String), fc.double().map(String), fc.constant('x'.repeat(5_000)));
+    await fc.assert(
+      fc.asyncProperty(
+        fc.array(fc.tuple(fc.constantFrom('limit', 'status', 'cursor', 'other'), param), { maxLength: 6 }),
+        async (pairs) => {
+          tried.queries++;
+          const query = pairs.map(([key, value]) => `${key}=${encodeURIComponent(value)}`).join('&');
+          expectWellFormedError(await t.app.inject({ url: `/v1/pets?${query}`, headers: t.auth }), [200, 400]);
+        },
+      ),
+      { numRuns: 300 },
+    );
+  });
+
+  it('GET /v1/pets/{petId} answers 200, 404 or a well-formed 400', async () => {
+    await fc.assert(
+      fc.asyncProperty(fc.oneof(fc.string({ unit: 'binary', minLength: 1, maxLength: 40 }), fc.double().map(String), fc.bigInt().map(String)), async (id) => {
+        tried.paths++;
+        expectWellFormedError(await t.app.inject({ url: `/v1/pets/${encodeURIComponent(id)}`, headers: t.auth }), [200, 400, 404]);
+      }),
+      { numRuns: 300 },
+    );
+  });
+});
+
+describe('odd Content-Type values', () => {
+  it('are a 415 or a 400, never a 5xx', async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        fc.oneof(fc.string({ unit: 'binary', maxLength: 60 }), fc.constantFrom('application/json; charset=utf-16', 'application/json;;', 'APPLICATION/JSON', 'application/jsonx', 'multipart/form-data; boundary=x', 'application/x-www-form-urlencoded', '*/*', ';')),
+        async (contentType) => {
+          tried.contentTypes++;
+          const response = await t.app.inject({
+            method: 'POST',
+            url: '/v1/pets',
+            headers: { ...t.auth, 'content-type': contentType.replace(/[\r\n]/g, '') },
+            payload: '{"name":"Typed","categoryId":1}',
+          });
+          expectWellFormedError(response, [201, 400, 415]);
+        },
+      ),
+      { numRuns: 200 },
+    );
+  });
+});
+
+describe('SQL injection attempts', () => {
+  const attacks = ["' OR '1'='1", "1; DROP TABLE pets; --", "1) OR (1=1", "'; DELETE FROM api_keys; --", '$1', '\\x27', "available' --"];
+
+  it('change nothing: stored literally in a name, refused everywhere else', async () => {
+    const before = await countPets();
+    for (const attack of attacks) {
+      tried.injections += 5;
+      const created = await t.app.inject({ method: 'POST', url: '/v1/pets', headers: t.auth, payload: { name: attack, categoryId: 1 } });
+      expect(created.statusCode).toBe(201);
+      expect(created.json().name).toBe(attack);
+      for (const url of [
+        `/v1/pets?status=${encodeURIComponent(attack)}`,
+        `/v1/pets?limit=${encodeURIComponent(attack)}`,
+        `/v1/pets?cursor=${encodeURIComponent(attack)}`,
+        `/v1/pets/${encodeURIComponent(attack)}`,
+      ]) {
+        expectWellFormedError(await t.app.inject({ url, headers: t.auth }), [400]);
+      }
+      expect((await t.app.inject({ url: '/v1/pets', headers: { authorization: `Bearer ${attack}` } })).statusCode).toBe(401);
+    }
+    expect(await countPets()).toBe(before + attacks.length);
+    expect((await t.db.query('SELECT 1 FROM api_keys')).length).toBeGreaterThan(0);
+  });
+});
+
+/** Sends raw bytes and returns the status line and body of the answer. */
+function raw(request: string | Buffer): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const socket = connect(port, '127.0.0.1');
+    let received = '';
+    socket.on('data', (chunk) => (received += chunk));
+    socket.on('error', reject);
+    socket.on('close', () => {
+      const status = Number(received.match(/^HTTP\/1.1 (\d{3})/)?.[1]);
+      resolve({ status, body: received.slice(received.indexOf('\r\n\r\n') + 4) });
+    });
+    socket.end(request);
+  });
+}
+
+describe('abusive headers', () => {
+  it('a bearer token of megabytes, or oversized headers, get a clean 431 Error and cost no memory', async () => {
+    const before = process.memoryUsage().rss;
+    for (let i = 0; i < 20; i++) {
+      const answer = await raw(`GET /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${'a'.repeat(2 * 1024 * 1024)}\r\nConnection: close\r\n\r\n`);
+      expect(answer.status).toBe(431);
+      expect(JSON.parse(answer.body)).toEqual({ code: 'headers_too_large', message: expect.any(String), status: 431 });
+    }
+    expect(process.memoryUsage().rss - before).toBeLessThan(64 * 1024 * 1024);
+    expect((await t.app.inject({ url: '/v1/pets', headers: t.auth })).statusCode).toBe(200);
+  });
+
+  it('many headers are fine; a duplicated Authorization uses the first', async () => {
+    const many = Array.from({ length: 500 }, (_, i) => `X-Filler-${i}: ${i}`).join('\r\n');
+    const answer = await raw(`GET /v1/pets HTTP/1.1\r\nHost: x\r\n${many}\r\nAuthorization: ${t.auth.authorization}\r\nConnection: close\r\n\r\n`);
+    expect(answer.status).toBe(200);
+    const first = await raw(`GET /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: ${t.auth.authorization}\r\nAuthorization: Bearer nope\r\nConnection: close\r\n\r\n`);
+    expect(first.status).toBe(200);
+    const second = await raw(`GET /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer nope\r\nAuthorization: ${t.auth.authorization}\r\nConnection: close\r\n\r\n`);
+    expect(second.status).toBe(401);
+  });
+
+  it('a malformed request line is a 400 Error', async () => {
+    const answer = await raw('NOT HTTP AT ALL\r\n\r\n');
+    expect(answer.status).toBe(400);
+    expect(JSON.parse(answer.body).code).toBe('bad_request');
+  });
+});
+
+describe('the surface', () => {
+  it('every response carries nosniff and no-store, and nothing names the framework', async () => {
+    for (const response of [
+      await t.app.inject({ url: '/v1/pets', headers: t.auth }),
+      await t.app.inject({ url: '/v1/pets' }),
+      await t.app.inject({ url: '/nowhere' }),
+      await t.app.inject({ url: '/healthz' }),
+    ]) {
+      expect(response.headers['x-content-type-options']).toBe('nosniff');
+      expect(response.headers['cache-control']).toBe('no-store');
+      expect(response.headers['x-powered-by']).toBeUndefined();
+      expect(response.headers.server).toBeUndefined();
+    }
+  });
+
+  it('no plaintext key in any log line, at any level, after all of the above', async () => {
+    const key = t.auth.authorization.slice('Bearer '.length);
+    const logs = t.logs.lines.join('\n');
+    expect(logs).not.toContain(key);
+    expect(logs).not.toContain(key.slice(4));
+    expect(logs).not.toMatch(/psk_[A-Za-z0-9_-]{43}/);
+  });
+});
