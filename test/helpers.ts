@@ -20,19 +20,25 @@ export async function createTestDatabase(): Promise<{ db: Database; url?: string
     const db = await createPgliteDatabase('memory://');
     return { db, drop: () => db.close().catch(() => {}) };
   }
-  const name = `pets_test_${randomUUID().replaceAll('-', '').slice(0, 16)}`;
-  await adminQuery(`CREATE DATABASE ${name}`);
-  const url = new URL(POSTGRES_URL);
-  url.pathname = `/${name}`;
-  const db = createPostgresDatabase({ connectionString: url.href });
+  const { url, drop } = await createPostgresTestDatabase(POSTGRES_URL);
+  const db = createPostgresDatabase({ connectionString: url });
   return {
     db,
-    url: url.href,
+    url,
     drop: async () => {
       await db.close().catch(() => {});
-      await adminQuery(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+      await drop();
     },
   };
+}
+
+/** An empty database on the PostgreSQL server of `serverUrl`, and how to drop it. */
+async function createPostgresTestDatabase(serverUrl: string) {
+  const name = `pets_test_${randomUUID().replaceAll('-', '').slice(0, 16)}`;
+  await adminQuery(`CREATE DATABASE ${name}`);
+  const url = new URL(serverUrl);
+  url.pathname = `/${name}`;
+  return { url: url.href, drop: () => adminQuery(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`) };
 }
 
 async function adminQuery(sql: string) {
@@ -66,13 +72,24 @@ export interface TestApp {
   close: () => Promise<void>;
 }
 
-/** The production app, built by the same buildApp, over a database of the test file's own. */
+/**
+ * The production app, built by the same buildApp from the same configuration, which opens a
+ * database of the test's own: a fresh one on the PostgreSQL server, or an in-memory PGlite.
+ */
 export async function buildTestApp(env: Record<string, string> = {}, deps: AppDependencies = {}): Promise<TestApp> {
-  const { db, drop } = await createTestDatabase();
+  const database = POSTGRES_URL ? await createPostgresTestDatabase(POSTGRES_URL) : { url: '', drop: async () => {} };
   const logs = captureLogs();
-  const config = loadConfig({ PUBLIC_BASE_URL: 'https://api.example.test/v1', LOG_LEVEL: 'info', ...env });
-  const app = await buildApp(config, { db, logStream: logs.stream, ...deps });
+  const config = loadConfig({
+    DATABASE_URL: database.url,
+    DATA_DIR: 'memory://',
+    PUBLIC_BASE_URL: 'https://api.example.test/v1',
+    LOG_LEVEL: 'info',
+    ...env,
+  });
+  const app = await buildApp(config, { logStream: logs.stream, ...deps });
   await app.ready();
+  const { db } = app;
+  const drop = database.drop;
   const { key } = await app.apiKeys.create({ plan: 'enterprise', name: 'tests', limits: { perMinute: 1e9, perDay: 2e9 } });
   await eventually(async () => (await app.inject({ url: '/v1/pets?limit=1', headers: { authorization: `Bearer ${key}` } })).statusCode === 200);
   return {
@@ -192,6 +209,12 @@ export async function developmentKey(server: ServerProcess): Promise<string> {
   let key: string | undefined;
   await eventually(async () => Boolean((key = server.output().match(/^ {2}(psk_\S+)$/m)?.[1])));
   return key!;
+}
+
+/** Heap in use after a full garbage collection (the suite runs with --expose-gc). */
+export function heapAfterGc(): number {
+  globalThis.gc!();
+  return process.memoryUsage().heapUsed;
 }
 
 /** The Redis the suite may use; tests that need it are skipped without it. */

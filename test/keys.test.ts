@@ -93,7 +93,7 @@ describe('npm run --silent keys', () => {
     expect(missing.stderr).toContain('999999');
   });
 
-  it('bad arguments: one line on stderr, exit 2, nothing written', async () => {
+  it('bad arguments: one line on stderr, exit 2, nothing written', { timeout: 180_000 }, async () => {
     const cases = [
       [],
       ['rotate'],

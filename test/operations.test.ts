@@ -71,3 +71,28 @@ describe('load shedding', () => {
     expect((await t.app.inject('/readyz')).statusCode).toBe(200);
   });
 });
+
+describe.runIf(POSTGRES_URL)('load shedding on pool exhaustion', () => {
+  let t: TestApp;
+  beforeAll(async () => {
+    t = await buildTestApp({ DB_POOL_SIZE: '1', LOAD_SHED_POOL_WAITING: '3' });
+  });
+  afterAll(() => t.close());
+
+  it('answers 503 once too many requests wait for a database connection, and recovers', async () => {
+    // Hold the only connection, then queue requests behind it.
+    const holding = t.db.query('SELECT pg_sleep(2)');
+    const queued = Array.from({ length: 8 }, () => t.app.inject({ url: '/v1/pets', headers: t.auth }));
+    // The pool is checked every 500 ms; new requests are then refused at once, without queueing.
+    await new Promise((resolve) => setTimeout(resolve, 1_200));
+    const shed = await t.app.inject({ url: '/v1/pets', headers: t.auth });
+    expect(shed.statusCode).toBe(503);
+    expect(shed.json().code).toBe('service_unavailable');
+    expect(shed.headers['retry-after']).toBe('5');
+    expect((await t.app.inject({ url: '/readyz' })).statusCode).toBe(503);
+    await holding;
+    const statuses = (await Promise.all(queued)).map((response) => response.statusCode);
+    expect(statuses.every((status) => status === 200 || status === 503)).toBe(true);
+    await eventually(async () => (await t.app.inject({ url: '/v1/pets', headers: t.auth })).statusCode === 200, 5_000);
+  });
+});
