@@ -2,8 +2,6 @@ import { randomUUID } from 'node:crypto';
 import Fastify, { LogController, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import type { DestinationStream } from 'pino';
 import { trustedProxies, type Config } from './config.js';
-import { openDatabase, type Database } from './db/database.js';
-import { migrate } from './db/migrate.js';
 import database from './plugins/database.js';
 import errorHandler, { clientErrorHandler } from './plugins/error-handler.js';
 import health from './plugins/health.js';
@@ -20,8 +18,6 @@ declare module 'fastify' {
 }
 
 export interface AppDependencies {
-  /** An open database; by default the one the config names. */
-  db?: Database;
   /** The clock, in milliseconds since the epoch; tests move it instead of waiting. */
   now?: () => number;
   /** Where logs go; stdout by default. */
@@ -61,6 +57,8 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
     logController: new RequestLog(),
     genReqId: () => randomUUID(),
     bodyLimit: BODY_LIMIT,
+    // Opening and migrating the database is part of start-up; a cold embedded one can be slow.
+    pluginTimeout: 120_000,
     // Slow or stalled clients are cut off (slowloris): headers, the whole request, and a socket
     // that sends or reads nothing each have a deadline, checked every second.
     http: {
@@ -85,12 +83,10 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
   app.removeContentTypeParser('text/plain');
   app.decorate('config', config);
 
-  const db = deps.db ?? (await openDatabase(config));
-  await migrate(db);
 
   await app.register(errorHandler);
   await app.register(metrics);
-  await app.register(database, { db });
+  await app.register(database, config);
   await app.register(loadShedding, {
     maxEventLoopDelayMs: config.LOAD_SHED_EVENT_LOOP_DELAY_MS,
     maxPoolWaiting: config.LOAD_SHED_POOL_WAITING,

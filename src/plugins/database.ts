@@ -1,6 +1,7 @@
 import fp from 'fastify-plugin';
 import { Gauge } from 'prom-client';
-import type { Database } from '../db/database.js';
+import { openDatabase, type Database } from '../db/database.js';
+import { migrate } from '../db/migrate.js';
 import { createApiKeysRepository, type ApiKeysRepository } from '../repositories/api-keys.js';
 import { createPetsRepository, type PetsRepository } from '../repositories/pets.js';
 
@@ -12,9 +13,19 @@ declare module 'fastify' {
   }
 }
 
-/** Makes the database and its repositories available to routes; closes it with the app. */
-export default fp<{ db: Database }>(
-  async function database(app, { db }) {
+/**
+ * Opens the database the configuration names, brings its schema up to date, and makes it and
+ * its repositories available to routes; closes it with the app.
+ */
+export default fp<Parameters<typeof openDatabase>[0]>(
+  async function database(app, config) {
+    const db = await openDatabase(config);
+    try {
+      await migrate(db);
+    } catch (error) {
+      await db.close();
+      throw error;
+    }
     app.decorate('db', db);
     if (db.poolStats) {
       const stats = db.poolStats;
