@@ -37,6 +37,8 @@ interface Outcome {
   error?: string;
   body?: unknown;
   retryAfter: string | null;
+  /** The Connection header: `close` when the server ends the connection after this response. */
+  connection?: string | null;
   started: number;
   ended: number;
   ms: number;
@@ -60,7 +62,8 @@ async function send(origin: string, authorization: string, op: Outcome['op'], na
       // kept as text
     }
     const ended = Date.now();
-    return { op, name, status: response.status, body, retryAfter: response.headers.get('retry-after'), started, ended, ms: ended - started };
+    const { headers } = response;
+    return { op, name, status: response.status, body, retryAfter: headers.get('retry-after'), connection: headers.get('connection'), started, ended, ms: ended - started };
   } catch (error) {
     const ended = Date.now();
     const { name: errorName, message, cause } = error as Error & { cause?: { code?: string; message?: string } };
@@ -341,9 +344,11 @@ describe.runIf(PRIVATE_POSTGRES_AVAILABLE)('PostgreSQL faults (a private Postgre
 
       expect(code).toBe(0);
       expect(exitMs).toBeLessThan(10_000);
-      // In-flight requests (held on the lock across the signal) completed with their 201.
+      // In-flight requests (held on the lock across the signal) completed with their 201, and
+      // their connections closed with them: a drained server does not wait on idle keep-alives.
       expect(inFlight.length).toBeGreaterThanOrEqual(5);
       expect(inFlight.filter((outcome) => outcome.status !== 201)).toEqual([]);
+      expect(inFlight.filter((outcome) => outcome.connection !== 'close')).toEqual([]);
       // Every client stopped on a refused connection or a 503, never a 500 or a hang.
       expect(failed).toHaveLength(50);
       expect(failed.filter((outcome) => outcome.status !== 'error' && outcome.status !== 503)).toEqual([]);
