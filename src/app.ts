@@ -3,7 +3,7 @@ import Fastify, { LogController, type FastifyInstance, type FastifyReply, type F
 import type { DestinationStream } from 'pino';
 import { trustedProxies, type Config } from './config.js';
 import database from './plugins/database.js';
-import errorHandler, { clientErrorHandler } from './plugins/error-handler.js';
+import errorHandler, { clientErrorHandler, sendError } from './plugins/error-handler.js';
 import health from './plugins/health.js';
 import loadShedding from './plugins/load-shedding.js';
 import metrics from './plugins/metrics.js';
@@ -69,14 +69,24 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
     connectionTimeout: config.IDLE_TIMEOUT_MS,
     keepAliveTimeout: 5_000,
     clientErrorHandler,
+    // While closing, requests that still arrive on open keep-alive connections get the service's
+    // own 503 (below) instead of Fastify's, whose body is not an Error and has no Retry-After.
+    return503OnClosing: false,
     schemaErrorFormatter: formatValidationError,
     // Only the listed proxies are believed about the client address (X-Forwarded-For).
     trustProxy: trustedProxies(config.TRUST_PROXY),
   });
   app.server.maxConnections = config.MAX_CONNECTIONS;
   // Every response: no sniffing, and no caching of what a key was allowed to see.
+  let closing = false;
+  app.addHook('preClose', async () => {
+    closing = true;
+  });
   app.addHook('onRequest', async (_request, reply) => {
     reply.headers(SECURITY_HEADERS);
+    // Shutting down (SIGTERM): in-flight requests finish, new ones are refused before any work,
+    // and Fastify has already set Connection: close on them.
+    if (closing) return sendError(reply.header('retry-after', '5'), 503, 'service_unavailable', 'The server is shutting down; retry later');
   });
   app.setValidatorCompiler(validatorCompiler);
   // JSON is the only media type the API reads; anything else is a 415.
