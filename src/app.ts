@@ -77,12 +77,12 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
     trustProxy: trustedProxies(config.TRUST_PROXY),
   });
   app.server.maxConnections = config.MAX_CONNECTIONS;
-  // Every response: no sniffing, and no caching of what a key was allowed to see.
   let closing = false;
   app.addHook('preClose', async () => {
     closing = true;
   });
   app.addHook('onRequest', async (_request, reply) => {
+    // Every response: no sniffing, and no caching of what a key was allowed to see.
     reply.headers(SECURITY_HEADERS);
     // Shutting down (SIGTERM): in-flight requests finish, new ones are refused before any work,
     // and Fastify has already set Connection: close on them.
@@ -92,7 +92,6 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
   // JSON is the only media type the API reads; anything else is a 415.
   app.removeContentTypeParser('text/plain');
   app.decorate('config', config);
-
 
   await app.register(errorHandler);
   await app.register(metrics);
