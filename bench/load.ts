@@ -63,18 +63,3 @@ export async function load(origin: string, shape: RequestShape, connections: num
     failed: result.errors + result.timeouts,
   };
 }
-
-/**
- * A warm-up (JIT, connection pools, caches), then the measurement. The warm-up's numbers are kept
- * only so that errors during it can be reported too.
- */
-export async function warmThenMeasure(
-  origin: string,
-  shape: RequestShape,
-  connections: number,
-  warmupSeconds: number,
-  measured: LoadLength,
-): Promise<{ warmup: Measurement; measured: Measurement }> {
-  const warmup = await load(origin, shape, connections, { seconds: warmupSeconds });
-  return { warmup, measured: await load(origin, shape, connections, measured) };
-}

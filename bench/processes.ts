@@ -1,4 +1,4 @@
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { closeSync, openSync, readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
@@ -20,6 +20,8 @@ export interface RunningServer {
   logFile: string;
   /** Throws when the server has exited without being asked to (crashed, or killed by something else on the machine). */
   assertRunning(): void;
+  /** CPU time (user and system) the server process has used so far, from /proc: unlike req/s, hardly moved by other load on the machine. */
+  cpuSeconds(): number;
   /** Resident set size of the server process now, from /proc. */
   rssBytes(): number;
   /** SIGTERM, then SIGKILL if it has not exited within the grace period; resolves to the exit code. */
@@ -40,6 +42,9 @@ async function freePort(): Promise<number> {
   await new Promise((resolve) => server.close(resolve));
   return port;
 }
+
+let clockTicks: number | undefined;
+const clockTicksPerSecond = () => (clockTicks ??= Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' })));
 
 /**
  * Starts a server as a child process of its own (never in the load generator's process), its
@@ -88,6 +93,11 @@ export async function startServer(spec: ServerSpec, logDir: string): Promise<Run
       if (exitCode !== undefined && !stopping) {
         throw new Error(`${spec.name} ${exitReason} in the middle of the run; the end of ${logFile}:\n${logTail()}`);
       }
+    },
+    cpuSeconds: () => {
+      // Fields 14 and 15 of /proc/PID/stat, counted after the command name, which may contain spaces.
+      const fields = readFileSync(`/proc/${child.pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+      return (Number(fields[11]) + Number(fields[12])) / clockTicksPerSecond();
     },
     rssBytes: () => {
       const match = /^VmRSS:\s+(\d+) kB$/m.exec(readFileSync(`/proc/${child.pid}/status`, 'utf8'));

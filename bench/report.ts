@@ -2,10 +2,16 @@ import type { BenchOptions } from './options.js';
 import type { Measurement } from './load.js';
 import { BARE_ROW, CREATE, LIST, rowId, SERVER_LABELS, type Row } from './scenarios.js';
 
+/** One measurement, and what it cost the server process. */
+export interface Round extends Measurement {
+  /** CPU time of the server process (not of PostgreSQL or Redis) per response. */
+  serverCpuUsPerResponse: number;
+}
+
 /** Every round of one row, measured and warm-up. */
 export interface RowResult {
   row: Row;
-  rounds: Measurement[];
+  rounds: Round[];
   warmups: Measurement[];
 }
 
@@ -38,6 +44,7 @@ export interface RowSummary {
   requestsPerSecond: number;
   p50Ms: number;
   p99Ms: number;
+  serverCpuUsPerResponse: number;
   /** Non-2xx responses and requests without a response, over every measured round. */
   errors: number;
   errorStatuses: Record<string, number>;
@@ -84,6 +91,7 @@ export function summarize(results: RowResult[]): RowSummary[] {
       requestsPerSecond: median(result.rounds.map((round) => round.requestsPerSecond)),
       p50Ms: median(result.rounds.map((round) => round.p50Ms)),
       p99Ms: median(result.rounds.map((round) => round.p99Ms)),
+      serverCpuUsPerResponse: median(result.rounds.map((round) => round.serverCpuUsPerResponse)),
       errors: result.rounds.reduce((sum, round) => sum + errorsOf(round), 0),
       errorStatuses,
       warmupErrors: result.warmups.reduce((sum, round) => sum + errorsOf(round), 0),
@@ -166,7 +174,7 @@ export function renderMarkdown(run: RunResult, summaries: RowSummary[], budgets:
     '## Throughput and latency',
     '',
     table(
-      ['Operation', 'Server', 'req/s', 'p50 ms', 'p99 ms', 'errors', 'x bare', 'x bare+pg', 'p99 x bare+pg'],
+      ['Operation', 'Server', 'req/s', 'p50 ms', 'p99 ms', 'errors', 'CPU µs/req', 'x bare', 'x bare+pg', 'p99 x bare+pg'],
       summaries.map((summary) => [
         summary.operation,
         summary.server,
@@ -174,13 +182,16 @@ export function renderMarkdown(run: RunResult, summaries: RowSummary[], budgets:
         ms(summary.p50Ms),
         ms(summary.p99Ms),
         errorCell(summary),
+        integer(summary.serverCpuUsPerResponse),
         ratio(summary.vsBare),
         ratio(summary.vsDatabase),
         ratio(summary.p99VsDatabase),
       ]),
     ),
     '',
-    'The bare+pg columns of POST rows compare with the bare+pg INSERT route; all other rows with the bare+pg list query.',
+    'The bare+pg columns of POST rows compare with the bare+pg INSERT route; all other rows with the bare+pg list query. ' +
+      'CPU µs/req is the CPU time (user and system) of the server process alone per response, from /proc: ' +
+      'unlike req/s it hardly moves when other processes compete for the cores, and it leaves out PostgreSQL and Redis.',
     ...(warmupErrors.length > 0
       ? ['', `Errors during warm-ups (not in the table): ${warmupErrors.map((s) => `${s.id}: ${integer(s.warmupErrors)}`).join('; ')}.`]
       : []),

@@ -8,11 +8,11 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createSeededPostgres, seedPglite } from './fixtures.js';
-import { load, warmThenMeasure } from './load.js';
+import { load, type Measurement, type RequestShape } from './load.js';
 import { parseOptions, type BenchOptions } from './options.js';
 import { buildService, ROOT, startServer, type RunningServer, type ServerSpec } from './processes.js';
 import { assertRedisUp, countKeys, deleteKeys } from './redis.js';
-import { evaluateBudgets, renderMarkdown, summarize, type MemoryResult, type RowResult, type RunResult } from './report.js';
+import { evaluateBudgets, renderMarkdown, summarize, type MemoryResult, type Round, type RowResult, type RunResult } from './report.js';
 import { invalidKeyList, oursSpec, phases, serverSpecs, type Databases, type Row } from './scenarios.js';
 
 const RESULTS_DIR = join(ROOT, 'bench/results');
@@ -46,28 +46,30 @@ async function preflight(rows: Row[], servers: Map<string, RunningServer>): Prom
   }
 }
 
+/** A warm-up, whose numbers are kept only so that its errors can be reported too, then the measurement. */
+async function measure(server: RunningServer, shape: RequestShape, options: BenchOptions): Promise<{ warmup: Measurement; round: Round }> {
+  server.assertRunning();
+  const warmup = await load(server.origin, shape, options.connections, { seconds: options.warmupSeconds });
+  const cpuBefore = server.cpuSeconds();
+  const measured = await load(server.origin, shape, options.connections, { seconds: options.durationSeconds });
+  const cpuUs = (server.cpuSeconds() - cpuBefore) * 1e6;
+  // A server that died during the measurement would otherwise show up as a row of errors.
+  server.assertRunning();
+  return { warmup, round: { ...measured, serverCpuUsPerResponse: cpuUs / Math.max(1, measured.responses) } };
+}
+
 /** Each row in turn, round after round (A B A B ...), so slow spells of the machine hit every row alike. */
 async function alternate(rows: Row[], servers: Map<string, RunningServer>, options: BenchOptions): Promise<RowResult[]> {
   await preflight(rows, servers);
   const results = rows.map((row): RowResult => ({ row, rounds: [], warmups: [] }));
-  for (let round = 1; round <= options.rounds; round++) {
+  for (let number = 1; number <= options.rounds; number++) {
     for (const result of results) {
-      const server = servers.get(result.row.server)!;
-      server.assertRunning();
-      const { warmup, measured } = await warmThenMeasure(
-        server.origin,
-        result.row.shape,
-        options.connections,
-        options.warmupSeconds,
-        { seconds: options.durationSeconds },
-      );
-      // A server that died during the measurement would otherwise show up as a row of errors.
-      server.assertRunning();
+      const { warmup, round } = await measure(servers.get(result.row.server)!, result.row.shape, options);
       result.warmups.push(warmup);
-      result.rounds.push(measured);
+      result.rounds.push(round);
       say(
-        `round ${round}/${options.rounds} ${result.row.id}: ${Math.round(measured.requestsPerSecond)} req/s, ` +
-          `p99 ${measured.p99Ms} ms, ${measured.non2xx + measured.failed} errors`,
+        `round ${number}/${options.rounds} ${result.row.id}: ${Math.round(round.requestsPerSecond)} req/s, p99 ${round.p99Ms} ms, ` +
+          `${round.non2xx + round.failed} errors, ${Math.round(round.serverCpuUsPerResponse)} µs CPU/req`,
       );
     }
   }
