@@ -162,7 +162,9 @@ async function main(): Promise<number> {
     const summaries = summarize(rows);
     const markdown = renderMarkdown(run, summaries, evaluateBudgets(summaries, memory));
     writeFileSync(join(RESULTS_DIR, `${options.reportName}.md`), markdown);
-    writeFileSync(join(RESULTS_DIR, `${options.reportName}.json`), `${JSON.stringify({ ...run, summaries }, null, 2)}\n`);
+    // Request shapes carry the run's API key, which belongs in no file, even for a database that is dropped.
+    const withoutShapes = (key: string, value: unknown) => (key === 'shape' ? undefined : value);
+    writeFileSync(join(RESULTS_DIR, `${options.reportName}.json`), `${JSON.stringify({ ...run, summaries }, withoutShapes, 2)}\n`);
     console.log(`\n${markdown}`);
     say(`written to bench/results/${options.reportName}.md and .json; server logs in bench/results/*.log`);
     for (const problem of run.problems) console.error(`[bench] PROBLEM: ${problem}`);
