@@ -29,7 +29,13 @@ export interface MemoryResult {
 
 export interface RunResult {
   startedAt: string;
-  environment: { node: string; cpus: string; commit: string };
+  environment: {
+    node: string;
+    cpus: string;
+    commit: string;
+    /** One-minute load averages when the run started and ended: how much else the machine was doing. */
+    loadAverage: { start: number; end: number };
+  };
   options: Omit<BenchOptions, 'postgresUrl' | 'redisUrl'>;
   rows: RowResult[];
   memory: MemoryResult;
@@ -42,6 +48,8 @@ export interface RowSummary {
   operation: string;
   server: string;
   requestsPerSecond: number;
+  /** The slowest and fastest round, to show how noisy the machine was. */
+  requestsPerSecondRange: [number, number];
   p50Ms: number;
   p99Ms: number;
   serverCpuUsPerResponse: number;
@@ -89,6 +97,10 @@ export function summarize(results: RowResult[]): RowSummary[] {
       operation: result.row.operation,
       server: SERVER_LABELS[result.row.server],
       requestsPerSecond: median(result.rounds.map((round) => round.requestsPerSecond)),
+      requestsPerSecondRange: [
+        Math.min(...result.rounds.map((round) => round.requestsPerSecond)),
+        Math.max(...result.rounds.map((round) => round.requestsPerSecond)),
+      ],
       p50Ms: median(result.rounds.map((round) => round.p50Ms)),
       p99Ms: median(result.rounds.map((round) => round.p99Ms)),
       serverCpuUsPerResponse: median(result.rounds.map((round) => round.serverCpuUsPerResponse)),
@@ -169,7 +181,9 @@ export function renderMarkdown(run: RunResult, summaries: RowSummary[], budgets:
     '',
     `${run.startedAt}, commit ${run.environment.commit}, Node ${run.environment.node}, ${run.environment.cpus}. ` +
       `autocannon -c ${options.connections}, ${options.durationSeconds} s per measurement after a ${options.warmupSeconds} s warm-up, ` +
-      `${options.rounds} round${options.rounds === 1 ? '' : 's'}; each figure is the median over the rounds, each ratio the median of the per-round ratios.`,
+      `${options.rounds} round${options.rounds === 1 ? '' : 's'}; each figure is the median over the rounds (req/s also gives the slowest and fastest), ` +
+      'each ratio the median of the per-round ratios. ' +
+      `Load average (1 min) at the start ${run.environment.loadAverage.start.toFixed(1)}, at the end ${run.environment.loadAverage.end.toFixed(1)}.`,
     '',
     '## Throughput and latency',
     '',
@@ -178,7 +192,9 @@ export function renderMarkdown(run: RunResult, summaries: RowSummary[], budgets:
       summaries.map((summary) => [
         summary.operation,
         summary.server,
-        integer(summary.requestsPerSecond),
+        options.rounds > 1
+          ? `${integer(summary.requestsPerSecond)} (${summary.requestsPerSecondRange.map(integer).join('-')})`
+          : integer(summary.requestsPerSecond),
         ms(summary.p50Ms),
         ms(summary.p99Ms),
         errorCell(summary),
@@ -198,7 +214,7 @@ export function renderMarkdown(run: RunResult, summaries: RowSummary[], budgets:
     '',
     '## Budgets',
     '',
-    options.rounds < 3 ? `Only ${options.rounds} round(s): indicative, the budgets are defined on at least 3.\n` : '',
+    ...(options.rounds < 3 ? [`Only ${options.rounds} round(s): indicative, the budgets are defined on at least 3.`, ''] : []),
     table(
       ['Budget', 'Target', 'Measured', 'Result'],
       budgets.map((budget) => [budget.name, budget.target, budget.measured, budget.met ? 'met' : '**missed**']),

@@ -5,7 +5,7 @@
 import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { cpus, tmpdir } from 'node:os';
+import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createSeededPostgres, seedPglite } from './fixtures.js';
 import { load, type Measurement, type RequestShape } from './load.js';
@@ -117,6 +117,7 @@ const commit = () => {
 async function main(): Promise<number> {
   const options = parseOptions(process.argv.slice(2));
   const startedAt = new Date().toISOString();
+  const loadAverageAtStart = loadavg()[0]!;
   mkdirSync(RESULTS_DIR, { recursive: true });
   await assertRedisUp(options.redisUrl);
   say(`building the service; seeding PostgreSQL database ${options.databaseName} and an embedded PGlite directory`);
@@ -153,7 +154,12 @@ async function main(): Promise<number> {
 
     const run: RunResult = {
       startedAt,
-      environment: { node: process.version, cpus: `${cpus().length} x ${cpus()[0]?.model ?? 'unknown CPU'}`, commit: commit() },
+      environment: {
+        node: process.version,
+        cpus: `${cpus().length} x ${cpus()[0]?.model ?? 'unknown CPU'}`,
+        commit: commit(),
+        loadAverage: { start: loadAverageAtStart, end: loadavg()[0]! },
+      },
       options: withoutUrls(options),
       rows,
       memory,
