@@ -25,7 +25,8 @@ const baseline = (name: ServerName, script: string, env: Record<string, string> 
  * startServer), nothing switched off. Each store is chosen by configuration alone.
  */
 export const oursSpec = (
-  name: ServerName | string,
+  /** A ServerName, or another for an instance outside the alternation (the memory scenario, the profile). */
+  name: string,
   env: { DATABASE_URL?: string; DATA_DIR?: string; REDIS_URL?: string; REDIS_KEY_PREFIX?: string },
   extraNodeArgs: string[] = [],
 ): ServerSpec => ({
