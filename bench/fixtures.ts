@@ -1,0 +1,90 @@
+import pg from 'pg';
+import type { Database } from '../src/db/database.js';
+import { migrate } from '../src/db/migrate.js';
+import { createPgliteDatabase } from '../src/db/pglite.js';
+import { createPostgresDatabase } from '../src/db/postgres.js';
+import { encodeCursor } from '../src/pagination.js';
+import { createApiKeysRepository } from '../src/repositories/api-keys.js';
+
+export const PET_COUNT = 10_000;
+
+/** The largest limit the api_keys columns hold (int4): no run can exhaust it, so every request is allowed. */
+const UNREACHABLE_LIMIT = 2_147_483_647;
+
+/** What the scenarios need from a seeded database. */
+export interface Fixture {
+  /** An enterprise key, so every request takes the full auth and rate-limit path and is allowed. */
+  apiKey: string;
+  /** The cursor of a page 90% of the way through the available pets: a deep keyset page. */
+  deepCursor: string;
+  /** An existing pet, for the deprecated by-id operation. */
+  petId: number;
+}
+
+/**
+ * The project's migrations, then PET_COUNT pets in one statement: half available, a fifth
+ * pending, a fifth sold and a tenth without a status, interleaved so every status spans all ids.
+ */
+async function seed(db: Database): Promise<Fixture> {
+  await migrate(db);
+  await db.query(
+    `INSERT INTO pets (name, category_id, status)
+     SELECT 'pet ' || i, 1 + i % 12,
+            CASE WHEN i % 10 < 5 THEN 'available' WHEN i % 10 < 7 THEN 'pending' WHEN i % 10 < 9 THEN 'sold' END
+     FROM generate_series(1, $1::int) AS i`,
+    [PET_COUNT],
+  );
+  const { key } = await createApiKeysRepository(db).create({
+    plan: 'enterprise',
+    name: 'benchmark',
+    limits: { perMinute: UNREACHABLE_LIMIT, perDay: UNREACHABLE_LIMIT },
+  });
+  const [deep] = await db.query<{ id: number }>(
+    `SELECT id FROM pets WHERE status = 'available' ORDER BY id
+     OFFSET (SELECT count(*) * 9 / 10 FROM pets WHERE status = 'available') LIMIT 1`,
+  );
+  const [middle] = await db.query<{ id: number }>('SELECT id FROM pets ORDER BY id OFFSET $1 LIMIT 1', [PET_COUNT / 2]);
+  return { apiKey: key, deepCursor: encodeCursor(Number(deep!.id), 'available'), petId: Number(middle!.id) };
+}
+
+export interface BenchDatabase {
+  url: string;
+  fixture: Fixture;
+  drop(): Promise<void>;
+}
+
+/** A dedicated database on the PostgreSQL server, dropped first so every run starts from the same data. */
+export async function createSeededPostgres(adminUrl: string, name: string): Promise<BenchDatabase> {
+  const admin = async (sql: string) => {
+    const client = new pg.Client({ connectionString: adminUrl });
+    await client.connect();
+    try {
+      await client.query(sql);
+    } finally {
+      await client.end();
+    }
+  };
+  await admin(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+  await admin(`CREATE DATABASE ${name}`);
+  const url = new URL(adminUrl);
+  url.pathname = `/${name}`;
+  const db = createPostgresDatabase({ connectionString: url.href, max: 1 });
+  try {
+    const fixture = await seed(db);
+    // Fresh statistics, so the first measured queries get the same plans as the last.
+    await db.query('VACUUM ANALYZE pets');
+    return { url: url.href, fixture, drop: () => admin(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`) };
+  } finally {
+    await db.close();
+  }
+}
+
+/** The embedded default in DATA_DIR, seeded the same way; closed again so the server can take its lock. */
+export async function seedPglite(dataDir: string): Promise<Fixture> {
+  const db = await createPgliteDatabase(dataDir);
+  try {
+    return await seed(db);
+  } finally {
+    await db.close();
+  }
+}

@@ -1,0 +1,192 @@
+/**
+ * `npm run bench [-- --smoke]`: the service against a bare Fastify and a bare Fastify + pg,
+ * in one run on one machine, written to bench/results/latest.md (smoke.md for --smoke) and .json.
+ */
+import { execFileSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { cpus, loadavg, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createSeededPostgres, seedPglite } from './fixtures.js';
+import { load, type Measurement, type RequestShape } from './load.js';
+import { parseOptions, type BenchOptions } from './options.js';
+import { buildService, ROOT, startServer, type RunningServer, type ServerSpec } from './processes.js';
+import { assertRedisUp, countKeys, deleteKeys } from './redis.js';
+import { evaluateBudgets, renderMarkdown, summarize, type MemoryResult, type Round, type RowResult, type RunResult } from './report.js';
+import { invalidKeyList, oursSpec, phases, serverSpecs, type Databases, type Row } from './scenarios.js';
+
+const RESULTS_DIR = join(ROOT, 'bench/results');
+const started = Date.now();
+const say = (message: string) => console.log(`[bench ${((Date.now() - started) / 1000).toFixed(1)}s] ${message}`);
+
+/** Starts every server at once; if one cannot start, the others are stopped again. */
+async function startAll(specs: ServerSpec[]): Promise<Map<string, RunningServer>> {
+  const outcomes = await Promise.allSettled(specs.map((spec) => startServer(spec, RESULTS_DIR)));
+  const servers = outcomes.flatMap((outcome) => (outcome.status === 'fulfilled' ? [outcome.value] : []));
+  const failure = outcomes.find((outcome) => outcome.status === 'rejected');
+  if (failure) {
+    await Promise.all(servers.map((server) => server.stop()));
+    throw failure.reason;
+  }
+  return new Map(servers.map((server) => [server.name, server]));
+}
+
+/**
+ * One request of every row before any load: a scenario that cannot succeed (a wrong key, a bad
+ * path) stops the run here with the reason. It also takes each server's cold first request.
+ */
+async function preflight(rows: Row[], servers: Map<string, RunningServer>): Promise<void> {
+  for (const { id, server, shape } of rows) {
+    const response = await fetch(servers.get(server)!.origin + shape.path, {
+      method: shape.method,
+      headers: { ...shape.headers, ...shape.freshHeaders?.() },
+      body: shape.body,
+    });
+    if (!response.ok) throw new Error(`${id}: the first request got ${response.status} ${await response.text()}`);
+  }
+}
+
+/** A warm-up, whose numbers are kept only so that its errors can be reported too, then the measurement. */
+async function measure(server: RunningServer, shape: RequestShape, options: BenchOptions): Promise<{ warmup: Measurement; round: Round }> {
+  server.assertRunning();
+  const warmup = await load(server.origin, shape, options.connections, { seconds: options.warmupSeconds });
+  const cpuBefore = server.cpuSeconds();
+  const measured = await load(server.origin, shape, options.connections, { seconds: options.durationSeconds });
+  const cpuUs = (server.cpuSeconds() - cpuBefore) * 1e6;
+  // A server that died during the measurement would otherwise show up as a row of errors.
+  server.assertRunning();
+  return { warmup, round: { ...measured, serverCpuUsPerResponse: cpuUs / Math.max(1, measured.responses) } };
+}
+
+/** Each row in turn, round after round (A B A B ...), so slow spells of the machine hit every row alike. */
+async function alternate(rows: Row[], servers: Map<string, RunningServer>, options: BenchOptions): Promise<RowResult[]> {
+  await preflight(rows, servers);
+  const results = rows.map((row): RowResult => ({ row, rounds: [], warmups: [] }));
+  for (let number = 1; number <= options.rounds; number++) {
+    for (const result of results) {
+      const { warmup, round } = await measure(servers.get(result.row.server)!, result.row.shape, options);
+      result.warmups.push(warmup);
+      result.rounds.push(round);
+      say(
+        `round ${number}/${options.rounds} ${result.row.id}: ${Math.round(round.requestsPerSecond)} req/s, p99 ${round.p99Ms} ms, ` +
+          `${round.non2xx + round.failed} errors, ${Math.round(round.serverCpuUsPerResponse)} µs CPU/req`,
+      );
+    }
+  }
+  return results;
+}
+
+/** On a fresh instance, so its RSS owes nothing to the other scenarios. */
+async function measureMemory(server: RunningServer, options: BenchOptions): Promise<MemoryResult> {
+  await load(server.origin, invalidKeyList, options.connections, { seconds: options.warmupSeconds });
+  const rssAfterWarmupBytes = server.rssBytes();
+  say(`memory: ${options.memoryRequests} requests with random invalid keys`);
+  const measured = await load(server.origin, invalidKeyList, options.connections, { requests: options.memoryRequests });
+  server.assertRunning();
+  const rssAfterBytes = server.rssBytes();
+  const refusals = (measured.statuses['401'] ?? 0) + (measured.statuses['429'] ?? 0);
+  const unexpected = measured.responses - refusals + measured.failed;
+  return { requests: options.memoryRequests, rssAfterWarmupBytes, rssAfterBytes, measured, refusals, unexpected };
+}
+
+/** What makes the numbers meaningless: a row that never succeeded, a server that crashed. */
+function findProblems(rows: RowResult[], memory: MemoryResult, exitCodes: Map<string, number | null>, redisKeys: number): string[] {
+  const problems: string[] = [];
+  for (const { row, rounds } of rows) {
+    rounds.forEach((round, index) => {
+      if (round.responses - round.non2xx === 0) problems.push(`${row.id}: round ${index + 1} got no 2xx response`);
+    });
+  }
+  if (memory.refusals === 0) problems.push('memory scenario: not one 401 or 429; the requests did not reach the service');
+  if (redisKeys === 0) problems.push('no rate-limit keys in Redis: the Redis-store rows measured the memory fallback');
+  for (const [name, code] of exitCodes) if (code !== 0) problems.push(`${name} exited with ${code}`);
+  return problems;
+}
+
+/** URLs may carry credentials; they stay out of the results. */
+const withoutUrls = ({ postgresUrl: _postgres, redisUrl: _redis, ...rest }: BenchOptions) => rest;
+
+const commit = () => {
+  try {
+    return execFileSync('git', ['describe', '--always', '--dirty'], { cwd: ROOT, encoding: 'utf8' }).trim();
+  } catch {
+    return 'unknown';
+  }
+};
+
+async function main(): Promise<number> {
+  const options = parseOptions(process.argv.slice(2));
+  const startedAt = new Date().toISOString();
+  const loadAverageAtStart = loadavg()[0]!;
+  mkdirSync(RESULTS_DIR, { recursive: true });
+  await assertRedisUp(options.redisUrl);
+  say(`building the service; seeding PostgreSQL database ${options.databaseName} and an embedded PGlite directory`);
+  const pgliteDir = mkdtempSync(join(tmpdir(), 'pets-bench-pglite-'));
+  // Independent and each mostly on one core: side by side they take the time of the slowest.
+  const [postgres, pglite] = await Promise.all([
+    createSeededPostgres(options.postgresUrl, options.databaseName),
+    seedPglite(pgliteDir),
+    buildService(),
+  ]);
+  const databases: Databases = {
+    postgresUrl: postgres.url,
+    postgres: postgres.fixture,
+    pgliteDir,
+    pglite,
+    redisUrl: options.redisUrl,
+    // Unique per run: counters of earlier runs (or of other deployments) cannot leak in.
+    redisKeyPrefix: `pets-bench:${Date.now()}-${randomBytes(4).toString('hex')}:`,
+  };
+
+  let servers = new Map<string, RunningServer>();
+  try {
+    servers = await startAll(Object.values(serverSpecs(databases)));
+    say(`servers up: ${[...servers.values()].map((server) => `${server.name} ${server.origin}`).join(', ')}`);
+    const { reads, writes } = phases(databases);
+    const rows = [...(await alternate(reads, servers, options)), ...(await alternate(writes, servers, options))];
+    const redisKeys = await countKeys(options.redisUrl, databases.redisKeyPrefix);
+
+    const exitCodes = new Map<string, number | null>();
+    for (const server of servers.values()) exitCodes.set(server.name, await server.stop());
+    servers = await startAll([oursSpec('ours-memory-soak', { DATABASE_URL: postgres.url })]);
+    const memory = await measureMemory(servers.get('ours-memory-soak')!, options);
+    for (const server of servers.values()) exitCodes.set(server.name, await server.stop());
+
+    const run: RunResult = {
+      startedAt,
+      environment: {
+        node: process.version,
+        cpus: `${cpus().length} x ${cpus()[0]?.model ?? 'unknown CPU'}`,
+        commit: commit(),
+        loadAverage: { start: loadAverageAtStart, end: loadavg()[0]! },
+      },
+      options: withoutUrls(options),
+      rows,
+      memory,
+      problems: findProblems(rows, memory, exitCodes, redisKeys),
+    };
+    const summaries = summarize(rows);
+    const markdown = renderMarkdown(run, summaries, evaluateBudgets(summaries, memory));
+    writeFileSync(join(RESULTS_DIR, `${options.reportName}.md`), markdown);
+    // Request shapes carry the run's API key, which belongs in no file, even for a database that is dropped.
+    const withoutShapes = (key: string, value: unknown) => (key === 'shape' ? undefined : value);
+    writeFileSync(join(RESULTS_DIR, `${options.reportName}.json`), `${JSON.stringify({ ...run, summaries }, withoutShapes, 2)}\n`);
+    console.log(`\n${markdown}`);
+    say(`written to bench/results/${options.reportName}.md and .json; server logs in bench/results/*.log`);
+    for (const problem of run.problems) console.error(`[bench] PROBLEM: ${problem}`);
+    return run.problems.length > 0 ? 1 : 0;
+  } finally {
+    await Promise.all([...servers.values()].map((server) => server.stop()));
+    await postgres.drop();
+    rmSync(pgliteDir, { recursive: true, force: true });
+    await deleteKeys(options.redisUrl, databases.redisKeyPrefix);
+  }
+}
+
+main().then(
+  (code) => process.exit(code),
+  (error: Error) => {
+    console.error(`[bench] failed: ${error.stack ?? error.message}`);
+    process.exit(1);
+  },
+);
