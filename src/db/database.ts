@@ -6,6 +6,8 @@ export interface Statement {
   /** A name makes pg prepare the statement once per connection and reuse it. */
   readonly name?: string;
   readonly text: string;
+  /** Rows as arrays of column values: no object per row to build and throw away. */
+  readonly rowMode?: 'array';
 }
 
 export interface Queryable {

@@ -1,13 +1,15 @@
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { PGlite, type Transaction as PgliteTransaction } from '@electric-sql/pglite';
-import { DataDirInUseError, type Database, type Queryable } from './database.js';
+import { DataDirInUseError, type Database, type Queryable, type Statement } from './database.js';
 
 /**
  * PostgreSQL compiled to WASM, in this process: the zero-install default. It holds one
  * connection and admits one process per data directory, so it is never shared over a socket,
  * and a lock file keeps a second process (a server, or the keys command) out.
  */
+const ANALYZE_EVERY_MS = 60_000;
+
 export async function createPgliteDatabase(dataDir: string): Promise<Database> {
   const unlock = dataDir.startsWith('memory://') ? () => {} : lockDataDir(dataDir);
   let db: PGlite;
@@ -17,6 +19,11 @@ export async function createPgliteDatabase(dataDir: string): Promise<Database> {
     unlock();
     throw error;
   }
+  // PGlite has no autovacuum, so nothing would ever gather planner statistics: without them a
+  // status-filtered page sorts every matching row (about 7x slower at 10,000 pets).
+  const analyze = () => db.query('ANALYZE').catch(() => {});
+  await analyze();
+  const maintenance = setInterval(analyze, ANALYZE_EVERY_MS).unref();
   return {
     kind: 'pglite',
     query: queryOn(db),
@@ -25,6 +32,7 @@ export async function createPgliteDatabase(dataDir: string): Promise<Database> {
     // One process, one connection: the listener is never lost.
     listen: (channel, onNotify) => db.listen(channel, onNotify),
     close: async () => {
+      clearInterval(maintenance);
       if (db.closed) return;
       await db.close();
       unlock();
@@ -34,9 +42,9 @@ export async function createPgliteDatabase(dataDir: string): Promise<Database> {
 
 const queryOn =
   (target: PGlite | PgliteTransaction): Queryable['query'] =>
-  async <Row>(statement: { text: string } | string, params: readonly unknown[] = []) => {
-    const text = typeof statement === 'string' ? statement : statement.text;
-    return (await target.query<Row>(text, params as unknown[])).rows;
+  async <Row>(statement: Statement | string, params: readonly unknown[] = []) => {
+    const { text, rowMode } = typeof statement === 'string' ? { text: statement, rowMode: undefined } : statement;
+    return (await target.query<Row>(text, params as unknown[], rowMode && { rowMode })).rows;
   };
 
 /** Takes the data directory for this process; a lock left by a process that is gone is taken over. */

@@ -53,9 +53,9 @@ async function run<Row>(
   statement: Statement | string,
   params: readonly unknown[] = [],
 ): Promise<Row[]> {
-  const query = typeof statement === 'string' ? { text: statement } : statement;
+  const { name, text, rowMode } = typeof statement === 'string' ? { text: statement } : (statement as Statement);
   try {
-    const result = await target.query<Row & pg.QueryResultRow>({ ...query, values: params as unknown[] });
+    const result = await target.query<Row & pg.QueryResultRow>({ name, text, rowMode, values: params as unknown[] } as pg.QueryConfig);
     return result.rows;
   } catch (error) {
     throw isUnavailable(error) ? new DatabaseUnavailableError({ cause: error }) : error;

@@ -1,12 +1,8 @@
 import type { Queryable } from '../db/database.js';
 import type { NewPet, Pet, PetStatus } from '../schemas/pet.js';
 
-interface PetRow {
-  id: number;
-  name: string;
-  category_id: number;
-  status: PetStatus | null;
-}
+/** The columns of COLUMNS, in order: rows come back as arrays, mapped straight to Pets. */
+type PetRow = [id: number, name: string, categoryId: number, status: PetStatus | null];
 
 const COLUMNS = 'id, name, category_id, status';
 
@@ -14,25 +10,26 @@ const statements = {
   insert: {
     name: 'pets_insert',
     text: `INSERT INTO pets (name, category_id, status) VALUES ($1, $2, $3) RETURNING ${COLUMNS}`,
+    rowMode: 'array',
   },
-  findById: { name: 'pets_find_by_id', text: `SELECT ${COLUMNS} FROM pets WHERE id = $1` },
+  findById: { name: 'pets_find_by_id', text: `SELECT ${COLUMNS} FROM pets WHERE id = $1`, rowMode: 'array' },
   // $1 is the last id seen (0 on the first page); the status filter is a separate statement so
   // each one keeps a plan that walks its own index.
   listAfter: {
     name: 'pets_list_after',
     text: `SELECT ${COLUMNS} FROM pets WHERE id > $1 ORDER BY id LIMIT $2`,
+    rowMode: 'array',
   },
   listByStatusAfter: {
     name: 'pets_list_by_status_after',
     text: `SELECT ${COLUMNS} FROM pets WHERE status = $3 AND id > $1 ORDER BY id LIMIT $2`,
+    rowMode: 'array',
   },
 } as const;
 
 /** A pet without a status has no `status` property at all. */
-function toPet(row: PetRow): Pet {
-  const pet: Pet = { id: row.id, name: row.name, categoryId: row.category_id };
-  if (row.status !== null) pet.status = row.status;
-  return pet;
+function toPet([id, name, categoryId, status]: PetRow): Pet {
+  return status === null ? { id, name, categoryId } : { id, name, categoryId, status };
 }
 
 export interface ListPage {
