@@ -89,6 +89,11 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
     // and Fastify has already set Connection: close on them.
     if (closing) return sendError(reply.header('retry-after', '5'), 503, 'service_unavailable', 'The server is shutting down; retry later');
   });
+  // Requests in flight when closing began end their connections too: otherwise each would sit
+  // idle until its keep-alive timeout and hold up the close (and the exit) that long.
+  app.addHook('onSend', async (_request, reply) => {
+    if (closing) reply.header('connection', 'close');
+  });
   app.setValidatorCompiler(validatorCompiler);
   // JSON is the only media type the API reads; anything else is a 415.
   app.removeContentTypeParser('text/plain');
