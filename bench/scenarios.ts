@@ -32,8 +32,9 @@ export const oursSpec = (
 ): ServerSpec => ({
   name,
   nodeArgs: [...extraNodeArgs, 'dist/server.js'],
-  // Explicitly empty rather than inherited, so a DATABASE_URL or REDIS_URL in the caller's environment changes nothing.
-  env: { DATABASE_URL: '', REDIS_URL: '', ...env },
+  // Explicitly empty rather than inherited, so a DATABASE_URL or REDIS_URL in the caller's environment changes nothing;
+  // several instances run at once, so each takes a free metrics port.
+  env: { DATABASE_URL: '', REDIS_URL: '', METRICS_PORT: '0', ...env },
   readyPath: '/readyz',
 });
 
