@@ -1,0 +1,38 @@
+import { readFileSync } from 'node:fs';
+import { describe, expect, it } from 'vitest';
+import { ConfigSchema, loadConfig } from '../src/config.js';
+
+const settings = Object.keys(ConfigSchema.properties);
+
+describe('configuration', () => {
+  it('the README table and .env.example list every setting, and nothing else', () => {
+    const readme = readFileSync('README.md', 'utf8');
+    const documented = [...readme.matchAll(/^\| `([A-Z_]+)` \| [^|]+ \| [^|]+ \|$/gm)].map((match) => match[1]);
+    const example = [...readFileSync('.env.example', 'utf8').matchAll(/^([A-Z_]+)=/gm)].map((match) => match[1]);
+    expect(new Set(documented)).toEqual(new Set(settings));
+    expect(example.sort()).toEqual([...settings].sort());
+  });
+
+  it('.env.example holds the defaults', () => {
+    const values = Object.fromEntries(
+      [...readFileSync('.env.example', 'utf8').matchAll(/^([A-Z_]+)=(.*)$/gm)].map((match) => [match[1], match[2]]),
+    );
+    expect(loadConfig(values)).toEqual(loadConfig({}));
+  });
+
+  it.each([
+    ['PORT', '70000'],
+    ['TRUST_PROXY', '10.0.0.0/33'],
+    ['TRUST_PROXY', 'proxy.example.com'],
+    ['REDIS_URL', 'http://redis'],
+    ['PETS_GET_DEPRECATED_AT', 'yesterday'],
+    ['RATE_LIMIT_BAN_SECONDS', '0'],
+  ])('refuses %s=%s with a message naming it', (name, value) => {
+    expect(() => loadConfig({ [name]: value })).toThrow(name);
+  });
+
+  it('derives the public base URL from the listen address unless given', () => {
+    expect(loadConfig({ HOST: '0.0.0.0', PORT: '8080' }).PUBLIC_BASE_URL).toBe('http://localhost:8080/v1');
+    expect(loadConfig({ PUBLIC_BASE_URL: 'https://api.example.com/v1' }).PUBLIC_BASE_URL).toBe('https://api.example.com/v1');
+  });
+});
