@@ -189,20 +189,21 @@ export async function startServer(env: Record<string, string>): Promise<ServerPr
   };
 }
 
-/** Runs a command of this project to completion and returns what it printed. */
-export async function run(args: string[], env: Record<string, string> = {}) {
+/** Runs a command to completion and returns its exit code and what it printed. */
+export async function runCommand(command: string, args: string[], env: Record<string, string> = {}) {
   const { spawn } = await import('node:child_process');
-  const child = spawn(process.execPath, ['--import', 'tsx', ...args], {
-    env: { ...process.env, ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
+  const child = spawn(command, args, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
   let stdout = '';
   let stderr = '';
   child.stdout.on('data', (chunk) => (stdout += chunk));
   child.stderr.on('data', (chunk) => (stderr += chunk));
-  const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
+  const code = await new Promise<number | null>((resolve) => child.once('close', resolve));
   return { code, stdout, stderr };
 }
+
+/** Runs a TypeScript entry point of this project, as tsx runs it. */
+export const run = (args: string[], env: Record<string, string> = {}) =>
+  runCommand(process.execPath, ['--import', 'tsx', ...args], env);
 
 /** The development key a server prints on its first embedded start. */
 export async function developmentKey(server: ServerProcess): Promise<string> {

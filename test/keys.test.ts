@@ -1,23 +1,13 @@
-import { spawn } from 'node:child_process';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTestDatabase, eventually, POSTGRES_URL, startServer } from './helpers.js';
+import { createTestDatabase, eventually, POSTGRES_URL, runCommand, startServer } from './helpers.js';
 
-/** The command exactly as scripts call it. */
-function keys(args: string[], env: Record<string, string>) {
-  const child = spawn('npm', ['run', '--silent', 'keys', '--', ...args], {
-    env: { ...process.env, ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let stdout = '';
-  let stderr = '';
-  child.stdout.on('data', (chunk) => (stdout += chunk));
-  child.stderr.on('data', (chunk) => (stderr += chunk));
-  return new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) =>
-    child.once('close', (code) => resolve({ code, stdout, stderr: stderr.replace(/^npm warn .*\n/gm, '') })),
-  );
+/** The command exactly as scripts call it (npm's own warnings about this machine's npmrc aside). */
+async function keys(args: string[], env: Record<string, string>) {
+  const result = await runCommand('npm', ['run', '--silent', 'keys', '--', ...args], env);
+  return { ...result, stderr: result.stderr.replace(/^npm warn .*\n/gm, '') };
 }
 
 const KEY = /^psk_[A-Za-z0-9_-]{43}$/;
