@@ -103,7 +103,16 @@ if (!image.healthcheck) fail('the final stage needs a HEALTHCHECK');
 if (existsSync(join(image.root, 'app/node_modules/typescript'))) fail('dev dependencies reached the final stage');
 
 const port = '3998';
-const env = { ...process.env, ...image.env, PORT: port, METRICS_PORT: '9998', HOST: '127.0.0.1', METRICS_HOST: '127.0.0.1' };
+// A Redis key prefix of its own: key ids start at 1 in every database, and Redis outlives them.
+const env = {
+  ...process.env,
+  ...image.env,
+  PORT: port,
+  METRICS_PORT: '9998',
+  HOST: '127.0.0.1',
+  METRICS_HOST: '127.0.0.1',
+  REDIS_KEY_PREFIX: `rehearsal:${process.pid}:${Date.now()}:`,
+};
 const cwd = join(image.root, image.workdir);
 const run = (command) => {
   const result = spawnSync(command[0], command.slice(1), { cwd, env, encoding: 'utf8' });

@@ -164,7 +164,16 @@ async function freePort(): Promise<number> {
 export async function startServer(env: Record<string, string>): Promise<ServerProcess> {
   const { spawn } = await import('node:child_process');
   const child = spawn(process.execPath, ['--import', 'tsx', 'src/server.ts'], {
-    env: { ...process.env, DATABASE_URL: '', PORT: String(await freePort()), METRICS_PORT: '0', LOG_LEVEL: 'info', ...env },
+    env: {
+      ...process.env,
+      DATABASE_URL: '',
+      PORT: String(await freePort()),
+      METRICS_PORT: '0',
+      LOG_LEVEL: 'info',
+      // Key ids repeat across test databases; their rate-limit counts in a shared Redis must not.
+      REDIS_KEY_PREFIX: `test:${randomUUID()}:`,
+      ...env,
+    },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let output = '';
