@@ -14,7 +14,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createPgliteDatabase } from '../src/db/pglite.js';
 import { createPostgresDatabase } from '../src/db/postgres.js';
 import { createApiKeysRepository } from '../src/repositories/api-keys.js';
-import { createTestDatabase, developmentKey, eventually, POSTGRES_URL, startRedis, startServer, type ServerProcess } from './helpers.js';
+import { createTestDatabase, developmentKey, eventually, POSTGRES_URL, REDIS_URL, startRedis, startServer, type ServerProcess } from './helpers.js';
 import { PRIVATE_POSTGRES_AVAILABLE, startPostgresServer, type PostgresServer } from './support/postgres-server.js';
 
 /** A request still unanswered after this is recorded as a hang (the server's request timeout is 30 s). */
@@ -428,7 +428,8 @@ describe.runIf(PRIVATE_POSTGRES_AVAILABLE)('PostgreSQL faults (a private Postgre
   });
 });
 
-describe('Redis faults (a private Redis server)', () => {
+// Like every test that needs Redis, it runs when the suite has one (REDIS_URL) and is skipped otherwise.
+describe.skipIf(!REDIS_URL)('Redis faults (a private Redis server)', () => {
   it('stopped and started under load: no 5xx meanwhile (per-instance memory), and counting resumes in Redis', async () => {
     const redis = await startRedis();
     let redisUp = true;
