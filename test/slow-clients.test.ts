@@ -95,7 +95,8 @@ describe('slow and abusive clients', () => {
     const openConnections = () => new Promise<number>((resolve) => t.app.server.getConnections((_error, count) => resolve(count)));
     await eventually(async () => (await openConnections()) === 0, REQUEST_TIMEOUT_MS + IDLE_TIMEOUT_MS + 6_000);
     client.socket.destroy();
-    expect(heapAfterGc() - before).toBeLessThan(10 * 1024 * 1024);
+    // Requests already read may still be finishing; once they have, nothing of the client is kept.
+    await eventually(async () => heapAfterGc() - before < 10 * 1024 * 1024, 10_000);
   });
 
   it('bounds the number of open connections', async () => {
