@@ -10,14 +10,26 @@
 import { spawn, spawnSync } from 'node:child_process';
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
+import { createServer } from 'node:net';
 import { basename, join, relative } from 'node:path';
 
 const context = process.cwd();
 const root = mkdtempSync(join(tmpdir(), 'image-'));
+let server;
 const fail = (message) => {
   console.error(`rehearse-dockerfile: ${message}`);
+  server?.kill('SIGKILL');
   process.exit(1);
 };
+
+/** A loopback port nobody listens on now: a server left over from another run must not answer for this one. */
+async function freePort() {
+  const probe = createServer();
+  await new Promise((resolve) => probe.listen(0, '127.0.0.1', resolve));
+  const { port } = probe.address();
+  await new Promise((resolve) => probe.close(resolve));
+  return String(port);
+}
 
 /** Instructions, continuation lines joined, comments and blank lines dropped. */
 function instructions(text) {
@@ -102,13 +114,14 @@ if (!image.cmd || image.cmd[0] !== 'node') fail('the final stage needs an exec-f
 if (!image.healthcheck) fail('the final stage needs a HEALTHCHECK');
 if (existsSync(join(image.root, 'app/node_modules/typescript'))) fail('dev dependencies reached the final stage');
 
-const port = '3998';
+const port = await freePort();
+const metricsPort = await freePort();
 // A Redis key prefix of its own: key ids start at 1 in every database, and Redis outlives them.
 const env = {
   ...process.env,
   ...image.env,
   PORT: port,
-  METRICS_PORT: '9998',
+  METRICS_PORT: metricsPort,
   HOST: '127.0.0.1',
   METRICS_HOST: '127.0.0.1',
   REDIS_KEY_PREFIX: `rehearsal:${process.pid}:${Date.now()}:`,
@@ -122,7 +135,7 @@ const run = (command) => {
 
 console.log('== starting the image: migrate, then CMD');
 run(['node', 'dist/cli/migrate.js']);
-const server = spawn(image.cmd[0], image.cmd.slice(1), { cwd, env, stdio: ['ignore', 'inherit', 'inherit'] });
+server = spawn(image.cmd[0], image.cmd.slice(1), { cwd, env, stdio: ['ignore', 'inherit', 'inherit'] });
 const exited = new Promise((resolve) => server.once('exit', resolve));
 const origin = `http://127.0.0.1:${port}`;
 for (let attempt = 0; ; attempt++) {
@@ -139,7 +152,7 @@ for (let attempt = 0; attempt < 50 && status !== 200; attempt++) {
   if (status !== 200) await new Promise((resolve) => setTimeout(resolve, 100));
 }
 if (status !== 200) fail(`an authenticated GET /v1/pets answered ${status}`);
-if (!(await fetch(`http://127.0.0.1:9998/metrics`)).ok) fail('metrics are not served');
+if (!(await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).ok) fail('metrics are not served');
 server.kill('SIGTERM');
 const code = await exited;
 if (code !== 0) fail(`the server exited with ${code} on SIGTERM`);

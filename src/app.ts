@@ -46,7 +46,7 @@ const SECURITY_HEADERS = { 'x-content-type-options': 'nosniff', 'cache-control':
 /** 16 KiB is far more than any NewPet needs and small enough that no body can pin memory. */
 const BODY_LIMIT = 16 * 1024;
 
-/** Builds the whole service: the server, the CLI's tests and the benchmark all use this. */
+/** Builds the whole service from its configuration: the server and the tests build it alike. */
 export async function buildApp(config: Config, deps: AppDependencies = {}): Promise<FastifyInstance> {
   // Asynchronous: lines written while a write is under way are gathered into the next one, so
   // under load the log costs a system call per batch, not per request. Flushed on close.
@@ -87,17 +87,23 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
   app.addHook('preClose', async () => {
     closing = true;
   });
-  app.addHook('onRequest', async (_request, reply) => {
+  // These two run on every request, so they are callback hooks: no promise each time.
+  app.addHook('onRequest', (_request, reply, done) => {
     // Every response: no sniffing, and no caching of what a key was allowed to see.
     reply.headers(SECURITY_HEADERS);
     // Shutting down (SIGTERM): in-flight requests finish, new ones are refused before any work,
     // and Fastify has already set Connection: close on them.
-    if (closing) return sendError(reply.header('retry-after', '5'), 503, 'service_unavailable', 'The server is shutting down; retry later');
+    if (closing) {
+      sendError(reply.header('retry-after', '5'), 503, 'service_unavailable', 'The server is shutting down; retry later');
+      return;
+    }
+    done();
   });
   // Requests in flight when closing began end their connections too: otherwise each would sit
   // idle until its keep-alive timeout and hold up the close (and the exit) that long.
-  app.addHook('onSend', async (_request, reply) => {
+  app.addHook('onSend', (_request, reply, payload, done) => {
     if (closing) reply.header('connection', 'close');
+    done(null, payload);
   });
   app.setValidatorCompiler(validatorCompiler);
   // JSON is the only media type the API reads; anything else is a 415.
