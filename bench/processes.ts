@@ -1,9 +1,9 @@
 import { execFileSync, spawn } from 'node:child_process';
 import { closeSync, openSync, readFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { freePort } from '../test/support/free-port.js';
 
 /** How a server is started: node with these arguments, in the repository root. */
 export interface ServerSpec {
@@ -33,15 +33,6 @@ export const ROOT = fileURLToPath(new URL('..', import.meta.url));
 
 const START_TIMEOUT_MS = 60_000;
 const STOP_GRACE_MS = 15_000;
-
-/** A loopback port nobody listens on now, so PUBLIC_BASE_URL can be derived before the server starts. */
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as { port: number };
-  await new Promise((resolve) => server.close(resolve));
-  return port;
-}
 
 let clockTicks: number | undefined;
 const clockTicksPerSecond = () => (clockTicks ??= Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' })));

@@ -7,6 +7,7 @@ import { loadConfig } from '../src/config.js';
 import type { Database } from '../src/db/database.js';
 import { createPgliteDatabase } from '../src/db/pglite.js';
 import { createPostgresDatabase } from '../src/db/postgres.js';
+import { freePort } from './support/free-port.js';
 
 /** The PostgreSQL server the suite runs against, or undefined for PGlite. */
 export const POSTGRES_URL = process.env.DATABASE_URL || undefined;
@@ -148,16 +149,6 @@ export interface ServerProcess {
   origin: string;
   output: () => string;
   stop: (signal?: NodeJS.Signals) => Promise<number | null>;
-}
-
-/** A loopback port nobody listens on now (so the server's derived PUBLIC_BASE_URL is right). */
-async function freePort(): Promise<number> {
-  const { createServer } = await import('node:net');
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as { port: number };
-  await new Promise((resolve) => server.close(resolve));
-  return port;
 }
 
 /** Starts src/server.ts as a real process, the way `npm start` runs it, and waits until it listens. */

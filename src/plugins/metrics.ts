@@ -27,10 +27,12 @@ export default fp(
       buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5],
       registers: [registry],
     });
-    app.addHook('onResponse', async (request, reply) => {
+    // A callback hook: it runs on every response, and needs no promise.
+    app.addHook('onResponse', (request, reply, done) => {
       // Unmatched URLs share one label, so scanners cannot create series without bound.
       const route = request.routeOptions.url ?? 'unmatched';
       requests.observe({ method: request.method, route, status_code: reply.statusCode }, reply.elapsedTime / 1000);
+      done();
     });
 
     const server = Fastify({ logger: false });

@@ -1,11 +1,11 @@
 import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
 import { existsSync, readdirSync } from 'node:fs';
 import { chown, mkdtemp, rm } from 'node:fs/promises';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
+import { freePort } from './free-port.js';
 
 /**
  * A private PostgreSQL server for fault-injection tests: its own data directory and port, so a
@@ -40,14 +40,6 @@ const USER = serverUser();
 
 /** True when this machine can run a private PostgreSQL server (binaries, and a non-root user). */
 export const PRIVATE_POSTGRES_AVAILABLE = BIN_DIR !== undefined && USER !== null;
-
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as { port: number };
-  await new Promise((resolve) => server.close(resolve));
-  return port;
-}
 
 async function exec(command: string, args: string[], cwd: string): Promise<void> {
   const child = spawn(join(BIN_DIR!, command), args, { cwd, stdio: ['ignore', 'pipe', 'pipe'], ...(USER ?? {}) });
