@@ -3,7 +3,11 @@ import Fastify, { LogController, type FastifyInstance, type FastifyReply, type F
 import pino, { type DestinationStream } from 'pino';
 import { trustedProxies, type Config } from './config.js';
 import database from './plugins/database.js';
-import errorHandler, { clientErrorHandler, sendError } from './plugins/error-handler.js';
+import { sendError } from './errors.js';
+import { clientErrorHandler, frameworkErrors } from './http/client-errors.js';
+import { escapeMalformedPath } from './http/malformed-url.js';
+import { SECURITY_HEADERS } from './http/security-headers.js';
+import errorHandler from './plugins/error-handler.js';
 import health from './plugins/health.js';
 import loadShedding from './plugins/load-shedding.js';
 import metrics from './plugins/metrics.js';
@@ -41,10 +45,15 @@ class RequestLog extends LogController {
   }
 }
 
-const SECURITY_HEADERS = { 'x-content-type-options': 'nosniff', 'cache-control': 'no-store' };
-
 /** 16 KiB is far more than any NewPet needs and small enough that no body can pin memory. */
 const BODY_LIMIT = 16 * 1024;
+
+/**
+ * A request line is bounded by Node's 16 KiB header limit already; the router's own cut-off
+ * (100 characters by default) would answer a long path parameter with the framework's 414 before
+ * any hook runs, where validation gives the usual 400.
+ */
+const MAX_PARAM_LENGTH = 16 * 1024;
 
 /** Builds the whole service from its configuration: the server and the tests build it alike. */
 export async function buildApp(config: Config, deps: AppDependencies = {}): Promise<FastifyInstance> {
@@ -74,6 +83,9 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
     connectionTimeout: config.IDLE_TIMEOUT_MS,
     keepAliveTimeout: 5_000,
     clientErrorHandler,
+    rewriteUrl: escapeMalformedPath,
+    frameworkErrors,
+    routerOptions: { maxParamLength: MAX_PARAM_LENGTH },
     // While closing, requests that still arrive on open keep-alive connections get the service's
     // own 503 (below) instead of Fastify's, whose body is not an Error and has no Retry-After.
     return503OnClosing: false,
@@ -89,7 +101,6 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
   });
   // These two run on every request, so they are callback hooks: no promise each time.
   app.addHook('onRequest', (_request, reply, done) => {
-    // Every response: no sniffing, and no caching of what a key was allowed to see.
     reply.headers(SECURITY_HEADERS);
     // Shutting down (SIGTERM): in-flight requests finish, new ones are refused before any work,
     // and Fastify has already set Connection: close on them.

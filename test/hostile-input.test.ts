@@ -165,8 +165,8 @@ describe('SQL injection attempts', () => {
   });
 });
 
-/** Sends raw bytes and returns the status line and body of the answer. */
-function raw(request: string | Buffer): Promise<{ status: number; body: string }> {
+/** Sends raw bytes and returns the status, headers (lower-cased names) and body of the answer. */
+function raw(request: string | Buffer): Promise<{ status: number; headers: Record<string, string>; body: string }> {
   return new Promise((resolve, reject) => {
     const socket = connect(port, '127.0.0.1');
     let received = '';
@@ -174,12 +174,67 @@ function raw(request: string | Buffer): Promise<{ status: number; body: string }
     socket.on('error', reject);
     socket.on('close', () => {
       const status = Number(received.match(/^HTTP\/1.1 (\d{3})/)?.[1]);
-      resolve({ status, body: received.slice(received.indexOf('\r\n\r\n') + 4) });
+      const head = received.slice(0, received.indexOf('\r\n\r\n')).split('\r\n').slice(1);
+      const headers = Object.fromEntries(head.map((line) => [line.slice(0, line.indexOf(':')).toLowerCase(), line.slice(line.indexOf(':') + 1).trim()]));
+      resolve({ status, headers, body: received.slice(received.indexOf('\r\n\r\n') + 4) });
     });
     // No half-close: the request says Connection: close, and the server ends the exchange.
     socket.write(request);
   });
 }
+
+describe('paths the router cannot take as they are', () => {
+  const get = (target: string, authorization = t.auth.authorization) =>
+    raw(`GET ${target} HTTP/1.1\r\nHost: x\r\nAuthorization: ${authorization}\r\nConnection: close\r\n\r\n`);
+  const expectApiError = (answer: Awaited<ReturnType<typeof raw>>, status: number, code: string) => {
+    expect(answer.status, answer.body).toBe(status);
+    expect(JSON.parse(answer.body)).toEqual({ code, message: expect.any(String), status });
+    expect(answer.headers['x-content-type-options']).toBe('nosniff');
+    expect(answer.headers['x-ratelimit-limit']).toMatch(/^[0-9]+$/);
+  };
+
+  it('long parameters and malformed percent-encodings get an Error with the usual headers, not the framework\'s body', async () => {
+    expectApiError(await get(`/v1/pets/${'1'.repeat(400)}`), 400, 'bad_request');
+    for (const path of ['/v1/pets/%', '/v1/pets/%zz', '/v1/pets/%ff']) expectApiError(await get(path), 400, 'bad_request');
+    for (const path of ['/v1/%', '/v1/pets/1/%ff', '/v1/%e2%82']) expectApiError(await get(path), 404, 'not_found');
+    // Authentication still comes first, as for any other path under /v1.
+    expectApiError(await get('/v1/pets/%zz', 'Bearer nope'), 401, 'unauthorized');
+    const echoed = await get(`/v1/pets/${'7'.repeat(400)}`);
+    expect(echoed.body).not.toContain('7'.repeat(400));
+  });
+
+  it('a request target that is no path at all is a 400 Error, never the framework\'s body', async () => {
+    for (const target of ['https://', 'http://h%zz/v1']) {
+      const answer = await get(target);
+      expect(answer.status).toBe(400);
+      expect(JSON.parse(answer.body)).toEqual({ code: 'bad_request', message: expect.any(String), status: 400 });
+      expect(answer.headers['x-content-type-options']).toBe('nosniff');
+    }
+  });
+
+  it('property: any path under /v1, long or malformed, is answered through the API (an Error with rate-limit headers)', async () => {
+    const piece = fc.oneof(
+      fc.constantFrom('pets', '1', '%', '%zz', '%ff', '%e2%82', '%2F', '%00', '%25', '..', '.', '', ';', 'a b'.replace(' ', '%20')),
+      fc.stringMatching(/^[A-Za-z0-9._~%-]{0,12}$/),
+      fc.integer({ min: 1, max: 5_000 }).map((length) => '9'.repeat(length)),
+    );
+    await fc.assert(
+      fc.asyncProperty(fc.array(piece, { minLength: 1, maxLength: 5 }), async (segments) => {
+        tried.paths++;
+        const answer = await get(`/v1/${segments.join('/')}`);
+        expect([200, 400, 404, 405], answer.body).toContain(answer.status);
+        expect(answer.headers['x-content-type-options']).toBe('nosniff');
+        expect(answer.headers['x-ratelimit-limit']).toMatch(/^[0-9]+$/);
+        if (answer.status >= 400) {
+          const body = JSON.parse(answer.body);
+          expect(body).toEqual({ code: expect.any(String), message: expect.any(String), status: answer.status });
+          expect(ERROR_CODES).toContain(body.code);
+        }
+      }),
+      { numRuns: 200 },
+    );
+  });
+});
 
 describe('abusive headers', () => {
   it('a bearer token of megabytes, or oversized headers, get a clean 431 Error and cost no memory', async () => {

@@ -1,9 +1,7 @@
 import fp from 'fastify-plugin';
-import { STATUS_CODES } from 'node:http';
-import type { Duplex } from 'node:stream';
-import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyError } from 'fastify';
 import { DatabaseUnavailableError } from '../db/database.js';
-import { ApiError } from '../errors.js';
+import { ApiError, notFoundHandler, sendError } from '../errors.js';
 import type { ErrorCode } from '../schemas/error.js';
 
 /** Fastify's own client errors, by code, as our stable codes and messages. */
@@ -27,38 +25,6 @@ const CODE_BY_STATUS: Record<number, ErrorCode> = {
   429: 'rate_limited',
   503: 'service_unavailable',
 };
-
-/**
- * Requests Node cannot even parse (oversized headers, malformed request lines, a header timeout)
- * never reach a route; they get the same Error body on a raw socket, and the connection closes.
- */
-export function clientErrorHandler(error: Error & { code?: string }, socket: Duplex) {
-  // A client with output still queued is not reading: an answer would never leave, so waiting
-  // to flush it would keep the connection open for ever.
-  if (error.code === 'ECONNRESET' || !socket.writable || socket.writableLength > 0) {
-    socket.destroy();
-    return;
-  }
-  const [status, code, message]: [number, ErrorCode, string] =
-    error.code === 'HPE_HEADER_OVERFLOW'
-      ? [431, 'headers_too_large', 'Request headers are larger than the limit (16 KiB)']
-      : error.code === 'ERR_HTTP_REQUEST_TIMEOUT'
-        ? [408, 'request_timeout', 'The request took too long to arrive']
-        : [400, 'bad_request', 'Malformed HTTP request'];
-  const body = JSON.stringify({ code, message, status });
-  socket.end(
-    `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nConnection: close\r\nContent-Type: application/json; charset=utf-8\r\n` +
-      `X-Content-Type-Options: nosniff\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
-  );
-  setTimeout(() => socket.destroy(), 1_000).unref();
-}
-
-export const notFoundHandler = (request: FastifyRequest, reply: FastifyReply) =>
-  sendError(reply, 404, 'not_found', `No route for ${request.method} ${request.url.split('?')[0]}`);
-
-export function sendError(reply: FastifyReply, status: number, code: ErrorCode, message: string) {
-  return reply.code(status).type('application/json; charset=utf-8').send({ code, message, status });
-}
 
 /**
  * Every error and every unknown route becomes an Error body. Client errors say what was wrong;

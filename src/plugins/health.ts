@@ -1,7 +1,7 @@
 import fp from 'fastify-plugin';
 import { ErrorBody } from '../schemas/error.js';
 import { Type } from '@sinclair/typebox';
-import { sendError } from './error-handler.js';
+import { sendError } from '../errors.js';
 import { ALWAYS_ANSWER } from './load-shedding.js';
 
 const Status = Type.Object({ status: Type.String() });

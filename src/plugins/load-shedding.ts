@@ -1,6 +1,6 @@
 import underPressure from '@fastify/under-pressure';
 import fp from 'fastify-plugin';
-import { sendError } from './error-handler.js';
+import { sendError } from '../errors.js';
 
 export interface LoadSheddingOptions {
   maxEventLoopDelayMs: number;

@@ -1,7 +1,7 @@
 import type { FastifyPluginAsync } from 'fastify';
 import auth from '../../plugins/auth.js';
 import deprecation from '../../plugins/deprecation.js';
-import { notFoundHandler } from '../../plugins/error-handler.js';
+import { notFoundHandler } from '../../errors.js';
 import rateLimit, { type RateLimitOptions } from '../../plugins/rate-limit/index.js';
 import pets from './pets.js';
 

@@ -1,0 +1,41 @@
+import { STATUS_CODES } from 'node:http';
+import type { Duplex } from 'node:stream';
+import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
+import { sendError } from '../errors.js';
+import type { ErrorCode } from '../schemas/error.js';
+import { SECURITY_HEADERS } from './security-headers.js';
+
+/**
+ * Requests Node cannot even parse (oversized headers, malformed request lines, a header timeout)
+ * never reach a route; they get the same Error body on a raw socket, and the connection closes.
+ */
+export function clientErrorHandler(error: Error & { code?: string }, socket: Duplex) {
+  // A client with output still queued is not reading: an answer would never leave, so waiting
+  // to flush it would keep the connection open for ever.
+  if (error.code === 'ECONNRESET' || !socket.writable || socket.writableLength > 0) {
+    socket.destroy();
+    return;
+  }
+  const [status, code, message]: [number, ErrorCode, string] =
+    error.code === 'HPE_HEADER_OVERFLOW'
+      ? [431, 'headers_too_large', 'Request headers are larger than the limit (16 KiB)']
+      : error.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+        ? [408, 'request_timeout', 'The request took too long to arrive']
+        : [400, 'bad_request', 'Malformed HTTP request'];
+  const body = JSON.stringify({ code, message, status });
+  const headers = Object.entries(SECURITY_HEADERS).map(([name, value]) => `${name}: ${value}\r\n`);
+  socket.end(
+    `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nConnection: close\r\nContent-Type: application/json; charset=utf-8\r\n` +
+      `${headers.join('')}Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+  );
+  setTimeout(() => socket.destroy(), 1_000).unref();
+}
+
+/**
+ * What the router refuses before any route or hook (a request target that is no path at all,
+ * such as `*` or `http:x`): answered as an Error, never with the framework's own body, which
+ * would echo the URL. Malformed paths and long parameters do not get here (see app.ts).
+ */
+export function frameworkErrors(_error: FastifyError, _request: FastifyRequest, reply: FastifyReply) {
+  sendError(reply.headers(SECURITY_HEADERS), 400, 'bad_request', 'The request target is not a valid URL path');
+}
