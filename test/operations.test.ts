@@ -1,3 +1,4 @@
+import { buildMetricsServer } from '../src/metrics-server.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildTestApp, eventually, POSTGRES_URL, REDIS_URL, type TestApp } from './helpers.js';
 
@@ -9,7 +10,7 @@ describe('Prometheus metrics', () => {
   afterAll(() => t.close());
 
   const scrape = async () => {
-    const response = await t.app.metrics.server.inject('/metrics');
+    const response = await buildMetricsServer(t.app.metricsRegistry).inject('/metrics');
     expect(response.statusCode).toBe(200);
     expect(response.headers['content-type']).toMatch(/^text\/plain/);
     return response.body;

@@ -1,8 +1,11 @@
+import { once } from 'node:events';
 import { mkdtemp, rm } from 'node:fs/promises';
+import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { developmentKey, run, startServer } from './helpers.js';
+import { freePort } from './support/free-port.js';
 
 let dataDir: string;
 beforeAll(async () => {
@@ -23,6 +26,27 @@ describe('the server process', () => {
       expect(stdout).toBe('');
       expect(stderr.trim().split('\n')).toHaveLength(1);
       expect(stderr).toContain(name);
+    }
+  });
+
+  it('stops before serving anything, with one line naming the setting, when a port is taken', async () => {
+    const taken = createServer().listen(0, '127.0.0.1');
+    await once(taken, 'listening');
+    const port = String((taken.address() as AddressInfo).port);
+    try {
+      for (const [setting, env] of [
+        ['METRICS_PORT', { PORT: String(await freePort()), METRICS_PORT: port }],
+        ['PORT', { PORT: port, METRICS_PORT: '0' }],
+      ] as const) {
+        const { code, stdout, stderr } = await run(['src/server.ts'], { DATA_DIR: 'memory://', DATABASE_URL: '', ...env });
+        expect(code).toBe(1);
+        expect(stderr.trim().split('\n'), stderr).toHaveLength(1);
+        expect(stderr).toContain(`Set ${setting} to a free port`);
+        expect(stdout).not.toContain('Server listening');
+        expect(stdout).not.toContain('psk_');
+      }
+    } finally {
+      taken.close();
     }
   });
 

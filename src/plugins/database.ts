@@ -33,7 +33,7 @@ export default fp<Parameters<typeof openDatabase>[0]>(
         name: 'db_pool_connections',
         help: 'PostgreSQL pool connections in use and idle, and requests waiting for one',
         labelNames: ['state'] as const,
-        registers: [app.metrics.registry],
+        registers: [app.metricsRegistry],
         collect() {
           const { total, idle, waiting } = stats();
           this.set({ state: 'in_use' }, total - idle);

@@ -1,14 +1,10 @@
-import Fastify from 'fastify';
 import fp from 'fastify-plugin';
 import { collectDefaultMetrics, Histogram, Registry } from 'prom-client';
 
 declare module 'fastify' {
   interface FastifyInstance {
-    metrics: {
-      registry: Registry;
-      /** Serves GET /metrics apart from the API: not public, not authenticated, not rate limited. */
-      server: FastifyInstance;
-    };
+    /** Where every plugin registers its metrics; served by the metrics server (metrics-server.ts). */
+    metricsRegistry: Registry;
   }
 }
 
@@ -34,11 +30,7 @@ export default fp(
       requests.observe({ method: request.method, route, status_code: reply.statusCode }, reply.elapsedTime / 1000);
       done();
     });
-
-    const server = Fastify({ logger: false });
-    server.get('/metrics', async (_request, reply) => reply.type(registry.contentType).send(await registry.metrics()));
-    app.decorate('metrics', { registry, server });
-    app.addHook('onClose', () => server.close());
+    app.decorate('metricsRegistry', registry);
   },
   { name: 'metrics' },
 );

@@ -55,14 +55,14 @@ export default fp<RateLimitOptions>(
       name: 'rate_limit_decisions_total',
       help: 'Rate-limit decisions: allowed, limited (429 rate_limited) and banned (429 api_key_banned)',
       labelNames: ['outcome'] as const,
-      registers: [app.metrics.registry],
+      registers: [app.metricsRegistry],
     });
     if (store instanceof FallbackStore) {
       const fallback = store;
       new Gauge({
         name: 'rate_limit_redis_fallback',
         help: '1 while Redis is unreachable and this instance limits from its own memory',
-        registers: [app.metrics.registry],
+        registers: [app.metricsRegistry],
         collect() {
           this.set(fallback.degraded ? 1 : 0);
         },
