@@ -1,19 +1,22 @@
 import type { FastifySchemaCompiler, FastifySchemaValidationError } from 'fastify';
-import type { TObject, TSchema } from '@sinclair/typebox';
+import type { TSchema } from '@sinclair/typebox';
 import { TypeCompiler } from '@sinclair/typebox/compiler';
-
-/** Only a plain decimal integer converts: "1.5", "1e3", " 1" and "007" stay strings and fail. */
-const DECIMAL_INTEGER = /^-?(0|[1-9][0-9]*)$/;
+import { Value } from '@sinclair/typebox/value';
 
 /**
- * Validates with TypeBox's compiled checks. JSON bodies are checked exactly as sent (no
- * coercion). Query and path parameters are strings on the wire: integer fields are converted
- * when they are written as decimal integers, and missing fields take their schema defaults.
- * A schema's `x-error-message` (an OpenAPI extension, so the document stays valid) replaces TypeBox's wording.
+ * Validates with TypeBox's compiled checks, as @fastify/type-provider-typebox's compiler does,
+ * with two rules on top. JSON bodies are checked exactly as sent (no coercion); query and path
+ * parameters, strings on the wire, are converted by TypeBox to the schema's types and take its
+ * defaults, but only strictly (see keepStrict). A schema's `x-error-message` (an OpenAPI
+ * extension, so the document stays valid) replaces TypeBox's wording.
  */
 export const validatorCompiler: FastifySchemaCompiler<TSchema> = ({ schema, httpPart }) => {
   const check = TypeCompiler.Compile(schema);
-  const fromWire = httpPart === 'body' ? (input: unknown) => input : wireConverter(schema as TObject);
+  // TypeBox converts in place, so it converts a copy and the wire text stays there to compare.
+  const fromWire =
+    httpPart === 'body'
+      ? (input: unknown) => input
+      : (input: unknown) => Value.Default(schema, keepStrict(input, Value.Convert(schema, Value.Clone(input))));
   return (input) => {
     const value = fromWire(input);
     if (check.Check(value)) return { value };
@@ -29,20 +32,22 @@ export const validatorCompiler: FastifySchemaCompiler<TSchema> = ({ schema, http
   };
 };
 
-function wireConverter(schema: TObject) {
-  const fields = Object.entries(schema.properties ?? {});
-  const integers = fields.filter(([, field]) => field.type === 'integer').map(([name]) => name);
-  const defaults = fields.filter(([, field]) => field.default !== undefined);
-  return (input: unknown) => {
-    const value = { ...(input as Record<string, unknown>) };
-    for (const name of integers) {
-      const raw = value[name];
-      if (typeof raw === 'string' && DECIMAL_INTEGER.test(raw)) value[name] = Number(raw);
-    }
-    for (const [name, field] of defaults) value[name] ??= field.default;
-    return value;
-  };
+/**
+ * Keeps a converted parameter only where its text on the wire is exactly how the converted value
+ * is written: `7` and `true` convert, while `007`, `1e3`, ` 1` and `1.5` for an integer, or `1`
+ * for a boolean, stay strings and fail validation rather than being read loosely (TypeBox alone
+ * would read `1.5` as 1). Walks objects and arrays, so it holds for any shape of parameters.
+ */
+function keepStrict(wire: unknown, converted: unknown): unknown {
+  if (typeof wire === 'string') return typeof converted !== 'string' && String(converted) !== wire ? wire : converted;
+  if (Array.isArray(wire) && Array.isArray(converted)) return converted.map((item, index) => keepStrict(wire[index], item));
+  if (isRecord(wire) && isRecord(converted)) {
+    for (const key of Object.keys(converted)) converted[key] = keepStrict(wire[key], converted[key]);
+  }
+  return converted;
 }
+
+const isRecord = (value: unknown): value is Record<string, unknown> => typeof value === 'object' && value !== null && !Array.isArray(value);
 
 /** "body/name must be ...": the part of the request, the field, and what it must be. */
 export function formatValidationError(errors: FastifySchemaValidationError[], dataVar: string): Error {
