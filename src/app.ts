@@ -1,17 +1,18 @@
 import { randomUUID } from 'node:crypto';
-import Fastify, { LogController, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import Fastify, { type FastifyInstance } from 'fastify';
 import pino, { type DestinationStream } from 'pino';
 import { trustedProxies, type Config } from './config.js';
-import database from './plugins/database.js';
-import { sendError } from './errors.js';
 import { clientErrorHandler, frameworkErrors } from './http/client-errors.js';
 import { escapeMalformedPath } from './http/malformed-url.js';
+import { RequestLog } from './http/request-log.js';
 import { SECURITY_HEADERS } from './http/security-headers.js';
+import database from './plugins/database.js';
 import errorHandler from './plugins/error-handler.js';
 import health from './plugins/health.js';
 import loadShedding from './plugins/load-shedding.js';
 import metrics from './plugins/metrics.js';
 import openapi from './plugins/openapi.js';
+import shutdown from './plugins/shutdown.js';
 import v1, { API_PREFIX } from './routes/v1/index.js';
 import { formatValidationError, validatorCompiler } from './validation.js';
 
@@ -28,23 +29,6 @@ export interface AppDependencies {
   logStream?: DestinationStream;
 }
 
-/** One line per request, when it completes, with what an operator needs to find it again. */
-class RequestLog extends LogController {
-  override incomingRequest() {}
-
-  override requestCompleted(error: Error | null | undefined, request: FastifyRequest, reply: FastifyReply) {
-    const line = {
-      method: request.method,
-      route: request.routeOptions.url,
-      status: reply.statusCode,
-      ms: reply.elapsedTime,
-      keyId: request.apiKey?.id,
-    };
-    if (error) reply.log.error({ ...line, err: error }, 'request failed');
-    else reply.log.info(line, 'request');
-  }
-}
-
 /** 16 KiB is far more than any NewPet needs and small enough that no body can pin memory. */
 const BODY_LIMIT = 16 * 1024;
 
@@ -54,6 +38,13 @@ const BODY_LIMIT = 16 * 1024;
  * any hook runs, where validation gives the usual 400.
  */
 const MAX_PARAM_LENGTH = 16 * 1024;
+
+/**
+ * Idle keep-alive connections close after this long. A proxy in front must let go of its idle
+ * upstream connections sooner (deploy/nginx.conf.template: 4 s), or it may send a request down
+ * a connection the service is closing.
+ */
+const KEEP_ALIVE_TIMEOUT_MS = 5_000;
 
 /** Builds the whole service from its configuration: the server and the tests build it alike. */
 export async function buildApp(config: Config, deps: AppDependencies = {}): Promise<FastifyInstance> {
@@ -81,7 +72,7 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
     },
     requestTimeout: config.REQUEST_TIMEOUT_MS,
     connectionTimeout: config.IDLE_TIMEOUT_MS,
-    keepAliveTimeout: 5_000,
+    keepAliveTimeout: KEEP_ALIVE_TIMEOUT_MS,
     clientErrorHandler,
     rewriteUrl: escapeMalformedPath,
     frameworkErrors,
@@ -95,26 +86,10 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
   });
   app.server.maxConnections = config.MAX_CONNECTIONS;
   app.addHook('onClose', async () => stdout?.flushSync());
-  let closing = false;
-  app.addHook('preClose', async () => {
-    closing = true;
-  });
-  // These two run on every request, so they are callback hooks: no promise each time.
+  // A callback hook: it runs on every request, and needs no promise.
   app.addHook('onRequest', (_request, reply, done) => {
     reply.headers(SECURITY_HEADERS);
-    // Shutting down (SIGTERM): in-flight requests finish, new ones are refused before any work,
-    // and Fastify has already set Connection: close on them.
-    if (closing) {
-      sendError(reply.header('retry-after', '5'), 503, 'service_unavailable', 'The server is shutting down; retry later');
-      return;
-    }
     done();
-  });
-  // Requests in flight when closing began end their connections too: otherwise each would sit
-  // idle until its keep-alive timeout and hold up the close (and the exit) that long.
-  app.addHook('onSend', (_request, reply, payload, done) => {
-    if (closing) reply.header('connection', 'close');
-    done(null, payload);
   });
   app.setValidatorCompiler(validatorCompiler);
   // JSON is the only media type the API reads; anything else is a 415.
@@ -122,13 +97,14 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
   app.decorate('config', config);
 
   await app.register(errorHandler);
+  await app.register(shutdown);
   await app.register(metrics);
   await app.register(database, config);
   await app.register(loadShedding, {
     maxEventLoopDelayMs: config.LOAD_SHED_EVENT_LOOP_DELAY_MS,
     maxPoolWaiting: config.LOAD_SHED_POOL_WAITING,
   });
-  await app.register(openapi, { publicBaseUrl: config.PUBLIC_BASE_URL });
+  await app.register(openapi, { publicBaseUrl: config.PUBLIC_BASE_URL, apiPrefix: API_PREFIX });
   await app.register(health);
   await app.register(v1, {
     prefix: API_PREFIX,

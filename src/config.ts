@@ -13,7 +13,6 @@ export const ConfigSchema = Type.Object({
     ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].map((level) => Type.Literal(level)),
     { default: 'info' },
   ),
-  NODE_ENV: Type.String({ default: 'development' }),
   /** Shared rate-limit counters for several instances; unset, each instance counts alone. */
   REDIS_URL: Type.Optional(Type.String({ pattern: '^rediss?://' })),
   /** Prefix of every Redis key, so several deployments can share one Redis. */
@@ -40,8 +39,6 @@ export const ConfigSchema = Type.Object({
   LOAD_SHED_EVENT_LOOP_DELAY_MS: Type.Integer({ minimum: 1, default: 1000 }),
   /** ...or when more requests than this wait for a database connection. */
   LOAD_SHED_POOL_WAITING: Type.Integer({ minimum: 1, default: 100 }),
-  /** When GET /v1/pets/{petId} was deprecated: the 1.0.0 release. */
-  PETS_GET_DEPRECATED_AT: Type.String({ default: '2025-12-05T00:00:00Z' }),
 });
 
 export type Config = Omit<Static<typeof ConfigSchema>, 'PUBLIC_BASE_URL'> & { PUBLIC_BASE_URL: string };
@@ -62,9 +59,6 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     throw new ConfigError(`Invalid ${name}=${JSON.stringify(env[name] ?? '')}: ${error.message}`);
   }
   const config = values as Static<typeof ConfigSchema>;
-  if (Number.isNaN(Date.parse(config.PETS_GET_DEPRECATED_AT))) {
-    throw new ConfigError(`Invalid PETS_GET_DEPRECATED_AT=${JSON.stringify(config.PETS_GET_DEPRECATED_AT)}: expected an ISO 8601 date-time`);
-  }
   const badProxy = trustedProxies(config.TRUST_PROXY).find((entry) => !isAddressOrCidr(entry));
   if (badProxy !== undefined) {
     throw new ConfigError(`Invalid TRUST_PROXY=${JSON.stringify(config.TRUST_PROXY)}: ${JSON.stringify(badProxy)} is not an IP address or CIDR`);

@@ -25,7 +25,6 @@ describe('configuration', () => {
     ['TRUST_PROXY', '10.0.0.0/33'],
     ['TRUST_PROXY', 'proxy.example.com'],
     ['REDIS_URL', 'http://redis'],
-    ['PETS_GET_DEPRECATED_AT', 'yesterday'],
     ['RATE_LIMIT_BAN_SECONDS', '0'],
   ])('refuses %s=%s with a message naming it', (name, value) => {
     expect(() => loadConfig({ [name]: value })).toThrow(name);

@@ -6,7 +6,7 @@ let clock = Date.parse('2026-11-22T00:00:00Z');
 let t: TestApp;
 
 beforeAll(async () => {
-  t = await buildTestApp({ PETS_GET_DEPRECATED_AT: '2025-12-05T00:00:00Z' }, { now: () => clock });
+  t = await buildTestApp({}, { now: () => clock });
 });
 afterAll(() => t.close());
 

@@ -17,7 +17,7 @@ it('a failure inside the service is a 500 Error that leaks nothing, logged with 
     const body = response.json();
     expect(body).toEqual({ code: 'internal_error', message: expect.any(String), status: 500 });
     expect(body.message).not.toMatch(/pets|relation|select|at .*\.ts/i);
-    const logged = t.logs.entries().find((entry) => entry.msg === 'request failed');
+    const logged = t.logs.entries().find((entry) => entry.msg === 'unexpected error');
     expect(logged).toBeDefined();
     expect(body.message).toContain(String(logged!.reqId));
     expect(JSON.stringify(logged!.err)).toMatch(/pets/);

@@ -22,7 +22,8 @@ declare module 'fastify' {
 /**
  * Any route whose config names a deprecation announces it on every response and is gone after
  * its sunset. The clock is injectable so the sunset can be tested. Registered after auth and
- * rate limiting, so that the responses they add are documented with these headers too.
+ * rate limiting (its dependencies), so that the responses they add are documented with these
+ * headers too.
  */
 export default fp<{ now: () => number }>(
   async function deprecation(app, { now }) {
@@ -61,5 +62,5 @@ export default fp<{ now: () => number }>(
       ];
     });
   },
-  { name: 'deprecation' },
+  { name: 'deprecation', dependencies: ['auth', 'rate-limit'] },
 );

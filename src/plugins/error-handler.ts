@@ -52,7 +52,7 @@ export default fp(
       const code = CODE_BY_STATUS[status];
       if (status < 500 && code) return sendError(reply, status, code, error.message);
 
-      request.log.error({ err: error }, 'request failed');
+      request.log.error({ err: error }, 'unexpected error');
       return sendError(reply, 500, 'internal_error', `Internal server error; quote request id ${request.id}`);
     });
 

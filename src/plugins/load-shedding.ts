@@ -10,14 +10,14 @@ export interface LoadSheddingOptions {
 /** How long an overloaded instance asks clients to wait. */
 const RETRY_AFTER_SECONDS = 5;
 
+/** Route config that keeps a route answering under pressure. */
+export const ALWAYS_ANSWER = { pressureHandler: () => undefined };
+
 /**
  * Under overload (a lagging event loop, or too many requests queued for a database connection)
  * every request is answered at once with 503 and Retry-After, instead of waiting longer and
  * longer. A route can opt out through its config (liveness must stay up).
  */
-/** Route config that keeps a route answering under pressure. */
-export const ALWAYS_ANSWER = { pressureHandler: () => undefined };
-
 export default fp<LoadSheddingOptions>(
   async function loadShedding(app, { maxEventLoopDelayMs, maxPoolWaiting }) {
     await app.register(underPressure, {

@@ -1,15 +1,14 @@
 import fp from 'fastify-plugin';
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
-import { API_PREFIX } from '../routes/v1/index.js';
 import { SECURITY_SCHEME } from './auth.js';
 
 /**
  * The OpenAPI document is generated from the route schemas themselves; it lists the /v1
- * operations relative to the public base URL, as the interface does.
+ * operations (those under apiPrefix) relative to the public base URL, as the interface does.
  */
-export default fp<{ publicBaseUrl: string }>(
-  async function openapi(app, { publicBaseUrl }) {
+export default fp<{ publicBaseUrl: string; apiPrefix: string }>(
+  async function openapi(app, { publicBaseUrl, apiPrefix }) {
     await app.register(swagger, {
       openapi: {
         openapi: '3.0.3',
@@ -33,8 +32,8 @@ export default fp<{ publicBaseUrl: string }>(
         },
       },
       transform: ({ schema, url }) => ({
-        schema: url.startsWith(`${API_PREFIX}/`) ? schema : { ...schema, hide: true },
-        url: url.slice(API_PREFIX.length),
+        schema: url.startsWith(`${apiPrefix}/`) ? schema : { ...schema, hide: true },
+        url: url.slice(apiPrefix.length),
       }),
     });
     await app.register(swaggerUi, { routePrefix: '/docs' });

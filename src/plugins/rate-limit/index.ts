@@ -18,12 +18,6 @@ export interface RateLimitOptions {
   now: () => number;
 }
 
-declare module 'fastify' {
-  interface FastifyInstance {
-    rateLimitStore: RateLimitStore;
-  }
-}
-
 /** Callers without a valid key are limited by address, as the Free plan, so keys cannot be guessed at speed. */
 const ANONYMOUS: Limits = PLAN_LIMITS.free;
 
@@ -50,7 +44,6 @@ export default fp<RateLimitOptions>(
       await redis.connect().catch((error) => app.log.warn({ err: error }, 'rate limiting: Redis unreachable at start'));
       store = new FallbackStore(redis, memory, app.log);
     }
-    app.decorate('rateLimitStore', store);
     const decisions = new Counter({
       name: 'rate_limit_decisions_total',
       help: 'Rate-limit decisions: allowed, limited (429 rate_limited) and banned (429 api_key_banned)',

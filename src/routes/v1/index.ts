@@ -7,16 +7,19 @@ import pets from './pets.js';
 
 export const API_PREFIX = '/v1';
 
-/**
- * Everything under /v1: auth identifies the caller, the rate limiter counts every request
- * (unknown paths too, through this context's own not-found handler), then the operations.
- */
 export interface V1Options {
   /** The clock of rate limiting and deprecation, in ms since the epoch. */
   now: () => number;
   rateLimit: Omit<RateLimitOptions, 'now'>;
 }
 
+/**
+ * Everything under /v1: auth identifies the caller, the rate limiter counts every request
+ * (unknown paths too, through this context's own not-found handler), then the operations.
+ * Auth, rate limiting and deprecation each add to the documentation of every route as it is
+ * declared (onRoute), in this order, which their plugin dependencies enforce: the limiter's
+ * headers go on auth's 401, and deprecation's headers on both.
+ */
 const v1: FastifyPluginAsync<V1Options> = async (app, { now, rateLimit: limits }) => {
   await app.register(auth);
   await app.register(rateLimit, { ...limits, now });

@@ -5,6 +5,8 @@ import { decodeCursor, encodeCursor } from '../../pagination.js';
 import { ErrorBody } from '../../schemas/error.js';
 import { ListPetsQuery, NewPet, Pet, PetParams, Pets } from '../../schemas/pet.js';
 
+/** The interface deprecates getPet with the 1.0.0 release and removes it on 5 December 2030. */
+const DEPRECATED_AT = new Date('2025-12-05T00:00:00Z');
 const SUNSET = new Date('2030-12-05T00:00:00Z');
 
 const pets: FastifyPluginAsyncTypebox = async (app) => {
@@ -73,7 +75,7 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
       },
       config: {
         deprecation: {
-          deprecatedAt: new Date(app.config.PETS_GET_DEPRECATED_AT),
+          deprecatedAt: DEPRECATED_AT,
           sunset: SUNSET,
           successor: `${base}/pets`,
           documentation: `${base}/openapi.json#/paths/~1pets~1{petId}/get`,
