@@ -1,8 +1,7 @@
 import { randomUUID } from 'node:crypto';
-import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MemoryStore } from '../src/plugins/rate-limit/memory-store.js';
-import { buildTestApp, eventually, POSTGRES_URL, REDIS_URL, startRedis, startServer, createTestDatabase, type TestApp } from './helpers.js';
+import { buildTestApp, eventually, POSTGRES_URL, REDIS_URL, startServer, createTestDatabase, type TestApp } from './helpers.js';
 
 const MINUTE = 60_000;
 const DAY = 86_400_000;
@@ -177,9 +176,11 @@ describe.each(stores)('rate limiting with the $name store', (store) => {
 
     it('does not limit health and readiness', async () => {
       for (let i = 0; i < 100; i++) {
-        const response = await get('/healthz');
-        expect(response.statusCode).toBe(200);
-        expect(response.headers['x-ratelimit-limit']).toBeUndefined();
+        for (const path of ['/healthz', '/readyz']) {
+          const response = await get(path);
+          expect(response.statusCode, path).toBe(200);
+          expect(response.headers['x-ratelimit-limit']).toBeUndefined();
+        }
       }
     });
   });
@@ -222,10 +223,7 @@ describe.skipIf(!REDIS_URL || !POSTGRES_URL)('several instances sharing Redis', 
     try {
       const { key } = await (await import('../src/repositories/api-keys.js')).createApiKeysRepository(database.db).create({ plan: 'free' });
       const headers = { authorization: `Bearer ${key}` };
-      const known = await Promise.all(
-        servers.map((server) => eventually(async () => (await fetch(`${server.origin}/healthz`)).ok)),
-      );
-      expect(known).toHaveLength(3);
+      await Promise.all(servers.map((server) => eventually(async () => (await fetch(`${server.origin}/healthz`)).ok)));
       // Wait for the key to reach every instance through NOTIFY without spending it: keyring checks cost nothing.
       await new Promise((resolve) => setTimeout(resolve, 500));
       // All 100 requests must fall in one minute window.
@@ -238,34 +236,6 @@ describe.skipIf(!REDIS_URL || !POSTGRES_URL)('several instances sharing Redis', 
     } finally {
       await Promise.all(servers.map((server) => server.stop()));
       await database.drop();
-    }
-  });
-});
-
-describe.skipIf(!REDIS_URL)('Redis going away and coming back', () => {
-  it('keeps serving from memory without a 5xx, then counts in Redis again', async () => {
-    const redis = await startRedis();
-    const prefix = `test:${randomUUID()}:`;
-    const t = await buildTestApp({ REDIS_URL: redis.url, REDIS_KEY_PREFIX: prefix });
-    const probe = new Redis(redis.url, { maxRetriesPerRequest: 0 });
-    probe.on('error', () => {});
-    try {
-      const statusOf = async () => (await t.app.inject({ url: '/v1/pets', headers: t.auth })).statusCode;
-      expect(await statusOf()).toBe(200);
-      expect(await probe.keys(`${prefix}*`)).not.toHaveLength(0);
-
-      await redis.stop();
-      for (let i = 0; i < 20; i++) expect(await statusOf()).toBe(200);
-      const warnings = t.logs.entries().filter((entry) => String(entry.msg).includes('Redis unreachable'));
-      expect(warnings).toHaveLength(1);
-
-      await redis.start();
-      await eventually(async () => (await statusOf()) === 200 && t.logs.lines.some((line) => line.includes('Redis is back')), 15_000);
-      await eventually(async () => (await probe.keys(`${prefix}*`)).length > 0, 5_000);
-    } finally {
-      probe.disconnect();
-      await t.close();
-      await redis.stop();
     }
   });
 });
