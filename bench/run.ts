@@ -104,7 +104,12 @@ function findProblems(rows: RowResult[], memory: MemoryResult, exitCodes: Map<st
 }
 
 /** URLs may carry credentials; they stay out of the results. */
-const withoutUrls = ({ postgresUrl: _postgres, redisUrl: _redis, ...rest }: BenchOptions) => rest;
+const withoutUrls = (options: BenchOptions) => {
+  const { postgresUrl, redisUrl, ...rest } = options;
+  void postgresUrl;
+  void redisUrl;
+  return rest;
+};
 
 const commit = () => {
   try {

@@ -171,13 +171,13 @@ export async function startServer(env: Record<string, string>): Promise<ServerPr
   const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
   const origin = await new Promise<string>((resolve, reject) => {
     const onData = (chunk: Buffer) => {
-      output += chunk;
+      output += chunk.toString();
       const match = output.match(/Server listening at (http:\/\/127\.0\.0\.1:\d+)/);
       if (match) resolve(match[1]!);
     };
     child.stdout.on('data', onData);
     child.stderr.on('data', onData);
-    exited.then((code) => reject(new Error(`server exited with ${code} before listening:\n${output}`)));
+    void exited.then((code) => reject(new Error(`server exited with ${code} before listening:\n${output}`)));
   });
   return {
     origin,

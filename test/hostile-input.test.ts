@@ -172,7 +172,7 @@ function raw(request: string | Buffer): Promise<{ status: number; headers: Recor
   return new Promise((resolve, reject) => {
     const socket = connect(port, '127.0.0.1');
     let received = '';
-    socket.on('data', (chunk) => (received += chunk));
+    socket.on('data', (chunk: Buffer) => (received += chunk.toString()));
     // Refusing a request it has not read to the end, the server may reset the connection right
     // after its answer (Node 24 does when megabytes are still arriving): the answer still counts.
     socket.on('error', (error) => received || reject(error));

@@ -92,7 +92,7 @@ it('documents the rate-limit headers on every response, and the 429 with Retry-A
   for (const [path, method] of [['/pets', 'get'], ['/pets', 'post'], ['/pets/{petId}', 'get']] as const) {
     const { responses } = document.paths[path][method];
     expect(responses['429'].headers['retry-after']).toBeDefined();
-    for (const [status, response] of Object.entries(responses) as Array<[string, { headers: object }]>) {
+    for (const [status, response] of Object.entries<{ headers: object }>(responses)) {
       expect(Object.keys(response.headers), `${method} ${path} ${status}`).toEqual(
         expect.arrayContaining(['x-ratelimit-limit', 'x-ratelimit-remaining', 'x-ratelimit-reset', 'ratelimit-policy', 'ratelimit']),
       );

@@ -27,7 +27,7 @@ async function open() {
   const socket = connect(port, '127.0.0.1');
   await new Promise((resolve) => socket.once('connect', resolve));
   const client = { socket, received: '', closedAt: undefined as number | undefined, openedAt: Date.now() };
-  socket.on('data', (chunk) => (client.received += chunk));
+  socket.on('data', (chunk: Buffer) => (client.received += chunk.toString()));
   socket.on('error', () => {});
   socket.on('close', () => (client.closedAt = Date.now()));
   return client;

@@ -39,7 +39,7 @@ function parse(argv: string[]): Command {
   try {
     parsed = parseArgs({ args: rest, options, allowPositionals: true, strict: true });
   } catch (error) {
-    throw new UsageError((error as Error).message.split('\n')[0]!);
+    throw new UsageError((error as Error).message.split('\n')[0]);
   }
   const { values, positionals } = parsed;
   const allowed: Record<Command['name'], string[]> = { create: ['plan', 'name', 'per-minute', 'per-day'], list: ['json'], revoke: [] };
@@ -121,6 +121,6 @@ try {
   }
 } catch (error) {
   const expected = error instanceof ConfigError || error instanceof DataDirInUseError;
-  console.error(`keys: ${expected ? (error as Error).message : `failed: ${(error as Error).message}`}`);
+  console.error(`keys: ${expected ? error.message : `failed: ${(error as Error).message}`}`);
   process.exitCode = 1;
 }

@@ -21,9 +21,12 @@ export async function createPgliteDatabase(dataDir: string): Promise<Database> {
   }
   // PGlite has no autovacuum, so nothing would ever gather planner statistics: without them a
   // status-filtered page sorts every matching row (about 7x slower at 10,000 pets).
-  const analyze = () => db.query('ANALYZE').catch(() => {});
+  const analyze = () => db.query('ANALYZE').then(
+    () => {},
+    () => {},
+  );
   await analyze();
-  const maintenance = setInterval(analyze, ANALYZE_EVERY_MS).unref();
+  const maintenance = setInterval(() => void analyze(), ANALYZE_EVERY_MS).unref();
   return {
     kind: 'pglite',
     query: queryOn(db),

@@ -2,11 +2,8 @@ import pg from 'pg';
 import { DatabaseUnavailableError, type Database, type Statement, type Transaction } from './database.js';
 
 // Identifiers are bigint; every value the API stores fits in 2^53 - 1, so a JS number is exact.
-const parseInt8 = (value: string) => Number(value);
-const types = {
-  getTypeParser: ((oid: number, format?: string) =>
-    oid === pg.types.builtins.INT8 ? parseInt8 : pg.types.getTypeParser(oid, format as 'text')) as typeof pg.types.getTypeParser,
-};
+const types = new pg.TypeOverrides();
+types.setTypeParser(pg.types.builtins.INT8, Number);
 
 export interface PostgresOptions {
   connectionString: string;
@@ -53,7 +50,7 @@ async function run<Row>(
   statement: Statement | string,
   params: readonly unknown[] = [],
 ): Promise<Row[]> {
-  const { name, text, rowMode } = typeof statement === 'string' ? { text: statement } : (statement as Statement);
+  const { name, text, rowMode }: Statement = typeof statement === 'string' ? { text: statement } : statement;
   try {
     const result = await target.query<Row & pg.QueryResultRow>({ name, text, rowMode, values: params as unknown[] } as pg.QueryConfig);
     return result.rows;

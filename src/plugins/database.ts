@@ -28,7 +28,7 @@ export default fp<Parameters<typeof openDatabase>[0]>(
     }
     app.decorate('db', db);
     if (db.poolStats) {
-      const stats = db.poolStats;
+      const stats = db.poolStats.bind(db);
       new Gauge({
         name: 'db_pool_connections',
         help: 'PostgreSQL pool connections in use and idle, and requests waiting for one',

@@ -44,8 +44,8 @@ export const PRIVATE_POSTGRES_AVAILABLE = BIN_DIR !== undefined && USER !== null
 async function exec(command: string, args: string[], cwd: string): Promise<void> {
   const child = spawn(join(BIN_DIR!, command), args, { cwd, stdio: ['ignore', 'pipe', 'pipe'], ...(USER ?? {}) });
   let output = '';
-  child.stdout!.on('data', (chunk) => (output += chunk));
-  child.stderr!.on('data', (chunk) => (output += chunk));
+  child.stdout.on('data', (chunk) => (output += chunk));
+  child.stderr.on('data', (chunk) => (output += chunk));
   const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
   if (code !== 0) throw new Error(`${command} exited with ${code}:\n${output}`);
 }
@@ -114,8 +114,8 @@ export async function startPostgresServer(): Promise<PostgresServer> {
     const args = ['-D', dataDir, '-p', String(port), '-k', dir, ...settings.flatMap((setting) => ['-c', setting])];
     const started = spawn(join(BIN_DIR!, 'postgres'), args, { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'], ...(USER ?? {}) });
     child = started;
-    started.stdout!.on('data', (chunk) => (output += chunk));
-    started.stderr!.on('data', (chunk) => (output += chunk));
+    started.stdout.on('data', (chunk) => (output += chunk));
+    started.stderr.on('data', (chunk) => (output += chunk));
     exited = new Promise((resolve) => started.once('exit', resolve));
     let gone = false;
     void exited.then(() => {
@@ -132,7 +132,7 @@ export async function startPostgresServer(): Promise<PostgresServer> {
         await client.query('SELECT 1');
         return;
       } catch (error) {
-        if (Date.now() > deadline) throw new Error(`postgres did not accept connections within 30 s: ${error}\n${output}`);
+        if (Date.now() > deadline) throw new Error(`postgres did not accept connections within 30 s\n${output}`, { cause: error });
         await new Promise((resolve) => setTimeout(resolve, 100));
       } finally {
         await client.end().catch(() => {});

@@ -1,0 +1,36 @@
+// ESLint: the recommended rules of ESLint and typescript-eslint's type-checked set, on all code
+// of the project (the service, its tests, the benchmark and CI scripts). `npm run lint`.
+import js from '@eslint/js';
+import globals from 'globals';
+import tseslint from 'typescript-eslint';
+
+export default tseslint.config(
+  { ignores: ['dist/', 'coverage/', 'node_modules/', 'bench/results/'] },
+  js.configs.recommended,
+  tseslint.configs.recommendedTypeChecked,
+  {
+    languageOptions: {
+      globals: globals.node,
+      // The project that type-checks src, test and bench together (npm run typecheck).
+      parserOptions: { project: './tsconfig.check.json', tsconfigRootDir: import.meta.dirname },
+    },
+  },
+  {
+    rules: {
+      // Fastify plugins, hooks and handlers are async by contract, whether or not they await.
+      '@typescript-eslint/require-await': 'off',
+    },
+  },
+  {
+    // Tests read whatever JSON came back (response.json() is any), on purpose.
+    files: ['test/**/*.ts'],
+    rules: {
+      '@typescript-eslint/no-unsafe-argument': 'off',
+      '@typescript-eslint/no-unsafe-assignment': 'off',
+      '@typescript-eslint/no-unsafe-call': 'off',
+      '@typescript-eslint/no-unsafe-member-access': 'off',
+      '@typescript-eslint/no-unsafe-return': 'off',
+    },
+  },
+  { files: ['**/*.js', '**/*.mjs'], extends: [tseslint.configs.disableTypeChecked] },
+);
