@@ -1,6 +1,7 @@
 import { parseArgs } from 'node:util';
 import { ConfigError, loadConfig } from '../config.js';
-import { DataDirInUseError, openDatabase } from '../db/database.js';
+import { DataDirInUseError } from '../db/database.js';
+import { openDatabase } from '../db/open.js';
 import { migrate } from '../db/migrate.js';
 import { isPlan, PLANS, type Limits } from '../plans.js';
 import { createApiKeysRepository, type ApiKeysRepository, type NewApiKey } from '../repositories/api-keys.js';

@@ -1,5 +1,5 @@
 import { ConfigError, loadConfig } from '../config.js';
-import { openDatabase } from '../db/database.js';
+import { openDatabase } from '../db/open.js';
 import { migrate } from '../db/migrate.js';
 
 /** `npm run migrate`: the one-shot migration step to run before a rollout. */

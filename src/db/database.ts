@@ -43,13 +43,3 @@ export class DatabaseUnavailableError extends Error {
 
 /** Another process holds the embedded database's directory. */
 export class DataDirInUseError extends Error {}
-
-/** PostgreSQL when a URL is given, otherwise the embedded engine on its data directory. */
-export async function openDatabase(config: { DATABASE_URL?: string; DATA_DIR: string; DB_POOL_SIZE: number }): Promise<Database> {
-  if (config.DATABASE_URL) {
-    const { createPostgresDatabase } = await import('./postgres.js');
-    return createPostgresDatabase({ connectionString: config.DATABASE_URL, max: config.DB_POOL_SIZE });
-  }
-  const { createPgliteDatabase } = await import('./pglite.js');
-  return createPgliteDatabase(config.DATA_DIR);
-}

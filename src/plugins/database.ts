@@ -1,6 +1,7 @@
 import fp from 'fastify-plugin';
 import { Gauge } from 'prom-client';
-import { openDatabase, type Database } from '../db/database.js';
+import type { Database } from '../db/database.js';
+import { openDatabase } from '../db/open.js';
 import { migrate } from '../db/migrate.js';
 import { createApiKeysRepository, type ApiKeysRepository } from '../repositories/api-keys.js';
 import { createPetsRepository, type PetsRepository } from '../repositories/pets.js';
