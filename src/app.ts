@@ -12,6 +12,7 @@ import health from './plugins/health.js';
 import loadShedding from './plugins/load-shedding.js';
 import metrics from './plugins/metrics.js';
 import openapi from './plugins/openapi.js';
+import repositories from './plugins/repositories.js';
 import shutdown from './plugins/shutdown.js';
 import v1, { API_PREFIX } from './routes/v1/index.js';
 import { formatValidationError, validatorCompiler } from './validation.js';
@@ -98,8 +99,9 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
 
   await app.register(errorHandler);
   await app.register(shutdown);
-  await app.register(metrics);
   await app.register(database, config);
+  await app.register(metrics);
+  await app.register(repositories);
   await app.register(loadShedding, {
     maxEventLoopDelayMs: config.LOAD_SHED_EVENT_LOOP_DELAY_MS,
     maxPoolWaiting: config.LOAD_SHED_POOL_WAITING,

@@ -6,8 +6,8 @@ import type { FastifyInstance } from 'fastify';
  * nothing on PostgreSQL, where keys are issued by an operator with the keys command.
  */
 export async function developmentKeyGreeting(app: FastifyInstance): Promise<string | undefined> {
-  if (app.db.kind !== 'pglite' || (await app.apiKeys.list()).length > 0) return undefined;
-  const { id, key } = await app.apiKeys.create({ plan: 'business', name: 'development' });
+  if (app.db.kind !== 'pglite' || (await app.apiKeysRepository.list()).length > 0) return undefined;
+  const { id, key } = await app.apiKeysRepository.create({ plan: 'business', name: 'development' });
   const base = app.config.PUBLIC_BASE_URL;
   return [
     '',

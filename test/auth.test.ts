@@ -49,7 +49,7 @@ describe('bearer authentication on every /v1 operation', () => {
   });
 
   it('accepts a valid key on each operation; the scheme is case-insensitive', async () => {
-    const { key } = await t.app.apiKeys.create({ plan: 'free', name: 'auth test' });
+    const { key } = await t.app.apiKeysRepository.create({ plan: 'free', name: 'auth test' });
     await eventually(async () => (await request('GET', '/v1/pets', { headers: bearer(key) })).status === 200);
     const created = await request('POST', '/v1/pets', { json: { name: 'Rex', categoryId: 1 }, headers: bearer(key) });
     expect(created.status).toBe(201);
@@ -57,9 +57,9 @@ describe('bearer authentication on every /v1 operation', () => {
   });
 
   it('a revoked key is refused with the same answer as an unknown one', async () => {
-    const { id, key } = await t.app.apiKeys.create({ plan: 'pro' });
+    const { id, key } = await t.app.apiKeysRepository.create({ plan: 'pro' });
     await eventually(async () => (await request('GET', '/v1/pets', { headers: bearer(key) })).status === 200);
-    expect(await t.app.apiKeys.revoke(id)).toBe(true);
+    expect(await t.app.apiKeysRepository.revoke(id)).toBe(true);
     await eventually(async () => (await request('GET', '/v1/pets', { headers: bearer(key) })).status === 401);
     const revoked = await request('GET', '/v1/pets', { headers: bearer(key) });
     const unknown = await request('GET', '/v1/pets', { headers: bearer(UNKNOWN) });
@@ -77,7 +77,7 @@ describe('bearer authentication on every /v1 operation', () => {
 
 describe('keys in memory', () => {
   it('identifies keys without a database round trip, and unknown keys cost none either', async () => {
-    const { key } = await t.app.apiKeys.create({ plan: 'business' });
+    const { key } = await t.app.apiKeysRepository.create({ plan: 'business' });
     await eventually(async () => (await request('GET', '/v1/openapi.json')).status === 200 &&
       (await request('GET', '/v1/pets/1', { headers: bearer(key) })).status !== 401);
     // Take the keys table away: auth must not notice, because it never asks the database.
@@ -94,7 +94,7 @@ describe('keys in memory', () => {
   });
 
   it('stores only a SHA-256 hash, and logs the key id but never the key', async () => {
-    const { id, key } = await t.app.apiKeys.create({ plan: 'free', name: 'secret holder' });
+    const { id, key } = await t.app.apiKeysRepository.create({ plan: 'free', name: 'secret holder' });
     await eventually(async () => (await request('GET', '/v1/pets', { headers: bearer(key) })).status === 200);
     const rows = await t.db.query<{ row: string }>('SELECT row_to_json(k)::text AS row FROM api_keys k');
     const everything = rows.map((r) => r.row).join('\n');

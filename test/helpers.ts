@@ -91,7 +91,7 @@ export async function buildTestApp(env: Record<string, string> = {}, deps: AppDe
   await app.ready();
   const { db } = app;
   const drop = database.drop;
-  const { key } = await app.apiKeys.create({ plan: 'enterprise', name: 'tests', limits: { perMinute: 1e9, perDay: 2e9 } });
+  const { key } = await app.apiKeysRepository.create({ plan: 'enterprise', name: 'tests', limits: { perMinute: 1e9, perDay: 2e9 } });
   await eventually(async () => (await app.inject({ url: '/v1/pets?limit=1', headers: { authorization: `Bearer ${key}` } })).statusCode === 200);
   return {
     app,

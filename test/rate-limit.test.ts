@@ -22,7 +22,7 @@ describe.each(stores)('rate limiting with the $name store', (store) => {
   let t: TestApp;
   let clock = T0;
   const keyOf = async (perMinute: number, perDay: number) => {
-    const { key } = await t.app.apiKeys.create({ plan: 'enterprise', limits: { perMinute, perDay } });
+    const { key } = await t.app.apiKeysRepository.create({ plan: 'enterprise', limits: { perMinute, perDay } });
     const headers = { authorization: `Bearer ${key}` };
     // The new key reaches the keyring by NOTIFY; wait without spending its quota (a 401 costs the address).
     await eventually(async () => {

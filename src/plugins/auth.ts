@@ -29,7 +29,7 @@ export const SECURITY_SCHEME = 'bearerAuth';
  */
 export default fp(
   async function auth(app) {
-    const keyring = new Keyring(app.apiKeys);
+    const keyring = new Keyring(app.apiKeysRepository);
     await keyring.start(app.db, (error) => app.log.error({ err: error }, 'could not refresh the API keys'));
     app.addHook('onClose', () => keyring.stop());
 
@@ -76,5 +76,5 @@ export default fp(
       }
     });
   },
-  { name: 'auth', dependencies: ['database'] },
+  { name: 'auth', dependencies: ['database', 'repositories'] },
 );

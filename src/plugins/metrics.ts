@@ -1,5 +1,5 @@
 import fp from 'fastify-plugin';
-import { collectDefaultMetrics, Histogram, Registry } from 'prom-client';
+import { collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -9,8 +9,8 @@ declare module 'fastify' {
 }
 
 /**
- * Prometheus metrics. Each plugin registers its own in this registry (rate-limit decisions,
- * pool connections, the Redis fallback); this one counts and times every request.
+ * Prometheus metrics. Each plugin registers its own in this registry (rate-limit decisions, the
+ * Redis fallback); this one counts and times every request and watches the database pool.
  */
 export default fp(
   async function metrics(app) {
@@ -30,7 +30,23 @@ export default fp(
       requests.observe({ method: request.method, route, status_code: reply.statusCode }, reply.elapsedTime / 1000);
       done();
     });
+    const { db } = app;
+    if (db.poolStats) {
+      const stats = db.poolStats.bind(db);
+      new Gauge({
+        name: 'db_pool_connections',
+        help: 'PostgreSQL pool connections in use and idle, and requests waiting for one',
+        labelNames: ['state'] as const,
+        registers: [registry],
+        collect() {
+          const { total, idle, waiting } = stats();
+          this.set({ state: 'in_use' }, total - idle);
+          this.set({ state: 'idle' }, idle);
+          this.set({ state: 'waiting' }, waiting);
+        },
+      });
+    }
     app.decorate('metricsRegistry', registry);
   },
-  { name: 'metrics' },
+  { name: 'metrics', dependencies: ['database'] },
 );

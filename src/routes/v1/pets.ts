@@ -30,7 +30,7 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
     },
     async (request, reply) => {
       const { limit, status, cursor } = request.query;
-      const page = await app.pets.list({ limit, status, afterId: cursor ? decodeCursor(cursor, status) : 0 });
+      const page = await app.petsRepository.list({ limit, status, afterId: cursor ? decodeCursor(cursor, status) : 0 });
       if (page.nextAfterId !== undefined) {
         const filter = status ? `&status=${status}` : '';
         reply.header('link', `<${base}/pets?limit=${limit}${filter}&cursor=${encodeCursor(page.nextAfterId, status)}>; rel="next"`);
@@ -56,7 +56,7 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
       },
     },
     async (request, reply) => {
-      const pet = await app.pets.create(request.body);
+      const pet = await app.petsRepository.create(request.body);
       return reply.code(201).header('location', `${base}/pets/${pet.id}`).send(pet);
     },
   );
@@ -83,7 +83,7 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
       },
     },
     async (request) => {
-      const pet = await app.pets.findById(request.params.petId);
+      const pet = await app.petsRepository.findById(request.params.petId);
       if (!pet) throw notFound(`No pet with id ${request.params.petId}`);
       return pet;
     },
