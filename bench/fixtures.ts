@@ -1,10 +1,8 @@
-import pg from 'pg';
 import type { Database } from '../src/db/database.js';
 import { migrate } from '../src/db/migrate.js';
-import { createPgliteDatabase } from '../src/db/pglite.js';
-import { createPostgresDatabase } from '../src/db/postgres.js';
 import { encodeCursor } from '../src/pagination.js';
 import { createApiKeysRepository } from '../src/repositories/api-keys.js';
+import { createScratchDatabase, openExistingDatabase } from '../test/support/databases.js';
 
 export const PET_COUNT = 10_000;
 
@@ -54,26 +52,14 @@ export interface BenchDatabase {
 }
 
 /** A dedicated database on the PostgreSQL server, dropped first so every run starts from the same data. */
-export async function createSeededPostgres(adminUrl: string, name: string): Promise<BenchDatabase> {
-  const admin = async (sql: string) => {
-    const client = new pg.Client({ connectionString: adminUrl });
-    await client.connect();
-    try {
-      await client.query(sql);
-    } finally {
-      await client.end();
-    }
-  };
-  await admin(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-  await admin(`CREATE DATABASE ${name}`);
-  const url = new URL(adminUrl);
-  url.pathname = `/${name}`;
-  const db = createPostgresDatabase({ connectionString: url.href, max: 1 });
+export async function createSeededPostgres(serverUrl: string, name: string): Promise<BenchDatabase> {
+  const scratch = await createScratchDatabase(serverUrl, name);
+  const db = await openExistingDatabase({ url: scratch.url });
   try {
     const fixture = await seed(db);
     // Fresh statistics, so the first measured queries get the same plans as the last.
     await db.query('VACUUM ANALYZE pets');
-    return { url: url.href, fixture, drop: () => admin(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`) };
+    return { url: scratch.url, fixture, drop: scratch.drop };
   } finally {
     await db.close();
   }
@@ -81,7 +67,7 @@ export async function createSeededPostgres(adminUrl: string, name: string): Prom
 
 /** The embedded default in DATA_DIR, seeded the same way; closed again so the server can take its lock. */
 export async function seedPglite(dataDir: string): Promise<Fixture> {
-  const db = await createPgliteDatabase(dataDir);
+  const db = await openExistingDatabase({ dataDir });
   try {
     return await seed(db);
   } finally {

@@ -9,7 +9,8 @@ import { monotonicMicroseconds, renderProfile, summarizeProfile, type CpuProfile
 import { createSeededPostgres } from './fixtures.js';
 import { load } from './load.js';
 import { parseOptions } from './options.js';
-import { buildService, ROOT, startServer } from './processes.js';
+import { ROOT, startServer } from '../test/support/processes.js';
+import { buildService } from './processes.js';
 import { LIST, operations, oursSpec } from './scenarios.js';
 
 const RESULTS_DIR = join(ROOT, 'bench/results');
@@ -22,10 +23,10 @@ async function main() {
   rmSync(PROFILE_DIR, { recursive: true, force: true });
   mkdirSync(PROFILE_DIR, { recursive: true });
   try {
-    const server = await startServer(
-      oursSpec('ours-profiled', { DATABASE_URL: postgres.url }, ['--cpu-prof', `--cpu-prof-dir=${PROFILE_DIR}`]),
-      RESULTS_DIR,
-    );
+    const server = await startServer({
+      ...oursSpec('ours-profiled', { DATABASE_URL: postgres.url }, ['--cpu-prof', `--cpu-prof-dir=${PROFILE_DIR}`]),
+      logDir: RESULTS_DIR,
+    });
     const list = operations(postgres.fixture).list;
     let measured;
     let window: Window;

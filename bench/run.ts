@@ -10,8 +10,9 @@ import { join } from 'node:path';
 import { createSeededPostgres, seedPglite } from './fixtures.js';
 import { load, type Measurement, type RequestShape } from './load.js';
 import { parseOptions, type BenchOptions } from './options.js';
-import { buildService, ROOT, startServer, type RunningServer, type ServerSpec } from './processes.js';
-import { assertRedisUp, countKeys, deleteKeys } from './redis.js';
+import { ROOT, startServer, type ServerProcess, type ServerSpec } from '../test/support/processes.js';
+import { assertRedisUp, countKeys, deleteKeys } from '../test/support/redis.js';
+import { buildService } from './processes.js';
 import { evaluateBudgets, renderMarkdown, summarize, type MemoryResult, type Round, type RowResult, type RunResult } from './report.js';
 import { invalidKeyList, oursSpec, phases, serverSpecs, type Databases, type Row } from './scenarios.js';
 
@@ -20,8 +21,8 @@ const started = Date.now();
 const say = (message: string) => console.log(`[bench ${((Date.now() - started) / 1000).toFixed(1)}s] ${message}`);
 
 /** Starts every server at once; if one cannot start, the others are stopped again. */
-async function startAll(specs: ServerSpec[]): Promise<Map<string, RunningServer>> {
-  const outcomes = await Promise.allSettled(specs.map((spec) => startServer(spec, RESULTS_DIR)));
+async function startAll(specs: ServerSpec[]): Promise<Map<string, ServerProcess>> {
+  const outcomes = await Promise.allSettled(specs.map((spec) => startServer({ ...spec, logDir: RESULTS_DIR })));
   const servers = outcomes.flatMap((outcome) => (outcome.status === 'fulfilled' ? [outcome.value] : []));
   const failure = outcomes.find((outcome) => outcome.status === 'rejected');
   if (failure) {
@@ -35,7 +36,7 @@ async function startAll(specs: ServerSpec[]): Promise<Map<string, RunningServer>
  * One request of every row before any load: a scenario that cannot succeed (a wrong key, a bad
  * path) stops the run here with the reason. It also takes each server's cold first request.
  */
-async function preflight(rows: Row[], servers: Map<string, RunningServer>): Promise<void> {
+async function preflight(rows: Row[], servers: Map<string, ServerProcess>): Promise<void> {
   for (const { id, server, shape } of rows) {
     const response = await fetch(servers.get(server)!.origin + shape.path, {
       method: shape.method,
@@ -47,7 +48,7 @@ async function preflight(rows: Row[], servers: Map<string, RunningServer>): Prom
 }
 
 /** A warm-up, whose numbers are kept only so that its errors can be reported too, then the measurement. */
-async function measure(server: RunningServer, shape: RequestShape, options: BenchOptions): Promise<{ warmup: Measurement; round: Round }> {
+async function measure(server: ServerProcess, shape: RequestShape, options: BenchOptions): Promise<{ warmup: Measurement; round: Round }> {
   server.assertRunning();
   const warmup = await load(server.origin, shape, options.connections, { seconds: options.warmupSeconds });
   const cpuBefore = server.cpuSeconds();
@@ -59,7 +60,7 @@ async function measure(server: RunningServer, shape: RequestShape, options: Benc
 }
 
 /** Each row in turn, round after round (A B A B ...), so slow spells of the machine hit every row alike. */
-async function alternate(rows: Row[], servers: Map<string, RunningServer>, options: BenchOptions): Promise<RowResult[]> {
+async function alternate(rows: Row[], servers: Map<string, ServerProcess>, options: BenchOptions): Promise<RowResult[]> {
   await preflight(rows, servers);
   const results = rows.map((row): RowResult => ({ row, rounds: [], warmups: [] }));
   for (let number = 1; number <= options.rounds; number++) {
@@ -77,7 +78,7 @@ async function alternate(rows: Row[], servers: Map<string, RunningServer>, optio
 }
 
 /** On a fresh instance, so its RSS owes nothing to the other scenarios. */
-async function measureMemory(server: RunningServer, options: BenchOptions): Promise<MemoryResult> {
+async function measureMemory(server: ServerProcess, options: BenchOptions): Promise<MemoryResult> {
   await load(server.origin, invalidKeyList, options.connections, { seconds: options.warmupSeconds });
   const rssAfterWarmupBytes = server.rssBytes();
   say(`memory: ${options.memoryRequests} requests with random invalid keys`);
@@ -143,7 +144,7 @@ async function main(): Promise<number> {
     redisKeyPrefix: `pets-bench:${Date.now()}-${randomBytes(4).toString('hex')}:`,
   };
 
-  let servers = new Map<string, RunningServer>();
+  let servers = new Map<string, ServerProcess>();
   try {
     servers = await startAll(Object.values(serverSpecs(databases)));
     say(`servers up: ${[...servers.values()].map((server) => `${server.name} ${server.origin}`).join(', ')}`);

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import type { Fixture } from './fixtures.js';
 import type { RequestShape } from './load.js';
-import type { ServerSpec } from './processes.js';
+import type { ServerSpec } from '../test/support/processes.js';
 
 /** The servers of a run, by the name the report shows. */
 export const SERVER_LABELS = {
@@ -13,16 +13,19 @@ export const SERVER_LABELS = {
 } as const;
 export type ServerName = keyof typeof SERVER_LABELS;
 
+/** Every server of the benchmark runs as in production. */
+const PRODUCTION = { NODE_ENV: 'production' };
+
 const baseline = (name: ServerName, script: string, env: Record<string, string> = {}): ServerSpec => ({
   name,
   nodeArgs: ['--import', 'tsx', script],
-  env,
+  env: { ...PRODUCTION, ...env },
   readyPath: '/pets',
 });
 
 /**
- * The real service as deployed: the compiled dist/server.js with production settings (set by
- * startServer), nothing switched off. Each store is chosen by configuration alone.
+ * The real service as deployed: the compiled dist/server.js with production settings, info
+ * logging to its log file, nothing switched off. Each store is chosen by configuration alone.
  */
 export const oursSpec = (
   /** A ServerName, or another for an instance outside the alternation (the memory scenario, the profile). */
@@ -32,9 +35,8 @@ export const oursSpec = (
 ): ServerSpec => ({
   name,
   nodeArgs: [...extraNodeArgs, 'dist/server.js'],
-  // Explicitly empty rather than inherited, so a DATABASE_URL or REDIS_URL in the caller's environment changes nothing;
-  // several instances run at once, so each takes a free metrics port.
-  env: { DATABASE_URL: '', REDIS_URL: '', METRICS_PORT: '0', ...env },
+  // Explicitly empty rather than inherited, so a REDIS_URL in the caller's environment changes nothing.
+  env: { ...PRODUCTION, REDIS_URL: '', ...env },
   readyPath: '/readyz',
 });
 

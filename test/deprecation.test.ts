@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { buildTestApp, type TestApp } from './helpers.js';
+import { buildTestApp, type TestApp } from './support/app.js';
 
 const SUNSET = Date.parse('2030-12-05T00:00:00Z');
 let clock = Date.parse('2026-11-22T00:00:00Z');

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { buildTestApp, type TestApp } from './helpers.js';
+import { buildTestApp, type TestApp } from './support/app.js';
 
 let t: TestApp;
 beforeAll(async () => {

@@ -11,10 +11,11 @@ import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createPgliteDatabase } from '../src/db/pglite.js';
-import { createPostgresDatabase } from '../src/db/postgres.js';
 import { createApiKeysRepository } from '../src/repositories/api-keys.js';
-import { createTestDatabase, developmentKey, eventually, POSTGRES_URL, REDIS_URL, startRedis, startServer, type ServerProcess } from './helpers.js';
+import { createTestDatabase, openExistingDatabase, POSTGRES_URL } from './support/databases.js';
+import { eventually } from './support/eventually.js';
+import { developmentKey, type ServerProcess, startServer } from './support/processes.js';
+import { REDIS_URL, startRedis } from './support/redis.js';
 import { PRIVATE_POSTGRES_AVAILABLE, startPostgresServer, type PostgresServer } from './support/postgres-server.js';
 
 /** A request still unanswered after this is recorded as a hang (the server's request timeout is 30 s). */
@@ -140,7 +141,7 @@ const malformed503s = (outcomes: Outcome[]) =>
 
 /** An enterprise key no test can exhaust, created straight in the database. */
 async function createKey(connectionString: string): Promise<string> {
-  const db = createPostgresDatabase({ connectionString, max: 1 });
+  const db = await openExistingDatabase({ url: connectionString });
   try {
     const { key } = await createApiKeysRepository(db).create({ plan: 'enterprise', name: 'faults', limits: { perMinute: 1e9, perDay: 2e9 } });
     return `Bearer ${key}`;
@@ -177,7 +178,7 @@ describe.runIf(PRIVATE_POSTGRES_AVAILABLE)('PostgreSQL faults (a private Postgre
 
   it('restarted under load: 503 service_unavailable with Retry-After while it is down, no hang, no crash, recovery by itself', async () => {
     const database = await postgres.createDatabase();
-    const server = await startServer({ ...SERVER_ENV, DATABASE_URL: database.url });
+    const server = await startServer({ env: { ...SERVER_ENV, DATABASE_URL: database.url } });
     try {
       const authorization = await createKey(database.url);
       await keyAccepted(server, authorization);
@@ -238,7 +239,7 @@ describe.runIf(PRIVATE_POSTGRES_AVAILABLE)('PostgreSQL faults (a private Postgre
     const database = await postgres.createDatabase();
     // Twice as many clients as connections: when it freezes, some requests wait on a frozen query
     // (bounded at 10 s) and the others for a connection (bounded at 5 s); both bounds are needed.
-    const server = await startServer({ ...SERVER_ENV, DATABASE_URL: database.url, DB_POOL_SIZE: '4' });
+    const server = await startServer({ env: { ...SERVER_ENV, DATABASE_URL: database.url, DB_POOL_SIZE: '4' } });
     try {
       const authorization = await createKey(database.url);
       await keyAccepted(server, authorization);
@@ -303,7 +304,7 @@ describe.runIf(PRIVATE_POSTGRES_AVAILABLE)('PostgreSQL faults (a private Postgre
 
   it('SIGTERM while 50 clients create pets: in-flight requests complete, every 201 is stored and nothing else, exit 0 within the grace period', async () => {
     const database = await postgres.createDatabase();
-    const server = await startServer({ ...SERVER_ENV, DATABASE_URL: database.url });
+    const server = await startServer({ env: { ...SERVER_ENV, DATABASE_URL: database.url } });
     const locker = new pg.Client({ connectionString: database.url });
     try {
       const authorization = await createKey(database.url);
@@ -375,7 +376,7 @@ describe.runIf(PRIVATE_POSTGRES_AVAILABLE)('PostgreSQL faults (a private Postgre
     await holder.query('BEGIN');
     await holder.query('SELECT pg_advisory_xact_lock($1)', [MIGRATION_LOCK]);
     const env = { ...SERVER_ENV, DATABASE_URL: database.url };
-    const starting = Promise.allSettled([startServer(env), startServer(env)]);
+    const starting = Promise.allSettled([startServer({ env }), startServer({ env })]);
     const servers: ServerProcess[] = [];
     try {
       // Both instances blocked on the lock at once (or the service takes no lock: then this fails).
@@ -436,12 +437,12 @@ describe.skipIf(!REDIS_URL)('Redis faults (a private Redis server)', () => {
     const prefix = `faults:${randomUUID()}:`;
     // PostgreSQL when the suite has one; otherwise the embedded database and its development key.
     const database = POSTGRES_URL ? await createTestDatabase() : undefined;
-    const server = await startServer({
+    const server = await startServer({ env: {
       ...SERVER_ENV,
       ...(database ? { DATABASE_URL: database.url! } : { DATA_DIR: 'memory://' }),
       REDIS_URL: redis.url,
       REDIS_KEY_PREFIX: prefix,
-    });
+    } });
     const probe = new Redis(redis.url, { maxRetriesPerRequest: 0 });
     probe.on('error', () => {});
     try {
@@ -508,7 +509,7 @@ describe.skipIf(POSTGRES_URL)('SIGTERM on the embedded database', () => {
   afterAll(() => rm(dataDir, { recursive: true, force: true }));
 
   it('while 50 clients create pets: every 201 is on disk afterwards and nothing else, exit 0 within the grace period', async () => {
-    const server = await startServer({ ...SERVER_ENV, DATA_DIR: dataDir });
+    const server = await startServer({ env: { ...SERVER_ENV, DATA_DIR: dataDir } });
     try {
       // The development key (business plan, 1,000 a minute): this test sends a few hundred requests.
       const authorization = `Bearer ${await developmentKey(server)}`;
@@ -525,7 +526,7 @@ describe.skipIf(POSTGRES_URL)('SIGTERM on the embedded database', () => {
 
       const created = outcomes.filter((outcome) => outcome.status === 201);
       const failed = outcomes.filter((outcome) => outcome.status !== 201);
-      const db = await createPgliteDatabase(dataDir);
+      const db = await openExistingDatabase({ dataDir });
       const rows = await db.query<{ id: number; name: string }>('SELECT id::int AS id, name FROM pets ORDER BY id');
       await db.close();
       console.log(

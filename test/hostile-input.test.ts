@@ -4,7 +4,8 @@ import { Value } from '@sinclair/typebox/value';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { NewPet } from '../src/schemas/pet.js';
 import { ERROR_CODES } from '../src/schemas/error.js';
-import { buildTestApp, heapAfterGc, type TestApp } from './helpers.js';
+import { buildTestApp, type TestApp } from './support/app.js';
+import { heapAfterGc } from './support/memory.js';
 
 let t: TestApp;
 let port: number;

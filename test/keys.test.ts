@@ -2,7 +2,9 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTestDatabase, eventually, POSTGRES_URL, runCommand, startServer } from './helpers.js';
+import { createTestDatabase, POSTGRES_URL } from './support/databases.js';
+import { eventually } from './support/eventually.js';
+import { runCommand, startServer } from './support/processes.js';
 
 /** The command exactly as scripts call it (npm's own warnings about this machine's npmrc aside). */
 async function keys(args: string[], env: Record<string, string>) {
@@ -125,7 +127,7 @@ describe('npm run --silent keys', () => {
 describe.runIf(!POSTGRES_URL)('on the embedded database', () => {
   it('stops with a clear message while a server holds the data directory, and corrupts nothing', async () => {
     const before = await listJson();
-    const server = await startServer({ DATA_DIR: env.DATA_DIR! });
+    const server = await startServer({ env: { DATA_DIR: env.DATA_DIR! } });
     try {
       const result = await keys(['create', '--plan', 'free'], env);
       expect(result.code).toBe(1);
@@ -140,7 +142,7 @@ describe.runIf(!POSTGRES_URL)('on the embedded database', () => {
 
 describe.runIf(POSTGRES_URL)('two servers sharing one PostgreSQL', () => {
   it('a key revoked through the command stops working on both within a second', async () => {
-    const servers = await Promise.all([startServer(env), startServer(env)]);
+    const servers = await Promise.all([startServer({ env }), startServer({ env })]);
     try {
       const key = lastLine((await keys(['create', '--plan', 'free', '--name', 'two servers'], env)).stdout);
       const id = (await listJson()).find((record) => record.name === 'two servers')!.id as number;

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { migrate } from '../src/db/migrate.js';
-import { createTestDatabase } from './helpers.js';
+import { createTestDatabase } from './support/databases.js';
 
 let target: Awaited<ReturnType<typeof createTestDatabase>>;
 beforeAll(async () => {

@@ -1,7 +1,7 @@
 import SwaggerParser from '@apidevtools/swagger-parser';
 import { Ajv } from 'ajv';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { buildTestApp, type TestApp } from './helpers.js';
+import { buildTestApp, type TestApp } from './support/app.js';
 
 let t: TestApp;
 // eslint-disable-next-line @typescript-eslint/no-explicit-any

@@ -1,6 +1,9 @@
 import { buildMetricsServer } from '../src/metrics-server.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { buildTestApp, eventually, POSTGRES_URL, REDIS_URL, type TestApp } from './helpers.js';
+import { buildTestApp, type TestApp } from './support/app.js';
+import { POSTGRES_URL } from './support/databases.js';
+import { eventually } from './support/eventually.js';
+import { REDIS_URL } from './support/redis.js';
 
 describe('Prometheus metrics', () => {
   let t: TestApp;

@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { buildTestApp, listen, type HttpResponse, type TestApp } from './helpers.js';
+import { buildTestApp, type TestApp } from './support/app.js';
+import { type HttpResponse, listen } from './support/http.js';
 
 let t: TestApp;
 let request: Awaited<ReturnType<typeof listen>>;

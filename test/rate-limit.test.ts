@@ -1,7 +1,11 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MemoryStore } from '../src/plugins/rate-limit/memory-store.js';
-import { buildTestApp, eventually, POSTGRES_URL, REDIS_URL, startServer, createTestDatabase, type TestApp } from './helpers.js';
+import { buildTestApp, type TestApp } from './support/app.js';
+import { createTestDatabase, POSTGRES_URL } from './support/databases.js';
+import { eventually } from './support/eventually.js';
+import { startServer } from './support/processes.js';
+import { REDIS_URL } from './support/redis.js';
 
 const MINUTE = 60_000;
 const DAY = 86_400_000;
@@ -219,7 +223,7 @@ describe.skipIf(!REDIS_URL || !POSTGRES_URL)('several instances sharing Redis', 
   it('three server processes behind round robin enforce one Free key exactly: 100 requests, 60 successes', async () => {
     const database = await createTestDatabase();
     const env = { DATABASE_URL: database.url!, REDIS_URL: REDIS_URL!, REDIS_KEY_PREFIX: `test:${randomUUID()}:` };
-    const servers = await Promise.all([startServer(env), startServer(env), startServer(env)]);
+    const servers = await Promise.all([startServer({ env }), startServer({ env }), startServer({ env })]);
     try {
       const { key } = await (await import('../src/repositories/api-keys.js')).createApiKeysRepository(database.db).create({ plan: 'free' });
       const headers = { authorization: `Bearer ${key}` };

@@ -4,7 +4,7 @@ import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { developmentKey, run, startServer } from './helpers.js';
+import { developmentKey, run, startServer } from './support/processes.js';
 import { freePort } from './support/free-port.js';
 
 let dataDir: string;
@@ -51,7 +51,7 @@ describe('the server process', () => {
   });
 
   it('serves the API on the embedded database without any install, keeps data across restarts, and stops cleanly', async () => {
-    const first = await startServer({ DATA_DIR: dataDir });
+    const first = await startServer({ env: { DATA_DIR: dataDir } });
     const key = await developmentKey(first);
     const authorization = `Bearer ${key}`;
     const created = await fetch(`${first.origin}/v1/pets`, {
@@ -63,7 +63,7 @@ describe('the server process', () => {
     const pet = await created.json();
     expect(await first.stop('SIGTERM')).toBe(0);
 
-    const second = await startServer({ DATA_DIR: dataDir });
+    const second = await startServer({ env: { DATA_DIR: dataDir } });
     const fetched = await fetch(`${second.origin}/v1/pets/${pet.id}`, { headers: { authorization } });
     expect(fetched.status).toBe(200);
     expect(await fetched.json()).toEqual(pet);
@@ -72,7 +72,7 @@ describe('the server process', () => {
   });
 
   it('prints a development key with a curl line on first embedded start, never into the log', async () => {
-    const server = await startServer({ DATA_DIR: 'memory://' });
+    const server = await startServer({ env: { DATA_DIR: 'memory://' } });
     const key = await developmentKey(server);
     const curl = server.output().match(/curl -H 'Authorization: Bearer (psk_\S+)' (\S+)/);
     expect(curl?.[1]).toBe(key);

@@ -1,6 +1,8 @@
 import { connect, type Socket } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { buildTestApp, eventually, heapAfterGc, type TestApp } from './helpers.js';
+import { buildTestApp, type TestApp } from './support/app.js';
+import { eventually } from './support/eventually.js';
+import { heapAfterGc } from './support/memory.js';
 
 // Short deadlines so the test runs in seconds; production defaults are 10 s, 30 s and 60 s.
 const HEADERS_TIMEOUT_MS = 1_000;

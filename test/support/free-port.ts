@@ -1,3 +1,4 @@
+import { fileURLToPath } from 'node:url';
 import { createServer } from 'node:net';
 
 /**
@@ -11,3 +12,6 @@ export async function freePort(): Promise<number> {
   await new Promise((resolve) => server.close(resolve));
   return port;
 }
+
+// Run as a command (`node --import tsx test/support/free-port.ts`), it prints one: CI's shell steps use it.
+if (process.argv[1] === fileURLToPath(import.meta.url)) console.log(await freePort());

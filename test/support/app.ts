@@ -1,0 +1,46 @@
+import type { FastifyInstance } from 'fastify';
+import { buildApp, type AppDependencies } from '../../src/app.js';
+import { loadConfig } from '../../src/config.js';
+import type { Database } from '../../src/db/database.js';
+import { createScratchDatabase, POSTGRES_URL } from './databases.js';
+import { eventually } from './eventually.js';
+import { captureLogs } from './logs.js';
+
+export interface TestApp {
+  app: FastifyInstance;
+  db: Database;
+  /** Headers of an enterprise key whose limits no test reaches. */
+  auth: { authorization: string };
+  logs: ReturnType<typeof captureLogs>;
+  close: () => Promise<void>;
+}
+
+/**
+ * The production app, built by the same buildApp from the same configuration, which opens a
+ * database of the test's own: a fresh one on the PostgreSQL server, or an in-memory PGlite.
+ */
+export async function buildTestApp(env: Record<string, string> = {}, deps: AppDependencies = {}): Promise<TestApp> {
+  const scratch = POSTGRES_URL ? await createScratchDatabase(POSTGRES_URL) : undefined;
+  const logs = captureLogs();
+  const config = loadConfig({
+    DATABASE_URL: scratch?.url,
+    DATA_DIR: 'memory://',
+    PUBLIC_BASE_URL: 'https://api.example.test/v1',
+    LOG_LEVEL: 'info',
+    ...env,
+  });
+  const app = await buildApp(config, { logStream: logs.stream, ...deps });
+  await app.ready();
+  const { key } = await app.apiKeysRepository.create({ plan: 'enterprise', name: 'tests', limits: { perMinute: 1e9, perDay: 2e9 } });
+  await eventually(async () => (await app.inject({ url: '/v1/pets?limit=1', headers: { authorization: `Bearer ${key}` } })).statusCode === 200);
+  return {
+    app,
+    db: app.db,
+    auth: { authorization: `Bearer ${key}` },
+    logs,
+    close: async () => {
+      await app.close();
+      await scratch?.drop();
+    },
+  };
+}

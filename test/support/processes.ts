@@ -1,0 +1,143 @@
+import { execFileSync, spawn } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { closeSync, mkdtempSync, openSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { fileURLToPath } from 'node:url';
+import { eventually } from './eventually.js';
+import { freePort } from './free-port.js';
+
+/** The repository root: servers and commands run from it, as `npm start` runs the service. */
+export const ROOT = fileURLToPath(new URL('../..', import.meta.url));
+
+/** How a server is started. */
+export interface ServerSpec {
+  /** Names the server in errors and its log file. */
+  name?: string;
+  /** Node's arguments; by default the TypeScript entry point through tsx. */
+  nodeArgs?: string[];
+  /** On top of this process's environment and the defaults below. */
+  env?: Record<string, string>;
+  /** Answers 2xx once the server can take load. */
+  readyPath?: string;
+  /** Where <name>.log goes; a temporary directory by default. */
+  logDir?: string;
+}
+
+export interface ServerProcess {
+  name: string;
+  origin: string;
+  logFile: string;
+  /** Everything the process has printed so far, stdout and stderr. */
+  output(): string;
+  /** Throws when the server has exited without being asked to (crashed, or killed by something else). */
+  assertRunning(): void;
+  /** CPU time (user and system) the process has used so far, from /proc: hardly moved by other load on the machine. */
+  cpuSeconds(): number;
+  /** Resident set size of the process now, from /proc. */
+  rssBytes(): number;
+  /** Sends the signal (SIGKILL after the grace period); resolves to the exit code, null when killed by a signal. */
+  stop(signal?: NodeJS.Signals): Promise<number | null>;
+}
+
+const START_TIMEOUT_MS = 60_000;
+const STOP_GRACE_MS = 15_000;
+
+let clockTicks: number | undefined;
+const clockTicksPerSecond = () => (clockTicks ??= Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' })));
+
+/**
+ * Starts a server as a process of its own on a free loopback port, its output in a log file, and
+ * resolves once readyPath answers. Tests, the benchmark and CI start every server this way.
+ */
+export async function startServer(spec: ServerSpec = {}): Promise<ServerProcess> {
+  const name = spec.name ?? 'server';
+  const port = await freePort();
+  const origin = `http://127.0.0.1:${port}`;
+  const logFile = join(spec.logDir ?? mkdtempSync(join(tmpdir(), 'pets-server-')), `${name}.log`);
+  const log = openSync(logFile, 'w');
+  const child = spawn(process.execPath, spec.nodeArgs ?? ['--import', 'tsx', 'src/server.ts'], {
+    cwd: ROOT,
+    env: {
+      ...process.env,
+      DATABASE_URL: '',
+      HOST: '127.0.0.1',
+      PORT: String(port),
+      // Several servers run at once; each takes a free metrics port.
+      METRICS_PORT: '0',
+      LOG_LEVEL: 'info',
+      // Key ids repeat across databases; their rate-limit counts in a shared Redis must not.
+      REDIS_KEY_PREFIX: `test:${randomUUID()}:`,
+      ...spec.env,
+    },
+    stdio: ['ignore', log, log],
+  });
+  closeSync(log);
+  const output = () => readFileSync(logFile, 'utf8');
+  let exitCode: number | null | undefined;
+  let stopping = false;
+  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve((exitCode = code))));
+  const failure = (why: string) => {
+    child.kill('SIGKILL');
+    return new Error(`${name} ${why}; its output:\n${output().split('\n').slice(-30).join('\n')}`);
+  };
+
+  const deadline = Date.now() + START_TIMEOUT_MS;
+  for (;;) {
+    if (exitCode !== undefined) throw failure(`exited with ${exitCode} before it was ready`);
+    if (Date.now() > deadline) throw failure(`was not ready within ${START_TIMEOUT_MS / 1000} s`);
+    const ready = await fetch(origin + (spec.readyPath ?? '/healthz')).then((response) => response.ok, () => false);
+    if (ready) break;
+    await sleep(50);
+  }
+
+  return {
+    name,
+    origin,
+    logFile,
+    output,
+    assertRunning() {
+      if (exitCode !== undefined && !stopping) throw failure(`exited with ${exitCode} in the middle of the run`);
+    },
+    cpuSeconds() {
+      // Fields 14 and 15 of /proc/PID/stat, counted after the command name, which may contain spaces.
+      const fields = readFileSync(`/proc/${child.pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+      return (Number(fields[11]) + Number(fields[12])) / clockTicksPerSecond();
+    },
+    rssBytes() {
+      const match = /^VmRSS:\s+(\d+) kB$/m.exec(readFileSync(`/proc/${child.pid}/status`, 'utf8'));
+      return Number(match![1]) * 1024;
+    },
+    async stop(signal = 'SIGTERM') {
+      stopping = true;
+      if (exitCode !== undefined) return exitCode;
+      child.kill(signal);
+      const timer = setTimeout(() => child.kill('SIGKILL'), STOP_GRACE_MS);
+      const code = await exited;
+      clearTimeout(timer);
+      return code;
+    },
+  };
+}
+
+/** The development key a server prints on its first embedded start. */
+export async function developmentKey(server: ServerProcess): Promise<string> {
+  let key: string | undefined;
+  await eventually(async () => Boolean((key = server.output().match(/^ {2}(psk_\S+)$/m)?.[1])));
+  return key!;
+}
+
+/** Runs a command to completion and returns its exit code and what it printed. */
+export async function runCommand(command: string, args: string[], env: Record<string, string> = {}) {
+  const child = spawn(command, args, { cwd: ROOT, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+  child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+  const code = await new Promise<number | null>((resolve) => child.once('close', resolve));
+  return { code, stdout, stderr };
+}
+
+/** Runs a TypeScript entry point of this project, as tsx runs it. */
+export const run = (args: string[], env: Record<string, string> = {}) => runCommand(process.execPath, ['--import', 'tsx', ...args], env);
