@@ -101,7 +101,7 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
   await app.register(shutdown);
   await app.register(database, config);
   await app.register(metrics);
-  await app.register(repositories);
+  await app.register(repositories, { petsCacheMaxBytes: config.PETS_CACHE_MAX_BYTES, now: deps.now ?? Date.now });
   await app.register(loadShedding, {
     maxEventLoopDelayMs: config.LOAD_SHED_EVENT_LOOP_DELAY_MS,
     maxPoolWaiting: config.LOAD_SHED_POOL_WAITING,

@@ -33,6 +33,8 @@ export const ConfigSchema = Type.Object({
   IDLE_TIMEOUT_MS: Type.Integer({ minimum: 100, default: 60_000 }),
   /** Open client connections one instance accepts at most; past it, new ones are refused. */
   MAX_CONNECTIONS: Type.Integer({ minimum: 1, default: 10_000 }),
+  /** Bytes of pets and listing pages each instance caches at most; 0 turns the cache off. */
+  PETS_CACHE_MAX_BYTES: Type.Integer({ minimum: 0, default: 32 * 1024 * 1024 }),
   /** Connections each instance opens to PostgreSQL at most. */
   DB_POOL_SIZE: Type.Integer({ minimum: 1, default: 10 }),
   /** Overload: shed requests with 503 when the event loop lags longer than this... */

@@ -286,9 +286,11 @@ describe.runIf(PRIVATE_POSTGRES_AVAILABLE)('PostgreSQL faults (a private Postgre
       expect(outcomes.filter((outcome) => ![200, 201, 503].includes(outcome.status as number))).toEqual([]);
       expect(malformed503s(outcomes)).toEqual([]);
       // Every request caught by the freeze was answered 503 while the database was still frozen:
-      // the waits are bounded, not ended by the thaw.
-      expect(caught.length).toBeGreaterThanOrEqual(4);
-      expect(caught.filter((outcome) => outcome.status !== 503 || outcome.ended >= thawed)).toEqual([]);
+      // the waits are bounded, not ended by the thaw. Only a page read shortly before could still
+      // come from the cache, for at most its 1 s lifetime.
+      const fromCache = (outcome: Outcome) => outcome.op === 'list' && outcome.status === 200 && outcome.ended < frozen + 1_000;
+      expect(caught.filter((outcome) => !fromCache(outcome)).length).toBeGreaterThanOrEqual(4);
+      expect(caught.filter((outcome) => !fromCache(outcome) && (outcome.status !== 503 || outcome.ended >= thawed))).toEqual([]);
       expect(answeredWhileFrozen.filter((outcome) => outcome.status !== 503)).toEqual([]);
       expect(readyDuring).toEqual({ status: 503, retryAfter: '5', body: { code: 'service_unavailable', message: expect.any(String), status: 503 } });
       expect(readyDuringMs).toBeLessThan(FREEZE_MS);
@@ -315,13 +317,14 @@ describe.runIf(PRIVATE_POSTGRES_AVAILABLE)('PostgreSQL faults (a private Postgre
       await eventually(async () => load.outcomes.length >= 200, 15_000);
 
       // Inserts wait on a lock the test holds, so that requests are surely in flight when the
-      // signal arrives; the lock is released a second after it.
+      // signal arrives; the lock is released a second after it. Creates go in batches, so one or
+      // two INSERTs wait on it with every other create queued behind them.
       await locker.connect();
       await locker.query('BEGIN');
       await locker.query('LOCK TABLE pets IN SHARE MODE');
       await eventually(async () => {
         const { rows } = await locker.query("SELECT count(*)::int AS waiting FROM pg_locks WHERE relation = 'pets'::regclass AND NOT granted");
-        return rows[0].waiting >= 5;
+        return rows[0].waiting >= 1;
       }, 10_000);
       const signalled = Date.now();
       const exited = server.stop('SIGTERM');

@@ -86,7 +86,8 @@ describe.runIf(POSTGRES_URL)('load shedding on pool exhaustion', () => {
   it('answers 503 once too many requests wait for a database connection, and recovers', async () => {
     // Hold the only connection, then queue requests behind it.
     const holding = t.db.query('SELECT pg_sleep(2)');
-    const queued = Array.from({ length: 8 }, () => t.app.inject({ url: '/v1/pets', headers: t.auth }));
+    // Different pages, so that no two share a query.
+    const queued = Array.from({ length: 8 }, (_, i) => t.app.inject({ url: `/v1/pets?limit=${i + 1}`, headers: t.auth }));
     // The pool is checked every 500 ms; new requests are then refused at once, without queueing.
     await new Promise((resolve) => setTimeout(resolve, 1_200));
     const shed = await t.app.inject({ url: '/v1/pets', headers: t.auth });

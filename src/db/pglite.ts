@@ -32,8 +32,13 @@ export async function createPgliteDatabase(dataDir: string): Promise<Database> {
     query: queryOn(db),
     transaction: (work) =>
       db.transaction((tx) => work({ query: queryOn(tx), runScript: async (sql) => void (await tx.exec(sql)) })),
-    // One process, one connection: the listener is never lost.
-    listen: (channel, onNotify) => db.listen(channel, onNotify),
+    // One process, one connection: the listener is never lost. Closing the database ends it too.
+    listen: async (channel, onNotify) => {
+      const unlisten = await db.listen(channel, onNotify);
+      return async () => {
+        if (!db.closed) await unlisten();
+      };
+    },
     close: async () => {
       clearInterval(maintenance);
       if (db.closed) return;
