@@ -29,6 +29,8 @@ interface Entry<T> {
   bytes: number;
   /** Where an invalidation finds this entry (see refsOf). */
   refs: string[];
+  /** For a page: the ids it covers, after `afterId` up to `lastId`, or on without end for the last page. */
+  covers?: { afterId: number; lastId: number; last: boolean };
 }
 
 interface Flight<T> {
@@ -73,7 +75,7 @@ export function cachedPetsRepository(repository: PetsRepository, options: PetsCa
     for (const ref of entry.refs) index.get(ref)?.delete(key);
   }
 
-  function store(key: string, value: ListPage | Pet, size: number, refs: string[]) {
+  function store(key: string, value: ListPage | Pet, size: number, refs: string[], covers?: Entry<ListPage>['covers']) {
     remove(key);
     if (size > maxBytes) return;
     // Map order is insertion order: the oldest entries go first.
@@ -81,7 +83,7 @@ export function cachedPetsRepository(repository: PetsRepository, options: PetsCa
       if (bytes + size <= maxBytes) break;
       remove(oldest);
     }
-    entries.set(key, { value, expiresAt: now() + ttlMs, bytes: size, refs });
+    entries.set(key, { value, expiresAt: now() + ttlMs, bytes: size, refs, covers });
     bytes += size;
     for (const ref of refs) {
       let keys = index.get(ref);
@@ -119,10 +121,15 @@ export function cachedPetsRepository(repository: PetsRepository, options: PetsCa
 
   const petBytes = (pet: Pet) => PET_OVERHEAD + pet.name.length * 2;
 
+  const coversOf = (afterId: number, page: ListPage) => ({
+    afterId,
+    lastId: page.nextAfterId ?? page.pets.at(-1)?.id ?? afterId,
+    last: page.nextAfterId === undefined,
+  });
+
   /** A page is found again through the buckets of ids it covers and, when it is the last page, its filter's tail. */
-  function refsOf(filter: string, afterId: number, page: ListPage): string[] {
-    const lastId = page.nextAfterId ?? page.pets.at(-1)?.id ?? afterId;
-    const refs = page.nextAfterId === undefined ? [`${filter}:tail`] : [];
+  function refsOf(filter: string, { afterId, lastId, last }: ReturnType<typeof coversOf>): string[] {
+    const refs = last ? [`${filter}:tail`] : [];
     for (let bucket = Math.floor((afterId + 1) / BUCKET); bucket <= Math.floor(lastId / BUCKET); bucket++) refs.push(`${filter}:${bucket}`);
     return refs;
   }
@@ -137,7 +144,13 @@ export function cachedPetsRepository(repository: PetsRepository, options: PetsCa
       generations.set(filter, generationOf(filter) + 1);
       const refs = [`${filter}:tail`];
       for (let bucket = Math.floor(change.minId / BUCKET); bucket <= Math.floor(change.maxId / BUCKET); bucket++) refs.push(`${filter}:${bucket}`);
-      for (const ref of refs) for (const key of [...(index.get(ref) ?? [])]) remove(key);
+      for (const ref of refs) {
+        for (const key of [...(index.get(ref) ?? [])]) {
+          const covers = entries.get(key)?.covers;
+          // A bucket is only where to look: the page goes if the new ids fall inside what it covers.
+          if (covers && change.maxId > covers.afterId && (covers.last || change.minId <= covers.lastId)) remove(key);
+        }
+      }
     }
   }
 
@@ -177,7 +190,10 @@ export function cachedPetsRepository(repository: PetsRepository, options: PetsCa
         key,
         filter,
         () => repository.list(query),
-        (page) => store(key, page, ENTRY_OVERHEAD + page.pets.reduce((sum, pet) => sum + petBytes(pet), 0), refsOf(filter, afterId, page)),
+        (page) => {
+          const covers = coversOf(afterId, page);
+          store(key, page, ENTRY_OVERHEAD + page.pets.reduce((sum, pet) => sum + petBytes(pet), 0), refsOf(filter, covers), covers);
+        },
       );
     },
 

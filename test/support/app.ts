@@ -9,6 +9,8 @@ import { captureLogs } from './logs.js';
 export interface TestApp {
   app: FastifyInstance;
   db: Database;
+  /** The PostgreSQL URL of the app's database (undefined on PGlite), for a second instance on it. */
+  databaseUrl?: string;
   /** Headers of an enterprise key whose limits no test reaches. */
   auth: { authorization: string };
   logs: ReturnType<typeof captureLogs>;
@@ -36,6 +38,7 @@ export async function buildTestApp(env: Record<string, string> = {}, deps: AppDe
   return {
     app,
     db: app.db,
+    databaseUrl: config.DATABASE_URL,
     auth: { authorization: `Bearer ${key}` },
     logs,
     close: async () => {

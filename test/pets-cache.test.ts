@@ -1,0 +1,179 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Database } from '../src/db/database.js';
+import { buildMetricsServer } from '../src/metrics-server.js';
+import { cachedPetsRepository } from '../src/repositories/cached-pets.js';
+import { createPetsRepository } from '../src/repositories/pets.js';
+import { buildTestApp, type TestApp } from './support/app.js';
+import { createTestDatabase, POSTGRES_URL } from './support/databases.js';
+import { eventually } from './support/eventually.js';
+
+const NEW_PET = { name: 'Cached', categoryId: 1, status: 'available' };
+
+async function lookups(t: TestApp, kind: 'list' | 'pet', outcome: 'hit' | 'miss'): Promise<number> {
+  const text = (await buildMetricsServer(t.app.metricsRegistry).inject('/metrics')).body;
+  return Number(new RegExp(`^pets_cache_lookups_total\\{kind="${kind}",outcome="${outcome}"\\} (\\d+)$`, 'm').exec(text)?.[1] ?? 0);
+}
+
+describe('the pets cache on one instance', () => {
+  let t: TestApp;
+  beforeAll(async () => {
+    t = await buildTestApp();
+  });
+  afterAll(() => t.close());
+
+  const get = (url: string) => t.app.inject({ url, headers: t.auth });
+  const create = async (pet: object = NEW_PET) => (await t.app.inject({ method: 'POST', url: '/v1/pets', headers: t.auth, payload: pet })).json();
+
+  it('reads its writes: after a 201, every list and get includes the pet, and a miss is never kept', async () => {
+    const first = await create();
+    expect((await get(`/v1/pets/${first.id + 1}`)).statusCode).toBe(404);
+    const before = (await get('/v1/pets?limit=100&status=available')).json();
+    await get('/v1/pets?limit=100&status=available');
+    const second = await create();
+    expect(second.id).toBe(first.id + 1);
+    expect((await get(`/v1/pets/${second.id}`)).json()).toEqual(second);
+    expect((await get('/v1/pets?limit=100&status=available')).json()).toEqual([...before, second]);
+    const unfiltered = (await get('/v1/pets?limit=100')).json();
+    expect(unfiltered.at(-1)).toEqual(second);
+  });
+
+  it('keeps a full page cached while pets are added after it, and counts hits and misses', async () => {
+    for (let i = 0; i < 6; i++) await create({ name: `Early ${i}`, categoryId: 2 });
+    const page = (await get('/v1/pets?limit=3')).json();
+    const hits = await lookups(t, 'list', 'hit');
+    await create();
+    expect((await get('/v1/pets?limit=3')).json()).toEqual(page);
+    expect(await lookups(t, 'list', 'hit')).toBe(hits + 1);
+    expect(await lookups(t, 'list', 'miss')).toBeGreaterThan(0);
+  });
+
+  it('forgets what an operator changes straight in the table', async () => {
+    const pet = await create();
+    expect((await get(`/v1/pets/${pet.id}`)).json().name).toBe('Cached');
+    await t.db.query("UPDATE pets SET name = 'Renamed' WHERE id = $1", [pet.id]);
+    await eventually(async () => (await get(`/v1/pets/${pet.id}`)).json().name === 'Renamed', 1_000);
+  });
+});
+
+describe('the pets cache as a component, over a real database', () => {
+  let target: { db: Database; drop: () => Promise<void> };
+  let queries = 0;
+  let counting: Database;
+  beforeAll(async () => {
+    target = await createTestDatabase();
+    const { migrate } = await import('../src/db/migrate.js');
+    await migrate(target.db);
+    counting = { ...target.db, query: (statement, params) => (queries++, target.db.query(statement, params)) };
+  });
+  afterAll(() => target.drop());
+
+  it('answers identical concurrent reads with one query', async () => {
+    const cache = cachedPetsRepository(createPetsRepository(counting), { maxBytes: 1e6, ttlMs: 1_000, now: Date.now });
+    queries = 0;
+    const pages = await Promise.all(Array.from({ length: 20 }, () => cache.list({ limit: 10 })));
+    expect(queries).toBe(1);
+    expect(new Set(pages).size).toBe(1);
+  });
+
+  it('neither joins nor keeps a read that began before a create', async () => {
+    const repository = createPetsRepository(target.db);
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    let reads = 0;
+    const cache = cachedPetsRepository(
+      {
+        ...repository,
+        // The first read is held back until the create below has committed.
+        list: async (query) => {
+          const page = await repository.list(query);
+          if (reads++ === 0) await gate;
+          return page;
+        },
+      },
+      { maxBytes: 1e6, ttlMs: 60_000, now: Date.now },
+    );
+    const early = cache.list({ limit: 100 });
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    const pet = await cache.create({ name: 'Late', categoryId: 1 });
+    const late = await cache.list({ limit: 100 });
+    expect(late.pets.at(-1)).toEqual(pet);
+    release();
+    expect((await early).pets.map(({ id }) => id)).not.toContain(pet.id);
+    expect((await cache.list({ limit: 100 })).pets.at(-1)).toEqual(pet);
+    expect(reads).toBe(2);
+  });
+
+  it('stays within its bytes, whatever is read', async () => {
+    const repository = createPetsRepository(target.db);
+    for (let i = 0; i < 50; i++) await repository.create({ name: 'x'.repeat(200), categoryId: 1 });
+    const cache = cachedPetsRepository(repository, { maxBytes: 50_000, ttlMs: 60_000, now: Date.now });
+    for (let limit = 1; limit <= 100; limit++) await cache.list({ limit });
+    for (let id = 1; id <= 60; id++) await cache.findById(id);
+    expect(cache.size().bytes).toBeLessThanOrEqual(50_000);
+    expect(cache.size().entries).toBeGreaterThan(0);
+  });
+
+  it('serves an entry no longer than its lifetime', async () => {
+    let clock = 0;
+    const cache = cachedPetsRepository(createPetsRepository(counting), { maxBytes: 1e6, ttlMs: 1_000, now: () => clock });
+    queries = 0;
+    await cache.list({ limit: 7 });
+    clock = 999;
+    await cache.list({ limit: 7 });
+    expect(queries).toBe(1);
+    clock = 1_000;
+    await cache.list({ limit: 7 });
+    expect(queries).toBe(2);
+  });
+});
+
+describe('the cache can be turned off', () => {
+  it('PETS_CACHE_MAX_BYTES=0: no cache and no cache metrics, the same answers', async () => {
+    const t = await buildTestApp({ PETS_CACHE_MAX_BYTES: '0' });
+    try {
+      const created = (await t.app.inject({ method: 'POST', url: '/v1/pets', headers: t.auth, payload: NEW_PET })).json();
+      expect((await t.app.inject({ url: `/v1/pets/${created.id}`, headers: t.auth })).json()).toEqual(created);
+      expect((await buildMetricsServer(t.app.metricsRegistry).inject('/metrics')).body).not.toContain('pets_cache');
+    } finally {
+      await t.close();
+    }
+  });
+});
+
+describe.runIf(POSTGRES_URL)('several instances on one database', () => {
+  let a: TestApp;
+  let b: TestApp;
+  beforeAll(async () => {
+    a = await buildTestApp();
+    b = await buildTestApp({ DATABASE_URL: a.databaseUrl! });
+  });
+  afterAll(async () => {
+    await b.close();
+    await a.close();
+  });
+
+  const lastPet = async (t: TestApp) => (await t.app.inject({ url: '/v1/pets?limit=100', headers: t.auth })).json().at(-1);
+
+  it('a pet created on one appears in the listings of the other within a second, milliseconds as a rule', async () => {
+    const created = (await a.app.inject({ method: 'POST', url: '/v1/pets', headers: a.auth, payload: NEW_PET })).json();
+    await lastPet(b);
+    const next = (await a.app.inject({ method: 'POST', url: '/v1/pets', headers: a.auth, payload: NEW_PET })).json();
+    expect(next.id).toBeGreaterThan(created.id);
+    const ms = await eventually(async () => (await lastPet(b))?.id === next.id, 1_000);
+    console.log(`a pet created on instance A was listed by instance B after ${ms} ms`);
+  });
+
+  it('so does a row an operator inserts straight into the table', async () => {
+    await lastPet(a);
+    await lastPet(b);
+    const [row] = await a.db.query<{ id: number }>("INSERT INTO pets (name, category_id) VALUES ('By hand', 1) RETURNING id");
+    await eventually(async () => (await lastPet(a))?.id === row!.id && (await lastPet(b))?.id === row!.id, 1_000);
+  });
+
+  it('and still within a second after the listening connections were cut and came back', async () => {
+    await lastPet(b);
+    await a.db.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE 'LISTEN%' AND datname = current_database()");
+    const created = (await a.app.inject({ method: 'POST', url: '/v1/pets', headers: a.auth, payload: NEW_PET })).json();
+    await eventually(async () => (await lastPet(b))?.id === created.id, 1_000);
+  });
+});
