@@ -219,8 +219,10 @@ describe.runIf(PRIVATE_POSTGRES_AVAILABLE)('PostgreSQL faults (a private Postgre
       // The outage was real and seen: everything sent while the database was down got its 503...
       expect(before.length).toBeGreaterThan(0);
       expect(before.filter((outcome) => outcome.status !== 200 && outcome.status !== 201)).toEqual([]);
+      // (but for a page read shortly before, which the cache may serve for the rest of its 1 s lifetime)
+      const fromCache = (outcome: Outcome) => outcome.op === 'list' && outcome.status === 200 && outcome.ended < down + 1_000;
       expect(during.length).toBeGreaterThan(0);
-      expect(during.filter((outcome) => outcome.status !== 503)).toEqual([]);
+      expect(during.filter((outcome) => outcome.status !== 503 && !fromCache(outcome))).toEqual([]);
       expect(readyDuring).toEqual({ status: 503, retryAfter: '5', body: { code: 'service_unavailable', message: expect.any(String), status: 503 } });
       // ...and the service came back by itself: everything sent once /readyz said so succeeded.
       expect(readyAfter).toEqual({ status: 200, retryAfter: null, body: { status: 'ready' } });

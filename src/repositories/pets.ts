@@ -54,6 +54,11 @@ export interface ListPage {
 /** Creates in one INSERT at most, and INSERTs under way at once at most. */
 const MAX_BATCH = 100;
 const MAX_INSERTS_IN_FLIGHT = 2;
+/**
+ * How long a create may wait for its INSERT to leave: as long as for a pool connection, so that
+ * behind INSERTs a frozen database holds, waits stay as bounded as without batching.
+ */
+const MAX_WAIT_MS = 5_000;
 
 export function createPetsRepository(db: Queryable) {
   async function insert(pets: NewPet[]): Promise<Pet[]> {
@@ -71,11 +76,18 @@ export function createPetsRepository(db: Queryable) {
    * many share a round trip. Each caller gets its own pet only after the commit, and a row that
    * fails its batch is tried again on its own, so it never fails the others.
    */
-  const waiting: Array<{ pet: NewPet; resolve: (pet: Pet) => void; reject: (error: unknown) => void }> = [];
+  interface Waiting {
+    pet: NewPet;
+    resolve: (pet: Pet) => void;
+    reject: (error: unknown) => void;
+    timer: NodeJS.Timeout;
+  }
+  const waiting: Waiting[] = [];
   let inFlight = 0;
   async function sendBatch(): Promise<void> {
     if (inFlight >= MAX_INSERTS_IN_FLIGHT || waiting.length === 0) return;
     const batch = waiting.splice(0, MAX_BATCH);
+    for (const { timer } of batch) clearTimeout(timer);
     inFlight++;
     try {
       const created = await insert(batch.map(({ pet }) => pet));
@@ -92,7 +104,16 @@ export function createPetsRepository(db: Queryable) {
   return {
     create(pet: NewPet): Promise<Pet> {
       return new Promise((resolve, reject) => {
-        waiting.push({ pet, resolve, reject });
+        const entry: Waiting = {
+          pet,
+          resolve,
+          reject,
+          timer: setTimeout(() => {
+            waiting.splice(waiting.indexOf(entry), 1);
+            reject(new DatabaseUnavailableError({ cause: new Error(`no INSERT could leave within ${MAX_WAIT_MS} ms`) }));
+          }, MAX_WAIT_MS),
+        };
+        waiting.push(entry);
         void sendBatch();
       });
     },

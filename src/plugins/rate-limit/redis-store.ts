@@ -51,7 +51,14 @@ export class RedisStore implements RateLimitStore {
 
   constructor(url: string, ban: BanPolicy, prefix: string) {
     // Fail fast instead of queueing while Redis is away: the caller then decides from memory.
-    this.redis = new Redis(url, { enableOfflineQueue: false, maxRetriesPerRequest: 0, commandTimeout: 500, lazyConnect: true });
+    // Decisions of concurrent requests leave in one write (auto-pipelining), not one each.
+    this.redis = new Redis(url, {
+      enableOfflineQueue: false,
+      maxRetriesPerRequest: 0,
+      commandTimeout: 500,
+      lazyConnect: true,
+      enableAutoPipelining: true,
+    });
     this.redis.on('error', () => {});
     this.redis.defineCommand('decideRateLimit', { numberOfKeys: 4, lua: DECIDE });
     this.#ban = ban;
