@@ -221,7 +221,8 @@ describe('paths the router cannot take as they are', () => {
     const piece = fc.oneof(
       fc.constantFrom('pets', '1', '%', '%zz', '%ff', '%e2%82', '%2F', '%00', '%25', '..', '.', '', ';', 'a b'.replace(' ', '%20')),
       fc.stringMatching(/^[A-Za-z0-9._~%-]{0,12}$/),
-      fc.integer({ min: 1, max: 5_000 }).map((length) => '9'.repeat(length)),
+      // Up to five of these stay within Node's 16 KiB for the request line and headers (past it: 431, tested above).
+      fc.integer({ min: 1, max: 3_000 }).map((length) => '9'.repeat(length)),
     );
     await fc.assert(
       fc.asyncProperty(fc.array(piece, { minLength: 1, maxLength: 5 }), async (segments) => {
