@@ -1,3 +1,4 @@
+import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Database } from '../src/db/database.js';
 import { buildMetricsServer } from '../src/metrics-server.js';
@@ -101,6 +102,36 @@ describe('the pets cache as a component, over a real database', () => {
     expect((await early).pets.map(({ id }) => id)).not.toContain(pet.id);
     expect((await cache.list({ limit: 100 })).pets.at(-1)).toEqual(pet);
     expect(reads).toBe(2);
+  });
+
+  it('property: any sequence of pages and creates is answered exactly as the database answers it', async () => {
+    const repository = createPetsRepository(target.db);
+    const status = fc.constantFrom(undefined, 'available', 'pending', 'sold') as fc.Arbitrary<'available' | 'pending' | 'sold' | undefined>;
+    const step = fc.oneof(
+      // Few cursors and limits, so that pages repeat, overlap, meet and end exactly at the end of the table.
+      fc.record({ kind: fc.constant('list' as const), limit: fc.integer({ min: 1, max: 6 }), status, after: fc.nat(12) }),
+      fc.record({ kind: fc.constant('list' as const), limit: fc.integer({ min: 1, max: 6 }), status, after: fc.nat(12) }),
+      fc.record({ kind: fc.constant('create' as const), status }),
+    );
+    let checked = 0;
+    await fc.assert(
+      fc.asyncProperty(fc.array(step, { minLength: 1, maxLength: 40 }), async (steps) => {
+        const cache = cachedPetsRepository(repository, { maxBytes: 1e6, ttlMs: 60_000, now: Date.now });
+        const [{ top }] = (await target.db.query<{ top: number | null }>('SELECT max(id)::int AS top FROM pets')) as [{ top: number | null }];
+        for (const current of steps) {
+          if (current.kind === 'create') {
+            await cache.create({ name: 'Walked', categoryId: 1, ...(current.status && { status: current.status }) });
+            continue;
+          }
+          // Cursors near the end of the table, where creates land and runs meet.
+          const query = { limit: current.limit, status: current.status, afterId: Math.max(0, (top ?? 0) - current.after) };
+          expect(await cache.list(query)).toEqual(await repository.list(query));
+          checked++;
+        }
+      }),
+      { numRuns: 100 },
+    );
+    expect(checked).toBeGreaterThan(300);
   });
 
   it('stays within its bytes, whatever is read', async () => {

@@ -11,100 +11,159 @@ export type PetsChange = { minId: number; maxId: number; statuses: Array<PetStat
 export interface PetsCacheOptions {
   /** Bound on what the cache holds, counted as an estimate of the bytes its entries take. */
   maxBytes: number;
-  /** How long an entry is served at most: the bound on staleness should a change notice be lost. */
+  /** How long what was read is served at most: the bound on staleness should a change notice be lost. */
   ttlMs: number;
   now: () => number;
   onLookup?: (kind: 'list' | 'pet', outcome: 'hit' | 'miss') => void;
 }
 
-/** Ids fall into buckets of this many; a page is invalidated by a change in a bucket it spans. */
-const BUCKET = 1024;
-/** Estimated bytes of an entry besides its pets, and of a pet besides its name. */
+/**
+ * What is known of one listing (all pets, or those of one status): every pet with an id after
+ * `afterId` up to `lastId` is in `pets`, in id order. When `toEnd`, the read reached the end of
+ * the listing and no pet follows; otherwise at least one does (a page is read with one row more).
+ */
+interface Run {
+  filter: string;
+  afterId: number;
+  lastId: number;
+  toEnd: boolean;
+  pets: Pet[];
+  bytes: number;
+  expiresAt: number;
+}
+
+/** Estimated bytes of a run or pet entry besides its pets, and of a pet besides its name. */
 const ENTRY_OVERHEAD = 200;
 const PET_OVERHEAD = 100;
-
-interface Entry<T> {
-  value: T;
-  expiresAt: number;
-  bytes: number;
-  /** Where an invalidation finds this entry (see refsOf). */
-  refs: string[];
-  /** For a page: the ids it covers, after `afterId` up to `lastId`, or on without end for the last page. */
-  covers?: { afterId: number; lastId: number; last: boolean };
-}
-
-interface Flight<T> {
-  promise: Promise<T>;
-  /** The generation of the filter when the read began (see Generations). */
-  generation: number;
-}
+const petBytes = (pet: Pet) => PET_OVERHEAD + pet.name.length * 2;
 
 const ALL = 'all';
+const PETS = 'pets';
 const filterOf = (status: PetStatus | undefined) => status ?? ALL;
+
+/** Index of the first pet with an id above `id`. */
+function firstAfter(pets: Pet[], id: number): number {
+  let low = 0;
+  let high = pets.length;
+  while (low < high) {
+    const middle = (low + high) >>> 1;
+    if (pets[middle]!.id <= id) low = middle + 1;
+    else high = middle;
+  }
+  return low;
+}
 
 /**
  * A bounded, invalidated cache in front of the pets repository, with identical concurrent reads
- * coalesced into one query. Pets never change once created and ids only grow, so:
- * - a pet, once found, is kept (a miss is never kept: it may be created a moment later);
- * - a page changes only when a pet is added inside the id range it covers, or after its last
- *   row when it is the last page; a change invalidates exactly those pages, so the first pages
- *   of a listing survive a stream of creates at its end.
- * Correctness against races: a write bumps its filters' generations, and a read that began in an
- * older generation is neither joined by later requests nor stored, so after a 201 no request on
- * this instance is answered from a read that began before the commit.
+ * coalesced into one query. Pets never change once created and ids only grow, so what a read of
+ * a page learns is a fact about a range of ids: pages that meet or touch are merged into runs,
+ * and any later page that falls inside a run is answered from it, whatever its cursor and limit
+ * (a walk through a listing soon reads nothing more). A pet, once found, is kept; a miss never is.
+ *
+ * A change invalidates only the runs whose ids it falls among, or the run that reaches the end
+ * of the listing, so the first pages survive a stream of creates at the end. Against races, a
+ * write bumps its filters' generations, and a read that began in an older generation is neither
+ * joined by later requests nor kept: after a 201, no request on this instance is answered from a
+ * read that began before the commit.
  *
  * Hand-written rather than async-cache-dedupe: that library's invalidation neither detaches
  * in-flight deduplicated reads nor keeps a read that began before a write from being stored, its
- * TTL is whole seconds, and its memory store is bounded by entries, not bytes.
+ * lifetimes are whole seconds, its memory is bounded by entries, not bytes, and it caches by key,
+ * where a run answers pages it was never asked for.
  */
 export function cachedPetsRepository(repository: PetsRepository, options: PetsCacheOptions) {
   const { maxBytes, ttlMs, now, onLookup = () => {} } = options;
-  const entries = new Map<string, Entry<ListPage | Pet>>();
-  const index = new Map<string, Set<string>>();
-  const flights = new Map<string, Flight<ListPage | Pet | undefined>>();
+  /** Runs of each listing, ordered by afterId, never overlapping. */
+  const runs = new Map<string, Run[]>();
+  const pets = new Map<number, { pet: Pet; expiresAt: number }>();
+  /** Everything held, oldest first: what goes when the bytes run out. */
+  const age = new Set<Run | Pet>();
+  const flights = new Map<string, { promise: Promise<unknown>; generation: number }>();
   const generations = new Map<string, number>();
   let bytes = 0;
 
   const generationOf = (filter: string) => generations.get(filter) ?? 0;
+  const runsOf = (filter: string) => runs.get(filter) ?? [];
 
-  function remove(key: string) {
-    const entry = entries.get(key);
-    if (!entry) return;
-    entries.delete(key);
-    bytes -= entry.bytes;
-    for (const ref of entry.refs) index.get(ref)?.delete(key);
+  function forgetRun(filter: string, run: Run) {
+    const list = runsOf(filter);
+    const at = list.indexOf(run);
+    if (at === -1) return;
+    list.splice(at, 1);
+    age.delete(run);
+    bytes -= run.bytes;
   }
 
-  function store(key: string, value: ListPage | Pet, size: number, refs: string[], covers?: Entry<ListPage>['covers']) {
-    remove(key);
-    if (size > maxBytes) return;
-    // Map order is insertion order: the oldest entries go first.
-    for (const oldest of entries.keys()) {
-      if (bytes + size <= maxBytes) break;
-      remove(oldest);
+  function forgetPet(id: number) {
+    const held = pets.get(id);
+    if (!held) return;
+    pets.delete(id);
+    age.delete(held.pet);
+    bytes -= ENTRY_OVERHEAD + petBytes(held.pet);
+  }
+
+  function makeRoom(size: number) {
+    for (const oldest of age) {
+      if (bytes + size <= maxBytes) return;
+      if ('afterId' in oldest) forgetRun(oldest.filter, oldest);
+      else forgetPet(oldest.id);
     }
-    entries.set(key, { value, expiresAt: now() + ttlMs, bytes: size, refs, covers });
-    bytes += size;
-    for (const ref of refs) {
-      let keys = index.get(ref);
-      if (!keys) index.set(ref, (keys = new Set()));
-      keys.add(key);
+  }
+
+  /** Adds what a page read learned, merged with the runs it meets or touches. */
+  function learn(filter: string, afterId: number, page: Pet[], toEnd: boolean) {
+    let run: Run = { filter, afterId, lastId: page.at(-1)?.id ?? afterId, toEnd, pets: page, bytes: 0, expiresAt: now() + ttlMs };
+    const list = runsOf(filter);
+    for (const other of [...list]) {
+      const meets = other.afterId <= (run.toEnd ? Infinity : run.lastId) && run.afterId <= (other.toEnd ? Infinity : other.lastId);
+      if (!meets) continue;
+      forgetRun(filter, other);
+      const [first, second] = other.afterId <= run.afterId ? [other, run] : [run, other];
+      const later = second.lastId >= first.lastId ? second : first;
+      run = {
+        filter,
+        afterId: first.afterId,
+        lastId: later.lastId,
+        toEnd: later.toEnd,
+        pets: [...first.pets.slice(0, firstAfter(first.pets, second.afterId)), ...second.pets, ...first.pets.slice(firstAfter(first.pets, second.lastId))],
+        bytes: 0,
+        expiresAt: Math.min(first.expiresAt, second.expiresAt),
+      };
     }
+    run.bytes = ENTRY_OVERHEAD + run.pets.reduce((sum, pet) => sum + petBytes(pet), 0);
+    if (run.bytes > maxBytes) return;
+    makeRoom(run.bytes);
+    const updated = runsOf(filter);
+    const before = updated.findIndex((other) => other.afterId > run.afterId);
+    updated.splice(before === -1 ? updated.length : before, 0, run);
+    runs.set(filter, updated);
+    age.add(run);
+    bytes += run.bytes;
   }
 
-  function lookup<T extends ListPage | Pet>(key: string): T | undefined {
-    const entry = entries.get(key);
-    if (entry && entry.expiresAt > now()) return entry.value as T;
-    if (entry) remove(key);
-    return undefined;
+  /** The page from what is known, or undefined when the runs cannot tell. */
+  function answer(filter: string, { limit, afterId = 0 }: ListQuery): ListPage | undefined {
+    const run = runsOf(filter).find((candidate) => candidate.afterId <= afterId && (candidate.toEnd || afterId < candidate.lastId));
+    if (!run) return undefined;
+    if (run.expiresAt <= now()) {
+      forgetRun(filter, run);
+      return undefined;
+    }
+    const from = firstAfter(run.pets, afterId);
+    const remaining = run.pets.length - from;
+    if (remaining > limit || (remaining === limit && !run.toEnd)) {
+      const page = run.pets.slice(from, from + limit);
+      return { pets: page, nextAfterId: page.at(-1)!.id };
+    }
+    return run.toEnd ? { pets: run.pets.slice(from) } : undefined;
   }
 
-  /** Single flight: one read per key at a time, joined only by requests of the same generation. */
-  function read<T extends ListPage | Pet | undefined>(key: string, filter: string, load: () => Promise<T>, keep: (value: T) => void): Promise<T> {
+  /** Single flight: one read per key at a time, joined only by requests of the same generation; kept only if no write came meanwhile. */
+  function read<T>(key: string, filter: string, load: () => Promise<T>, keep: (value: T) => void): Promise<T> {
     const generation = generationOf(filter);
     const flight = flights.get(key);
     if (flight && flight.generation === generation) return flight.promise as Promise<T>;
-    const promise = load().then(
+    const promise: Promise<T> = load().then(
       (value) => {
         if (flights.get(key)?.promise === promise) flights.delete(key);
         if (generationOf(filter) === generation) keep(value);
@@ -119,21 +178,6 @@ export function cachedPetsRepository(repository: PetsRepository, options: PetsCa
     return promise;
   }
 
-  const petBytes = (pet: Pet) => PET_OVERHEAD + pet.name.length * 2;
-
-  const coversOf = (afterId: number, page: ListPage) => ({
-    afterId,
-    lastId: page.nextAfterId ?? page.pets.at(-1)?.id ?? afterId,
-    last: page.nextAfterId === undefined,
-  });
-
-  /** A page is found again through the buckets of ids it covers and, when it is the last page, its filter's tail. */
-  function refsOf(filter: string, { afterId, lastId, last }: ReturnType<typeof coversOf>): string[] {
-    const refs = last ? [`${filter}:tail`] : [];
-    for (let bucket = Math.floor((afterId + 1) / BUCKET); bucket <= Math.floor(lastId / BUCKET); bucket++) refs.push(`${filter}:${bucket}`);
-    return refs;
-  }
-
   function invalidate(change: PetsChange) {
     if (change === 'everything') {
       flush();
@@ -142,24 +186,19 @@ export function cachedPetsRepository(repository: PetsRepository, options: PetsCa
     const filters = new Set([ALL, ...change.statuses.filter((status): status is PetStatus => status !== null)]);
     for (const filter of filters) {
       generations.set(filter, generationOf(filter) + 1);
-      const refs = [`${filter}:tail`];
-      for (let bucket = Math.floor(change.minId / BUCKET); bucket <= Math.floor(change.maxId / BUCKET); bucket++) refs.push(`${filter}:${bucket}`);
-      for (const ref of refs) {
-        for (const key of [...(index.get(ref) ?? [])]) {
-          const covers = entries.get(key)?.covers;
-          // A bucket is only where to look: the page goes if the new ids fall inside what it covers.
-          if (covers && change.maxId > covers.afterId && (covers.last || change.minId <= covers.lastId)) remove(key);
-        }
+      for (const run of [...runsOf(filter)]) {
+        if (change.maxId > run.afterId && (run.toEnd || change.minId <= run.lastId)) forgetRun(filter, run);
       }
     }
   }
 
   /** Forgets everything, as when notices of changes may have been missed. */
   function flush() {
-    entries.clear();
-    index.clear();
+    runs.clear();
+    pets.clear();
+    age.clear();
     bytes = 0;
-    for (const filter of [ALL, 'available', 'pending', 'sold', 'pets']) generations.set(filter, generationOf(filter) + 1);
+    for (const filter of [ALL, 'available', 'pending', 'sold', PETS]) generations.set(filter, generationOf(filter) + 1);
     flights.clear();
   }
 
@@ -171,36 +210,45 @@ export function cachedPetsRepository(repository: PetsRepository, options: PetsCa
     },
 
     async findById(id: number): Promise<Pet | undefined> {
-      const key = `pet:${id}`;
-      const cached = lookup<Pet>(key);
-      onLookup('pet', cached ? 'hit' : 'miss');
-      if (cached) return cached;
-      // Pets never change, so no write makes a found pet stale: one generation for all of them.
-      return read(key, 'pets', () => repository.findById(id), (pet) => pet && store(key, pet, ENTRY_OVERHEAD + petBytes(pet), []));
+      const held = pets.get(id);
+      if (held && held.expiresAt > now()) {
+        onLookup('pet', 'hit');
+        return held.pet;
+      }
+      if (held) forgetPet(id);
+      onLookup('pet', 'miss');
+      // Pets never change, so no create makes a found pet stale: one generation for all of them.
+      return read(
+        `pet:${id}`,
+        PETS,
+        () => repository.findById(id),
+        (pet) => {
+          if (!pet || pets.has(id)) return;
+          makeRoom(ENTRY_OVERHEAD + petBytes(pet));
+          pets.set(id, { pet, expiresAt: now() + ttlMs });
+          age.add(pet);
+          bytes += ENTRY_OVERHEAD + petBytes(pet);
+        },
+      );
     },
 
     async list(query: ListQuery): Promise<ListPage> {
       const { limit, status, afterId = 0 } = query;
       const filter = filterOf(status);
-      const key = `list:${filter}:${afterId}:${limit}`;
-      const cached = lookup<ListPage>(key);
-      onLookup('list', cached ? 'hit' : 'miss');
-      if (cached) return cached;
-      return read(
-        key,
-        filter,
-        () => repository.list(query),
-        (page) => {
-          const covers = coversOf(afterId, page);
-          store(key, page, ENTRY_OVERHEAD + page.pets.reduce((sum, pet) => sum + petBytes(pet), 0), refsOf(filter, covers), covers);
-        },
+      const known = answer(filter, query);
+      onLookup('list', known ? 'hit' : 'miss');
+      if (known) return known;
+      // The repository reads one row more than the page to learn whether more follow; the page
+      // and that answer are what this read learns.
+      return read(`list:${filter}:${afterId}:${limit}`, filter, () => repository.list(query), (page) =>
+        learn(filter, afterId, page.pets, page.nextAfterId === undefined),
       );
     },
 
     invalidate,
     flush,
-    /** Entries and estimated bytes held now. */
-    size: () => ({ entries: entries.size, bytes }),
+    /** Runs and pets held now, and their estimated bytes. */
+    size: () => ({ entries: age.size, bytes }),
   };
 }
 
