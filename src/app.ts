@@ -111,6 +111,7 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
   await app.register(v1, {
     prefix: API_PREFIX,
     now: deps.now ?? Date.now,
+    keyCacheMaxEntries: config.KEY_CACHE_MAX_ENTRIES,
     rateLimit: {
       ban: { threshold: config.RATE_LIMIT_BAN_THRESHOLD, durationMs: config.RATE_LIMIT_BAN_SECONDS * 1000 },
       redisUrl: config.REDIS_URL,

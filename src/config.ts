@@ -20,6 +20,8 @@ export const ConfigSchema = Type.Object({
   /** More refused requests than this within one minute window ban the caller. */
   RATE_LIMIT_BAN_THRESHOLD: Type.Integer({ minimum: 1, default: 30 }),
   RATE_LIMIT_BAN_SECONDS: Type.Integer({ minimum: 1, default: 900 }),
+  /** API keys each instance keeps in memory at most (the recently used ones); memory follows this, not the number of keys. */
+  KEY_CACHE_MAX_ENTRIES: Type.Integer({ minimum: 1, default: 100_000 }),
   /** Comma-separated addresses or CIDRs of the proxies whose X-Forwarded-For is believed. */
   TRUST_PROXY: Type.String({ default: '' }),
   /** Prometheus metrics are served apart from the API, on this port (0: any free port). */

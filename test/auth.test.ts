@@ -78,17 +78,16 @@ describe('bearer authentication on every /v1 operation', () => {
 });
 
 describe('keys in memory', () => {
-  it('identifies keys without a database round trip, and unknown keys cost none either', async () => {
+  it('a cached key needs no database round trip, and a key of the wrong shape or checksum never reaches the database', async () => {
     const { key } = await t.app.apiKeysRepository.create({ plan: 'business' });
-    await eventually(async () => (await request('GET', '/v1/openapi.json')).status === 200 &&
-      (await request('GET', '/v1/pets/1', { headers: bearer(key) })).status !== 401);
-    // Take the keys table away: auth must not notice, because it never asks the database.
+    expect((await request('GET', '/v1/pets/1', { headers: bearer(key) })).status).not.toBe(401);
+    // Take the keys table away: a known key must not notice, and made-up ones must not ask.
     await t.db.query('ALTER TABLE api_keys RENAME TO api_keys_away');
     try {
       expect((await request('GET', '/v1/pets', { headers: bearer(key) })).status).toBe(200);
-      for (let i = 0; i < 50; i++) {
-        const random = `psk_${Buffer.from(crypto.getRandomValues(new Uint8Array(32))).toString('base64url')}`;
-        expectUnauthorized(await request('GET', '/v1/pets', { headers: bearer(random) }), true);
+      const mistyped = key.slice(0, -1) + (key.endsWith('A') ? 'B' : 'A');
+      for (const wrong of [mistyped, `${key}x`, key.slice(0, -1), `psk_${'A'.repeat(49)}`, 'psk_!'.repeat(10)]) {
+        expectUnauthorized(await request('GET', '/v1/pets', { headers: bearer(wrong) }), true);
       }
     } finally {
       await t.db.query('ALTER TABLE api_keys_away RENAME TO api_keys');

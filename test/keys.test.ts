@@ -12,13 +12,16 @@ async function keys(args: string[], env: Record<string, string>) {
   return { ...result, stderr: result.stderr.replace(/^npm warn .*\n/gm, '') };
 }
 
-const KEY = /^psk_[A-Za-z0-9_-]{43}$/;
+/** The documented format: psk_, 43 random base62 characters and a 6-character CRC32 checksum. */
+const KEY = /^psk_[0-9A-Za-z]{49}$/;
 const lastLine = (text: string) => text.trimEnd().split('\n').at(-1)!;
 
 let env: Record<string, string>;
 let cleanup: () => Promise<void>;
 
 beforeAll(async () => {
+  // The command runs the compiled code: build what is being tested.
+  expect((await runCommand('npm', ['run', '--silent', 'build'])).code).toBe(0);
   if (POSTGRES_URL) {
     const database = await createTestDatabase();
     await database.db.close();
@@ -54,7 +57,7 @@ describe('npm run --silent keys', () => {
     const records = await listJson();
     expect(lines).toHaveLength(records.length);
     expect(lines.map((line) => Number(line.split('\t')[0]))).toEqual(records.map((record) => record.id));
-    expect(lines.find((line) => line.includes('listed'))).toMatch(/^\d+\tlisted\tpro\t300\/minute\t10000\/day\t\S+\tactive$/);
+    expect(lines.find((line) => line.includes('listed'))).toMatch(/^\d+\tlisted\tpro\t300\/minute\t10000\/day\tread-write\t\S+\tno expiry\tactive$/);
     for (const output of [listed.stdout, JSON.stringify(records)]) {
       expect(output).not.toContain(key);
       expect(output).not.toMatch(/psk_|[0-9a-f]{64}|hash/i);
@@ -69,8 +72,11 @@ describe('npm run --silent keys', () => {
       plan: 'enterprise',
       perMinute: 5,
       perDay: 50,
+      readOnly: false,
       createdAt: expect.any(String),
+      expiresAt: null,
       revokedAt: null,
+      replacedBy: null,
     });
   });
 
@@ -83,6 +89,40 @@ describe('npm run --silent keys', () => {
     const missing = await keys(['revoke', '999999'], env);
     expect(missing.code).toBe(1);
     expect(missing.stderr).toContain('999999');
+  });
+
+  it('create --expires-at and --read-only are listed with the key', async () => {
+    const created = await keys(['create', '--plan', 'free', '--name', 'reader', '--read-only', '--expires-at', '2099-01-31T12:00:00Z'], env);
+    expect(created.code).toBe(0);
+    expect(lastLine(created.stdout)).toMatch(KEY);
+    expect((await listJson()).find((record) => record.name === 'reader')).toMatchObject({
+      readOnly: true,
+      expiresAt: '2099-01-31T12:00:00.000Z',
+    });
+    const line = (await keys(['list'], env)).stdout.split('\n').find((text) => text.includes('\treader\t'));
+    expect(line).toMatch(/\tread-only\t\S+\texpires 2099-01-31T12:00:00.000Z\tactive$/);
+  });
+
+  it('rotate prints a new key with the same plan, limits, name and scope, and lists which key replaced which', async () => {
+    await keys(['create', '--plan', 'enterprise', '--per-minute', '7', '--per-day', '70', '--name', 'rolled', '--read-only'], env);
+    const old = (await listJson()).find((record) => record.name === 'rolled')!;
+    const rotated = await keys(['rotate', String(old.id), '--overlap-seconds', '3600'], env);
+    expect(rotated).toMatchObject({ code: 0, stderr: '' });
+    expect(lastLine(rotated.stdout)).toMatch(KEY);
+    const records = await listJson();
+    const replaced = records.find((record) => record.id === old.id)!;
+    const successor = records.find((record) => record.id === replaced.replacedBy)!;
+    expect(successor).toMatchObject({ name: 'rolled', plan: 'enterprise', perMinute: 7, perDay: 70, readOnly: true, expiresAt: null, revokedAt: null });
+    expect(Date.parse(replaced.expiresAt as string) - Date.now()).toBeGreaterThan(3_500_000);
+    expect(replaced.revokedAt).toBeNull();
+    const line = (await keys(['list'], env)).stdout.split('\n').find((text) => text.startsWith(`${old.id}\t`));
+    expect(line).toMatch(new RegExp(`\\tactive, replaced by ${successor.id}$`));
+    // Rotating it again, or a revoked key, is refused; --overlap-seconds 0 revokes the old key at once.
+    expect((await keys(['rotate', String(old.id)], env)).code).toBe(1);
+    const now = await keys(['rotate', String(successor.id), '--overlap-seconds', '0'], env);
+    expect(now.code).toBe(0);
+    expect((await listJson()).find((record) => record.id === successor.id)!.revokedAt).toEqual(expect.any(String));
+    expect((await keys(['rotate', '999999'], env)).code).toBe(1);
   });
 
   it('bad arguments: one line on stderr, exit 2, nothing written', { timeout: 180_000 }, async () => {
@@ -106,6 +146,16 @@ describe('npm run --silent keys', () => {
       ['revoke'],
       ['revoke', 'abc'],
       ['revoke', '1', '2'],
+      ['create', '--plan', 'free', '--expires-at', 'tomorrow'],
+      ['create', '--plan', 'free', '--expires-at', '2027-01-01'],
+      ['create', '--plan', 'free', '--expires-at', '2020-01-01T00:00:00Z'],
+      ['create', '--plan', 'free', '--read-only', 'yes'],
+      ['create', '--plan', 'free', '--overlap-seconds', '5'],
+      ['rotate', 'abc'],
+      ['rotate', '1', '--overlap-seconds', '-1'],
+      ['rotate', '1', '--overlap-seconds', '1.5'],
+      ['rotate', '1', '--read-only'],
+      ['list', '--expires-at', '2030-01-01T00:00:00Z'],
     ];
     const before = await listJson();
     // Bad arguments are refused before the database is opened, so the cases can run side by side.

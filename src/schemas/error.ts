@@ -4,6 +4,7 @@ import { Type, type Static } from '@sinclair/typebox';
 export const ERROR_CODES = [
   'bad_request',
   'unauthorized',
+  'forbidden',
   'not_found',
   'method_not_allowed',
   'request_timeout',

@@ -79,10 +79,16 @@ export default fp<RateLimitOptions>(
     });
 
     app.addHook('onRequest', async (request, reply) => {
-      const key = request.apiKey;
-      const subject = key ? `key:${key.id}` : `ip:${request.ip}`;
       const now = options.now();
-      const decision = await store.consume(subject, key ?? ANONYMOUS, now);
+      let decision: Decision | undefined;
+      if (request.keyToLookUp !== undefined) {
+        // A key this instance has not seen: its caller's address pays for the lookup first, so
+        // made-up keys are limited per address and never flood the database.
+        decision = await store.consume(`ip:${request.ip}`, ANONYMOUS, now);
+        if (decision.outcome === 'allowed') await app.resolveKey(request);
+      }
+      const key = request.apiKey;
+      if (key || !decision) decision = await store.consume(key ? `key:${key.quotaId}` : `ip:${request.ip}`, key ?? ANONYMOUS, now);
       const binding = setHeaders(reply, decision, now);
       decisions.inc({ outcome: decision.outcome });
       if (decision.outcome === 'allowed') return;

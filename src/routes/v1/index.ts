@@ -8,8 +8,9 @@ import pets from './pets.js';
 export const API_PREFIX = '/v1';
 
 export interface V1Options {
-  /** The clock of rate limiting and deprecation, in ms since the epoch. */
+  /** The clock of authentication (key expiry), rate limiting and deprecation, in ms since the epoch. */
   now: () => number;
+  keyCacheMaxEntries: number;
   rateLimit: Omit<RateLimitOptions, 'now'>;
 }
 
@@ -20,8 +21,8 @@ export interface V1Options {
  * declared (onRoute), in this order, which their plugin dependencies enforce: the limiter's
  * headers go on auth's 401, and deprecation's headers on both.
  */
-const v1: FastifyPluginAsync<V1Options> = async (app, { now, rateLimit: limits }) => {
-  await app.register(auth);
+const v1: FastifyPluginAsync<V1Options> = async (app, { now, keyCacheMaxEntries, rateLimit: limits }) => {
+  await app.register(auth, { keyCacheMaxEntries, now });
   await app.register(rateLimit, { ...limits, now });
   await app.register(deprecation, { now });
   app.setNotFoundHandler(notFoundHandler);

@@ -54,6 +54,7 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
           415: ErrorBody,
         },
       },
+      config: { writes: true },
     },
     async (request, reply) => {
       const pet = await app.petsRepository.create(request.body);
