@@ -106,7 +106,7 @@ describe('the pets cache as a component, over a real database', () => {
 
   it('property: any sequence of pages and creates is answered exactly as the database answers it', async () => {
     const repository = createPetsRepository(target.db);
-    const status = fc.constantFrom(undefined, 'available', 'pending', 'sold') as fc.Arbitrary<'available' | 'pending' | 'sold' | undefined>;
+    const status = fc.constantFrom<'available' | 'pending' | 'sold' | undefined>(undefined, 'available', 'pending', 'sold');
     const step = fc.oneof(
       // Few cursors and limits, so that pages repeat, overlap, meet and end exactly at the end of the table.
       fc.record({ kind: fc.constant('list' as const), limit: fc.integer({ min: 1, max: 6 }), status, after: fc.nat(12) }),
