@@ -115,8 +115,8 @@ describe('npm run --silent keys', () => {
     expect(successor).toMatchObject({ name: 'rolled', plan: 'enterprise', perMinute: 7, perDay: 70, readOnly: true, expiresAt: null, revokedAt: null });
     expect(Date.parse(replaced.expiresAt as string) - Date.now()).toBeGreaterThan(3_500_000);
     expect(replaced.revokedAt).toBeNull();
-    const line = (await keys(['list'], env)).stdout.split('\n').find((text) => text.startsWith(`${old.id}\t`));
-    expect(line).toMatch(new RegExp(`\\tactive, replaced by ${successor.id}$`));
+    const line = (await keys(['list'], env)).stdout.split('\n').find((text) => text.startsWith(`${String(old.id)}\t`));
+    expect(line).toMatch(new RegExp(`\\tactive, replaced by ${String(successor.id)}$`));
     // Rotating it again, or a revoked key, is refused; --overlap-seconds 0 revokes the old key at once.
     expect((await keys(['rotate', String(old.id)], env)).code).toBe(1);
     const now = await keys(['rotate', String(successor.id), '--overlap-seconds', '0'], env);
