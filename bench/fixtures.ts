@@ -5,6 +5,8 @@ import { createApiKeysRepository } from '../src/repositories/api-keys.js';
 import { createScratchDatabase, openExistingDatabase } from '../test/support/databases.js';
 
 export const PET_COUNT = 10_000;
+/** How many pets serve as the walk's cursors: spread evenly over the whole table, in id order. */
+export const WALK_CURSOR_COUNT = 3_000;
 
 /** The largest limit the api_keys columns hold (int4): no run can exhaust it, so every request is allowed. */
 const UNREACHABLE_LIMIT = 2_147_483_647;
@@ -17,6 +19,11 @@ export interface Fixture {
   deepCursor: string;
   /** An existing pet, for the deprecated by-id operation. */
   petId: number;
+  /**
+   * The ids of WALK_CURSOR_COUNT pets spread evenly over the table (every 10/3rd pet in id order,
+   * from the first to one of the last few): the walk continues after one of them.
+   */
+  walkAfterIds: number[];
 }
 
 /**
@@ -42,7 +49,9 @@ async function seed(db: Database): Promise<Fixture> {
      OFFSET (SELECT count(*) * 9 / 10 FROM pets WHERE status = 'available') LIMIT 1`,
   );
   const [middle] = await db.query<{ id: number }>('SELECT id FROM pets ORDER BY id OFFSET $1 LIMIT 1', [PET_COUNT / 2]);
-  return { apiKey: key, deepCursor: encodeCursor(Number(deep!.id), 'available'), petId: Number(middle!.id) };
+  const ids = (await db.query<{ id: number }>('SELECT id FROM pets ORDER BY id')).map((row) => Number(row.id));
+  const walkAfterIds = Array.from({ length: WALK_CURSOR_COUNT }, (_, index) => ids[Math.floor((index * ids.length) / WALK_CURSOR_COUNT)]!);
+  return { apiKey: key, deepCursor: encodeCursor(Number(deep!.id), 'available'), petId: Number(middle!.id), walkAfterIds };
 }
 
 export interface BenchDatabase {

@@ -8,13 +8,13 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createSeededPostgres, seedPglite } from './fixtures.js';
-import { load, type Measurement, type RequestShape } from './load.js';
+import { drawRequest, load, requestsOf, type Measurement, type RequestShape, type RequestSpec } from './load.js';
 import { parseOptions, type BenchOptions } from './options.js';
 import { ROOT, startServer, type ServerProcess, type ServerSpec } from '../test/support/processes.js';
 import { assertRedisUp, countKeys, deleteKeys } from '../test/support/redis.js';
 import { buildService } from './processes.js';
-import { evaluateBudgets, renderMarkdown, summarize, type MemoryResult, type Round, type RowResult, type RunResult } from './report.js';
-import { invalidKeyList, oursSpec, phases, serverSpecs, type Databases, type Row } from './scenarios.js';
+import { evaluateGoals, renderMarkdown, summarize, type MemoryResult, type Round, type RowResult, type RunResult } from './report.js';
+import { invalidKeyList, oursSpec, phases, samePages, serverSpecs, type Databases, type Row } from './scenarios.js';
 
 const RESULTS_DIR = join(ROOT, 'bench/results');
 const started = Date.now();
@@ -32,18 +32,43 @@ async function startAll(specs: ServerSpec[]): Promise<Map<string, ServerProcess>
   return new Map(servers.map((server) => [server.name, server]));
 }
 
+/** Sends one request as the load would (fresh path and headers drawn). */
+async function send(origin: string, request: RequestSpec): Promise<{ path: string; response: Response }> {
+  const { method, path, headers, body } = drawRequest(request);
+  return { path, response: await fetch(origin + path, { method, headers, body }) };
+}
+
 /**
- * One request of every row before any load: a scenario that cannot succeed (a wrong key, a bad
- * path) stops the run here with the reason. It also takes each server's cold first request.
+ * One request of every kind each row sends, before any load: a scenario that cannot succeed (a
+ * wrong key, a bad path) stops the run here with the reason. It also takes each server's cold
+ * first request.
  */
 async function preflight(rows: Row[], servers: Map<string, ServerProcess>): Promise<void> {
   for (const { id, server, shape } of rows) {
-    const response = await fetch(servers.get(server)!.origin + shape.path, {
-      method: shape.method,
-      headers: { ...shape.headers, ...shape.freshHeaders?.() },
-      body: shape.body,
-    });
-    if (!response.ok) throw new Error(`${id}: the first request got ${response.status} ${await response.text()}`);
+    for (const request of requestsOf(shape)) {
+      const { path, response } = await send(servers.get(server)!.origin, request);
+      if (!response.ok) throw new Error(`${id}: the first ${request.method} ${path} got ${response.status} ${await response.text()}`);
+      await response.arrayBuffer();
+    }
+  }
+}
+
+/** The ids of the pets a listing answered, in order. */
+async function idsOf(origin: string, request: RequestSpec): Promise<number[]> {
+  const { path, response } = await send(origin, request);
+  if (!response.ok) throw new Error(`${request.method} ${path} got ${response.status} ${await response.text()}`);
+  return ((await response.json()) as Array<{ id: number }>).map((pet) => pet.id);
+}
+
+/** bare+pg must answer the service's pages with the same pets, or the ratios would compare different work. */
+async function assertSamePages(databases: Databases, servers: Map<string, ServerProcess>): Promise<void> {
+  for (const store of ['ours-memory', 'ours-redis'] as const) {
+    for (const { name, ours, baseline } of samePages(databases.postgres)) {
+      const [oursIds, baselineIds] = await Promise.all([idsOf(servers.get(store)!.origin, ours), idsOf(servers.get('bare-pg')!.origin, baseline)]);
+      if (oursIds.join() !== baselineIds.join()) {
+        throw new Error(`${store} and bare-pg answer ${name} with different pets: ${oursIds.join()} against ${baselineIds.join()}`);
+      }
+    }
   }
 }
 
@@ -90,15 +115,45 @@ async function measureMemory(server: ServerProcess, options: BenchOptions): Prom
   return { requests: options.memoryRequests, rssAfterWarmupBytes, rssAfterBytes, measured, refusals, unexpected };
 }
 
-/** What makes the numbers meaningless: a row that never succeeded, a server that crashed. */
-function findProblems(rows: RowResult[], memory: MemoryResult, exitCodes: Map<string, number | null>, redisKeys: number): string[] {
+/** The share of a shape's requests that are POSTs, each answered 201 when it succeeds. */
+const postShare = (shape: RequestShape) => requestsOf(shape).filter((request) => request.method === 'POST').length / requestsOf(shape).length;
+
+/**
+ * What makes the numbers meaningless: a row that got any error (every request of every row should
+ * succeed), a mix of answers unlike the mix of requests, a server that crashed.
+ */
+function findProblems(
+  rows: RowResult[],
+  connections: number,
+  memory: MemoryResult,
+  exitCodes: Map<string, number | null>,
+  redisKeys: number,
+): string[] {
   const problems: string[] = [];
-  for (const { row, rounds } of rows) {
-    rounds.forEach((round, index) => {
-      if (round.responses - round.non2xx === 0) problems.push(`${row.id}: round ${index + 1} got no 2xx response`);
-    });
+  for (const { row, rounds, warmups } of rows) {
+    const check = (measurement: Measurement, what: string) => {
+      if (measurement.responses - measurement.non2xx === 0) problems.push(`${row.id}: ${what} got no 2xx response`);
+      const errors = measurement.non2xx + measurement.failed;
+      if (errors > 0) {
+        const statuses = Object.entries(measurement.statuses).filter(([status]) => !status.startsWith('2'));
+        const detail = [...statuses.map(([status, count]) => `${status}: ${count}`), ...(measurement.failed ? [`no response: ${measurement.failed}`] : [])];
+        problems.push(`${row.id}: ${what} got ${errors} errors (${detail.join(', ')}) of ${measurement.responses + measurement.failed} requests`);
+      }
+      // Each connection sends its list in order, from the start, and a run ends mid-list: up to
+      // length - 1 requests per connection may be missing from the end of a cycle.
+      const { length } = requestsOf(row.shape);
+      const expected = postShare(row.shape);
+      const created = (measurement.statuses['201'] ?? 0) / Math.max(1, measurement.responses);
+      const tolerance = 0.01 + ((length - 1) * connections) / (length * Math.max(1, measurement.responses));
+      if (Math.abs(created - expected) > tolerance) {
+        problems.push(`${row.id}: ${what}: ${(created * 100).toFixed(1)}% of the answers were 201, for ${(expected * 100).toFixed(1)}% POSTs`);
+      }
+    };
+    rounds.forEach((round, index) => check(round, `round ${index + 1}`));
+    warmups.forEach((warmup, index) => check(warmup, `warm-up ${index + 1}`));
   }
   if (memory.refusals === 0) problems.push('memory scenario: not one 401 or 429; the requests did not reach the service');
+  if (memory.unexpected > 0) problems.push(`memory scenario: ${memory.unexpected} answers other than 401 or 429, or no answer`);
   if (redisKeys === 0) problems.push('no rate-limit keys in Redis: the Redis-store rows measured the memory fallback');
   for (const [name, code] of exitCodes) if (code !== 0) problems.push(`${name} exited with ${code}`);
   return problems;
@@ -148,6 +203,7 @@ async function main(): Promise<number> {
   try {
     servers = await startAll(Object.values(serverSpecs(databases)));
     say(`servers up: ${[...servers.values()].map((server) => `${server.name} ${server.origin}`).join(', ')}`);
+    await assertSamePages(databases, servers);
     const { reads, writes } = phases(databases);
     const rows = [...(await alternate(reads, servers, options)), ...(await alternate(writes, servers, options))];
     const redisKeys = await countKeys(options.redisUrl, databases.redisKeyPrefix);
@@ -169,14 +225,15 @@ async function main(): Promise<number> {
       options: withoutUrls(options),
       rows,
       memory,
-      problems: findProblems(rows, memory, exitCodes, redisKeys),
+      problems: findProblems(rows, options.connections, memory, exitCodes, redisKeys),
     };
     const summaries = summarize(rows);
-    const markdown = renderMarkdown(run, summaries, evaluateBudgets(summaries, memory));
+    const goals = evaluateGoals(summaries);
+    const markdown = renderMarkdown(run, summaries, goals);
     writeFileSync(join(RESULTS_DIR, `${options.reportName}.md`), markdown);
     // Request shapes carry the run's API key, which belongs in no file, even for a database that is dropped.
     const withoutShapes = (key: string, value: unknown) => (key === 'shape' ? undefined : value);
-    writeFileSync(join(RESULTS_DIR, `${options.reportName}.json`), `${JSON.stringify({ ...run, summaries }, withoutShapes, 2)}\n`);
+    writeFileSync(join(RESULTS_DIR, `${options.reportName}.json`), `${JSON.stringify({ ...run, summaries, goals }, withoutShapes, 2)}\n`);
     console.log(`\n${markdown}`);
     say(`written to bench/results/${options.reportName}.md and .json; server logs in bench/results/*.log`);
     for (const problem of run.problems) console.error(`[bench] PROBLEM: ${problem}`);

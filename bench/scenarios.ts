@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
-import type { Fixture } from './fixtures.js';
-import type { RequestShape } from './load.js';
+import { encodeCursor } from '../src/pagination.js';
+import { WALK_CURSOR_COUNT, type Fixture } from './fixtures.js';
+import type { RequestShape, RequestSpec } from './load.js';
 import type { ServerSpec } from '../test/support/processes.js';
 
 /** The servers of a run, by the name the report shows. */
@@ -65,17 +66,89 @@ const NEW_PET = JSON.stringify({ name: 'Benchmark', categoryId: 3, status: 'avai
 
 export const LIST_PATH = '/v1/pets?limit=20&status=available';
 
+/** The walk's limits are drawn from 1 to the service's largest, 100. */
+export const WALK_MAX_LIMIT = 100;
+/** Per connection: this many hot GETs, then one POST, over and over. */
+export const MIXED_READS = 9;
+
+const randomBelow = (count: number) => Math.floor(Math.random() * count);
+
+/** A page of the walk: the index of one of the fixture's cursors and a limit from 1 to WALK_MAX_LIMIT. */
+interface WalkPage {
+  cursor: number;
+  limit: number;
+}
+const randomWalkPage = (): WalkPage => ({ cursor: randomBelow(WALK_CURSOR_COUNT), limit: 1 + randomBelow(WALK_MAX_LIMIT) });
+
+/** The same page of the unfiltered listing, as the service and as bare+pg are asked for it. */
+function walkPaths(fixture: Fixture) {
+  // Encoded once: a request then costs the load generator two random numbers and a string template.
+  const cursors = fixture.walkAfterIds.map((id) => encodeCursor(id, undefined));
+  return {
+    ours: ({ cursor, limit }: WalkPage) => `/v1/pets?limit=${limit}&cursor=${cursors[cursor]}`,
+    bare: ({ cursor, limit }: WalkPage) => `/walk?after=${fixture.walkAfterIds[cursor]}&limit=${limit}`,
+  };
+}
+
 /** The service's operations, as a client with a valid key sends them. */
-export const operations = (fixture: Fixture) => ({
-  list: { method: 'GET', path: LIST_PATH, headers: bearer(fixture.apiKey) },
-  deepPage: {
-    method: 'GET',
-    path: `/v1/pets?limit=20&status=available&cursor=${fixture.deepCursor}`,
-    headers: bearer(fixture.apiKey),
-  },
-  byId: { method: 'GET', path: `/v1/pets/${fixture.petId}`, headers: bearer(fixture.apiKey) },
-  create: { method: 'POST', path: '/v1/pets', headers: { ...bearer(fixture.apiKey), ...JSON_BODY }, body: NEW_PET },
-}) satisfies Record<string, RequestShape>;
+export const operations = (fixture: Fixture) => {
+  const walk = walkPaths(fixture);
+  const list = { method: 'GET', path: LIST_PATH, headers: bearer(fixture.apiKey) } satisfies RequestSpec;
+  const create = { method: 'POST', path: '/v1/pets', headers: { ...bearer(fixture.apiKey), ...JSON_BODY }, body: NEW_PET } satisfies RequestSpec;
+  return {
+    list,
+    deepPage: {
+      method: 'GET',
+      path: `/v1/pets?limit=20&status=available&cursor=${fixture.deepCursor}`,
+      headers: bearer(fixture.apiKey),
+    },
+    byId: { method: 'GET', path: `/v1/pets/${fixture.petId}`, headers: bearer(fixture.apiKey) },
+    create,
+    walk: {
+      method: 'GET',
+      path: walk.ours({ cursor: 0, limit: WALK_MAX_LIMIT }),
+      headers: bearer(fixture.apiKey),
+      freshPath: () => walk.ours(randomWalkPage()),
+    },
+    mixed: [...Array.from({ length: MIXED_READS }, () => list), create],
+  } satisfies Record<string, RequestShape>;
+};
+
+/** bare+pg's routes for the same workloads. */
+export const baselineOperations = (fixture: Fixture) => {
+  const walk = walkPaths(fixture);
+  const list = { method: 'GET', path: '/pets' } satisfies RequestSpec;
+  const insert = { method: 'POST', path: '/pets', headers: JSON_BODY, body: NEW_PET } satisfies RequestSpec;
+  return {
+    list,
+    insert,
+    walk: { method: 'GET', path: walk.bare({ cursor: 0, limit: WALK_MAX_LIMIT }), freshPath: () => walk.bare(randomWalkPage()) },
+    mixed: [...Array.from({ length: MIXED_READS }, () => list), insert],
+  } satisfies Record<string, RequestShape>;
+};
+
+/**
+ * Pages the service and bare+pg must answer with the same pets, checked before any load: the
+ * baseline runs the same query, so the ratios compare like with like. Walk pages: the first and
+ * last cursor and a few random ones.
+ */
+export function samePages(fixture: Fixture): Array<{ name: string; ours: RequestSpec; baseline: RequestSpec }> {
+  const ours = operations(fixture);
+  const walk = walkPaths(fixture);
+  const pages: WalkPage[] = [
+    { cursor: 0, limit: 1 },
+    { cursor: WALK_CURSOR_COUNT - 1, limit: WALK_MAX_LIMIT },
+    ...Array.from({ length: 5 }, randomWalkPage),
+  ];
+  return [
+    { name: 'hot', ours: ours.list, baseline: baselineOperations(fixture).list },
+    ...pages.map((page) => ({
+      name: `walk ${walk.ours(page)}`,
+      ours: { method: 'GET' as const, path: walk.ours(page), headers: ours.list.headers },
+      baseline: { method: 'GET' as const, path: walk.bare(page) },
+    })),
+  ];
+}
 
 /** A random key of the right shape, so every request pays for the hash and the keyring lookup. */
 export const randomWellFormedKey = () => `psk_${randomBytes(32).toString('base64url')}`;
@@ -87,6 +160,29 @@ export const invalidKeyList: RequestShape = {
   freshHeaders: () => bearer(randomWellFormedKey()),
 };
 
+/** The workloads of the issue's goals, each measured on ours (both stores) and on bare+pg. */
+export const WORKLOADS = {
+  hot: {
+    ours: `GET ${LIST_PATH}, the same page again and again`,
+    baseline: 'GET /pets, the same query',
+  },
+  walk: {
+    ours:
+      `GET /v1/pets?limit=L&cursor=C, per request a random L from 1 to ${WALK_MAX_LIMIT} and a random C of ${WALK_CURSOR_COUNT.toLocaleString('en-US')} ` +
+      'cursors (after pets spread evenly over the table, every 10/3rd id), no status filter',
+    baseline: 'GET /walk?after=ID&limit=L, the same unfiltered keyset query (limit + 1 rows, as the service reads them)',
+  },
+  write: {
+    ours: 'POST /v1/pets',
+    baseline: 'POST /pets, one INSERT per request',
+  },
+  mixed: {
+    ours: `per connection, ${MIXED_READS} x the hot GET then 1 x POST /v1/pets, repeated`,
+    baseline: `per connection, ${MIXED_READS} x GET /pets then 1 x POST /pets, repeated`,
+  },
+} as const;
+export type Workload = keyof typeof WORKLOADS;
+
 /** One line of the results table: a request shape sent to one server. */
 export interface Row {
   id: string;
@@ -95,44 +191,65 @@ export interface Row {
   shape: RequestShape;
   /** The id of the row this one is measured against as its database ceiling (req/s and p99). */
   databaseCeiling: string;
+  /** The issue's workload this row measures, if any. */
+  workload?: Workload;
 }
 
 export const rowId = (server: ServerName, operation: string) => `${server} ${operation}`;
 
 export const LIST = `GET ${LIST_PATH}`;
 export const CREATE = 'POST /v1/pets';
+export const WALK = `GET /v1/pets?limit=1..${WALK_MAX_LIMIT}&cursor=(1 of ${WALK_CURSOR_COUNT.toLocaleString('en-US')})`;
+export const MIXED = `${MIXED_READS} x ${LIST} + 1 x ${CREATE}`;
 const BARE_LIST = 'GET /pets (20 pets from memory)';
 const DB_LIST = 'GET /pets (the list query)';
+const DB_WALK = `GET /walk?after=(1 of ${WALK_CURSOR_COUNT.toLocaleString('en-US')})&limit=1..${WALK_MAX_LIMIT}`;
 const DB_INSERT = 'POST /pets (INSERT)';
+const DB_MIXED = `${MIXED_READS} x GET /pets + 1 x POST /pets`;
 export const BARE_ROW = rowId('bare', BARE_LIST);
 export const DB_LIST_ROW = rowId('bare-pg', DB_LIST);
-export const DB_INSERT_ROW = rowId('bare-pg', DB_INSERT);
+
+/** Each workload's rows: ours and bare+pg's route. */
+export const WORKLOAD_ROWS: Record<Workload, { ours: string; baseline: string }> = {
+  hot: { ours: LIST, baseline: DB_LIST_ROW },
+  walk: { ours: WALK, baseline: rowId('bare-pg', DB_WALK) },
+  write: { ours: CREATE, baseline: rowId('bare-pg', DB_INSERT) },
+  mixed: { ours: MIXED, baseline: rowId('bare-pg', DB_MIXED) },
+};
 
 /**
- * Reads first, writes after: POSTs grow the table, so every read round sees the same data.
- * Within a phase the rows are measured in turn, round after round (A B A B), to share the noise.
+ * Reads first, writes after: POSTs grow the table, so every read round sees the same data; the
+ * mixed workload writes too, so it is measured with the writes. Within a phase the rows are
+ * measured in turn, round after round (A B A B), to share the noise.
  */
 export function phases(db: Databases): { reads: Row[]; writes: Row[] } {
   const ours = operations(db.postgres);
-  const row = (server: ServerName, operation: string, shape: RequestShape, databaseCeiling = DB_LIST_ROW): Row => ({
+  const baseline = baselineOperations(db.postgres);
+  const row = (server: ServerName, operation: string, shape: RequestShape, databaseCeiling = DB_LIST_ROW, workload?: Workload): Row => ({
     id: rowId(server, operation),
     operation,
     server,
     shape,
     databaseCeiling,
+    ...(workload && { workload }),
   });
   const stores = ['ours-memory', 'ours-redis'] as const;
+  /** bare+pg's row of a workload, then ours with each store. */
+  const workload = (name: Workload, baselineOperation: string, baselineShape: RequestShape, oursShape: RequestShape): Row[] => {
+    const { ours: operation, baseline: ceiling } = WORKLOAD_ROWS[name];
+    return [
+      row('bare-pg', baselineOperation, baselineShape, ceiling, name),
+      ...stores.map((store) => row(store, operation, oursShape, ceiling, name)),
+    ];
+  };
   const reads: Row[] = [
     row('bare', BARE_LIST, { method: 'GET', path: '/pets' }),
-    row('bare-pg', DB_LIST, { method: 'GET', path: '/pets' }),
-    ...stores.map((store) => row(store, LIST, ours.list)),
+    ...workload('hot', DB_LIST, baseline.list, ours.list),
+    ...workload('walk', DB_WALK, baseline.walk, ours.walk),
     ...stores.map((store) => row(store, 'GET /v1/pets?...&cursor= (a page 90% through)', ours.deepPage)),
     ...stores.map((store) => row(store, 'GET /v1/pets/{id} (deprecated)', ours.byId)),
     row('ours-pglite', LIST, operations(db.pglite).list),
   ];
-  const writes: Row[] = [
-    row('bare-pg', DB_INSERT, { method: 'POST', path: '/pets', headers: JSON_BODY, body: NEW_PET }, DB_INSERT_ROW),
-    ...stores.map((store) => row(store, CREATE, ours.create, DB_INSERT_ROW)),
-  ];
+  const writes: Row[] = [...workload('write', DB_INSERT, baseline.insert, ours.create), ...workload('mixed', DB_MIXED, baseline.mixed, ours.mixed)];
   return { reads, writes };
 }
