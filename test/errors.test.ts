@@ -3,7 +3,8 @@ import { buildTestApp, type TestApp } from './support/app.js';
 
 let t: TestApp;
 beforeAll(async () => {
-  t = await buildTestApp();
+  // Without the pets cache, so that the listing below reaches the broken table.
+  t = await buildTestApp({ PETS_CACHE_MAX_BYTES: '0' });
 });
 afterAll(() => t.close());
 
