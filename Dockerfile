@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
-# The pet store service. CI replays these steps outside Docker (.ci/rehearse-dockerfile.mjs),
-# so keep every RUN relative to WORKDIR and every COPY explicit.
+# The pet store service. CI builds it as written and runs it with docker-compose.yml
+# (.ci/compose-check.sh).
 
 FROM node:24-bookworm-slim AS build
 WORKDIR /app
