@@ -21,6 +21,13 @@ export interface RateLimitOptions {
 /** Callers without a valid key are limited by address, as the Free plan, so keys cannot be guessed at speed. */
 const ANONYMOUS: Limits = PLAN_LIMITS.free;
 
+/**
+ * Keys an instance has not seen are looked up in the database at most this often per address, so
+ * a flood of made-up keys (with valid checksums) never lands on the database. Counted per
+ * instance, apart from the request limits: a valid key's first request costs its caller nothing.
+ */
+const LOOKUPS: Limits = { perMinute: 60, perDay: 10_000 };
+
 const RATE_LIMIT_HEADERS = {
   'x-ratelimit-limit': { type: 'integer', description: 'Requests allowed in the binding window' },
   'x-ratelimit-remaining': { type: 'integer', description: 'Requests left in the binding window' },
@@ -38,6 +45,7 @@ const seconds = (ms: number) => Math.max(1, Math.ceil(ms / 1000));
 export default fp<RateLimitOptions>(
   async function rateLimit(app, options) {
     const memory = new MemoryStore(options.ban, { now: options.now });
+    const lookups = new MemoryStore({ threshold: Number.MAX_SAFE_INTEGER, durationMs: 0 }, { now: options.now });
     let store: RateLimitStore = memory;
     if (options.redisUrl) {
       const redis = new RedisStore(options.redisUrl, options.ban, options.redisKeyPrefix);
@@ -61,7 +69,9 @@ export default fp<RateLimitOptions>(
         },
       });
     }
-    app.addHook('onClose', () => store.close());
+    app.addHook('onClose', async () => {
+      await Promise.all([store.close(), lookups.close()]);
+    });
 
     app.addHook('onRoute', (route) => {
       if (!route.schema || route.schema.hide) return;
@@ -80,16 +90,21 @@ export default fp<RateLimitOptions>(
 
     app.addHook('onRequest', async (request, reply) => {
       const now = options.now();
-      let decision: Decision | undefined;
+      let lookupRefused: Decision | undefined;
       if (request.keyToLookUp !== undefined) {
-        // A key this instance has not seen: its caller's address pays for the lookup first, so
-        // made-up keys are limited per address and never flood the database.
-        decision = await store.consume(`ip:${request.ip}`, ANONYMOUS, now);
-        if (decision.outcome === 'allowed') await app.resolveKey(request);
+        const lookup = await lookups.consume(`lookup:${request.ip}`, LOOKUPS, now);
+        if (lookup.outcome === 'allowed') await app.resolveKey(request);
+        else lookupRefused = lookup;
       }
       const key = request.apiKey;
-      if (key || !decision) decision = await store.consume(key ? `key:${key.quotaId}` : `ip:${request.ip}`, key ?? ANONYMOUS, now);
+      const decision = await store.consume(key ? `key:${key.quotaId}` : `ip:${request.ip}`, key ?? ANONYMOUS, now);
       const binding = setHeaders(reply, decision, now);
+      if (lookupRefused && decision.outcome === 'allowed') {
+        const window = lookupRefused.day.used >= lookupRefused.day.limit ? lookupRefused.day : lookupRefused.minute;
+        throw new ApiError(429, 'rate_limited', 'Too many unknown API keys from this address; retry after the Retry-After delay', {
+          'retry-after': String(seconds(window.resetAt - now)),
+        });
+      }
       decisions.inc({ outcome: decision.outcome });
       if (decision.outcome === 'allowed') return;
 
