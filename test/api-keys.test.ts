@@ -2,7 +2,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { generateKey } from '../src/api-key-format.js';
 import { buildMetricsServer } from '../src/metrics-server.js';
-import { buildTestApp, type TestApp } from './support/app.js';
+import { buildTestApp, buildTwoInstances, type TestApp } from './support/app.js';
 import { createTestDatabase, POSTGRES_URL } from './support/databases.js';
 import { eventually } from './support/eventually.js';
 import { startServer } from './support/processes.js';
@@ -110,14 +110,11 @@ describe('the key lifecycle', () => {
 describe.runIf(POSTGRES_URL)('several instances', () => {
   let a: TestApp;
   let b: TestApp;
+  let close: () => Promise<void>;
   beforeAll(async () => {
-    a = await buildTestApp();
-    b = await buildTestApp({ DATABASE_URL: a.databaseUrl! });
+    ({ a, b, close } = await buildTwoInstances());
   });
-  afterAll(async () => {
-    await b.close();
-    await a.close();
-  });
+  afterAll(() => close());
   const status = async (t: TestApp, key: string) => (await t.app.inject({ url: '/v1/pets', headers: bearer(key) })).statusCode;
 
   it('a revoked key, cached on every instance, stops working on all within a second, also after the listening connections were cut', async () => {

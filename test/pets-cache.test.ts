@@ -4,7 +4,7 @@ import type { Database } from '../src/db/database.js';
 import { buildMetricsServer } from '../src/metrics-server.js';
 import { cachedPetsRepository } from '../src/repositories/cached-pets.js';
 import { createPetsRepository } from '../src/repositories/pets.js';
-import { buildTestApp, type TestApp } from './support/app.js';
+import { buildTestApp, buildTwoInstances, type TestApp } from './support/app.js';
 import { createTestDatabase, POSTGRES_URL } from './support/databases.js';
 import { eventually } from './support/eventually.js';
 
@@ -174,14 +174,11 @@ describe('the cache can be turned off', () => {
 describe.runIf(POSTGRES_URL)('several instances on one database', () => {
   let a: TestApp;
   let b: TestApp;
+  let close: () => Promise<void>;
   beforeAll(async () => {
-    a = await buildTestApp();
-    b = await buildTestApp({ DATABASE_URL: a.databaseUrl! });
+    ({ a, b, close } = await buildTwoInstances());
   });
-  afterAll(async () => {
-    await b.close();
-    await a.close();
-  });
+  afterAll(() => close());
 
   const lastPet = async (t: TestApp) => (await t.app.inject({ url: '/v1/pets?limit=100', headers: t.auth })).json().at(-1);
 

@@ -47,3 +47,17 @@ export async function buildTestApp(env: Record<string, string> = {}, deps: AppDe
     },
   };
 }
+
+/** Two instances of the app on one PostgreSQL database, as behind a load balancer. */
+export async function buildTwoInstances(): Promise<{ a: TestApp; b: TestApp; close: () => Promise<void> }> {
+  const a = await buildTestApp();
+  const b = await buildTestApp({ DATABASE_URL: a.databaseUrl! });
+  return {
+    a,
+    b,
+    close: async () => {
+      await b.close();
+      await a.close();
+    },
+  };
+}
