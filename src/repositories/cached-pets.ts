@@ -60,8 +60,9 @@ function firstAfter(pets: Pet[], id: number): number {
  * and any later page that falls inside a run is answered from it, whatever its cursor and limit
  * (a walk through a listing soon reads nothing more). A pet, once found, is kept; a miss never is.
  *
- * A change invalidates only the runs whose ids it falls among, or the run that reaches the end
- * of the listing, so the first pages survive a stream of creates at the end. Against races, a
+ * A change invalidates only the runs whose ids it falls among; the run that reached the end of
+ * the listing merely learns that it no longer does, so the pages already known, up to the end,
+ * survive a stream of creates. Against races, a
  * write bumps its filters' generations, and a read that began in an older generation is neither
  * joined by later requests nor kept: after a 201, no request on this instance is answered from a
  * read that began before the commit.
@@ -187,7 +188,10 @@ export function cachedPetsRepository(repository: PetsRepository, options: PetsCa
     for (const filter of filters) {
       generations.set(filter, generationOf(filter) + 1);
       for (const run of [...runsOf(filter)]) {
-        if (change.maxId > run.afterId && (run.toEnd || change.minId <= run.lastId)) forgetRun(filter, run);
+        if (change.maxId <= run.afterId) continue;
+        // Pets added after all a run knows leave what it knows true, but it no longer reaches the end.
+        if (change.minId > run.lastId) run.toEnd = false;
+        else forgetRun(filter, run);
       }
     }
   }
