@@ -50,6 +50,12 @@ fi
 if ! grep -q dns_options /etc/containers/containers.conf; then
   printf 'dns_options = ["timeout:1", "attempts:3"]\n' >> /etc/containers/containers.conf
 fi
+# What a run that was killed outright (no trap ran) left behind would hold port 8080.
+for leftover in $(podman ps -a --format '{{index .Labels "com.docker.compose.project"}}' 2> /dev/null | grep '^petsci' | sort -u); do
+  podman ps -aq --filter "label=com.docker.compose.project=$leftover" | xargs -r podman rm -f --time 5 > /dev/null 2>&1 || true
+  podman network rm -f "${leftover}_default" > /dev/null 2>&1 || true
+  podman volume rm -f "${leftover}_postgres-data" > /dev/null 2>&1 || true
+done
 if ss -ltn 'sport = :8080' | grep -q LISTEN; then fail "port 8080, which docker-compose.yml publishes, is taken"; fi
 
 # Debian roots, made once and kept: bookworm for most stand-ins, forky for an nginx with `resolve`.
