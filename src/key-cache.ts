@@ -33,6 +33,8 @@ export class KeyCache {
   readonly #now: () => number;
   readonly #entries = new Map<string, Entry>();
   readonly #hashById = new Map<number, string>();
+  /** The entries of hashes that matched no usable key: the ones any new key may turn valid. */
+  readonly #unknown = new Set<string>();
   readonly #flights = new Map<string, Promise<ApiKeyIdentity | undefined>>();
   #generation = 0;
 
@@ -81,14 +83,17 @@ export class KeyCache {
     if (ids === '*') {
       this.#entries.clear();
       this.#hashById.clear();
+      this.#unknown.clear();
       return;
     }
     for (const id of ids) {
       const hash = this.#hashById.get(id);
       if (hash !== undefined) this.#forget(hash);
     }
-    // A new key may carry a hash remembered as unknown.
-    for (const [hash, entry] of this.#entries) if (!entry.identity) this.#entries.delete(hash);
+    // A new key may carry a hash remembered as unknown. Only those are visited, never every
+    // entry: a transaction of many one-row statements delivers a notice for each at its commit,
+    // and a scan of the whole cache per notice stalled the process for notices x entries.
+    for (const hash of this.#unknown) this.#forget(hash);
   }
 
   get size(): number {
@@ -104,12 +109,14 @@ export class KeyCache {
     }
     this.#entries.set(hash, { identity, expiresAt: this.#now() + (identity ? KNOWN_TTL_MS : UNKNOWN_TTL_MS) });
     if (identity) this.#hashById.set(identity.id, hash);
+    else this.#unknown.add(hash);
   }
 
   #forget(hash: string) {
     const entry = this.#entries.get(hash);
     if (!entry) return;
     this.#entries.delete(hash);
-    if (entry.identity && this.#hashById.get(entry.identity.id) === hash) this.#hashById.delete(entry.identity.id);
+    if (!entry.identity) this.#unknown.delete(hash);
+    else if (this.#hashById.get(entry.identity.id) === hash) this.#hashById.delete(entry.identity.id);
   }
 }
