@@ -112,6 +112,7 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
     prefix: API_PREFIX,
     now: deps.now ?? Date.now,
     keyCacheMaxEntries: config.KEY_CACHE_MAX_ENTRIES,
+    idempotencyKeyRetentionHours: config.IDEMPOTENCY_KEY_RETENTION_HOURS,
     rateLimit: {
       ban: { threshold: config.RATE_LIMIT_BAN_THRESHOLD, durationMs: config.RATE_LIMIT_BAN_SECONDS * 1000 },
       redisUrl: config.REDIS_URL,

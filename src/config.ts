@@ -22,6 +22,8 @@ export const ConfigSchema = Type.Object({
   RATE_LIMIT_BAN_SECONDS: Type.Integer({ minimum: 1, default: 900 }),
   /** API keys each instance keeps in memory at most (the recently used ones); memory follows this, not the number of keys. */
   KEY_CACHE_MAX_ENTRIES: Type.Integer({ minimum: 1, default: 100_000 }),
+  /** How long an Idempotency-Key and the response it stored are kept; at least the 24 hours clients are promised. */
+  IDEMPOTENCY_KEY_RETENTION_HOURS: Type.Integer({ minimum: 24, default: 24 }),
   /** Comma-separated addresses or CIDRs of the proxies whose X-Forwarded-For is believed. */
   TRUST_PROXY: Type.String({ default: '' }),
   /** Prometheus metrics are served apart from the API, on this port (0: any free port). */

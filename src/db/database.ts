@@ -17,6 +17,8 @@ export interface Queryable {
 export interface Transaction extends Queryable {
   /** Runs a script of several statements without parameters (migrations). */
   runScript(sql: string): Promise<void>;
+  /** Runs once the transaction has committed, when what it wrote is visible to everyone; never after a rollback. */
+  afterCommit(callback: () => void): void;
 }
 
 export interface Database extends Queryable {

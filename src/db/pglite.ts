@@ -30,8 +30,14 @@ export async function createPgliteDatabase(dataDir: string): Promise<Database> {
   return {
     kind: 'pglite',
     query: queryOn(db),
-    transaction: (work) =>
-      db.transaction((tx) => work({ query: queryOn(tx), runScript: async (sql) => void (await tx.exec(sql)) })),
+    transaction: async (work) => {
+      const committed: Array<() => void> = [];
+      const result = await db.transaction((tx) =>
+        work({ query: queryOn(tx), runScript: async (sql) => void (await tx.exec(sql)), afterCommit: (callback) => committed.push(callback) }),
+      );
+      for (const callback of committed) callback();
+      return result;
+    },
     // One process, one connection: the listener is never lost. Closing the database ends it too.
     listen: async (channel, onNotify) => {
       const unlisten = await db.listen(channel, onNotify);

@@ -21,23 +21,33 @@ export function createPostgresDatabase({ connectionString, max = 10 }: PostgresO
     pool,
     query: (statement, params) => run(pool, statement, params),
     async transaction(work) {
-      const client = await pool.connect();
+      const client = await pool.connect().catch((error: unknown) => {
+        throw unavailableOr(error);
+      });
+      const committed: Array<() => void> = [];
+      let result: Awaited<ReturnType<typeof work>>;
       try {
-        await client.query('BEGIN');
-        const result = await work({
+        await run(client, 'BEGIN');
+        result = await work({
           query: (statement, params) => run(client, statement, params),
           runScript: async (sql) => {
             await client.query(sql);
           },
+          afterCommit: (callback) => committed.push(callback),
         } satisfies Transaction);
-        await client.query('COMMIT');
-        return result;
+        await run(client, 'COMMIT');
       } catch (error) {
-        await client.query('ROLLBACK').catch(() => {});
+        // A connection that cannot even roll back is broken: it leaves the pool instead of going back.
+        const rolledBack = await client.query('ROLLBACK').then(
+          () => true,
+          () => false,
+        );
+        client.release(!rolledBack);
         throw error;
-      } finally {
-        client.release();
       }
+      client.release();
+      for (const callback of committed) callback();
+      return result;
     },
     listen: (channel, onNotify, onResubscribe) => listen({ connectionString, types }, channel, onNotify, onResubscribe),
     close: () => pool.end(),
@@ -55,9 +65,11 @@ async function run<Row>(
     const result = await target.query<Row & pg.QueryResultRow>({ name, text, rowMode, values: params as unknown[] } as pg.QueryConfig);
     return result.rows;
   } catch (error) {
-    throw isUnavailable(error) ? new DatabaseUnavailableError({ cause: error }) : error;
+    throw unavailableOr(error);
   }
 }
+
+const unavailableOr = (error: unknown) => (isUnavailable(error) ? new DatabaseUnavailableError({ cause: error }) : error);
 
 /** SQLSTATE classes and socket errors that mean "not now", as opposed to a wrong query. */
 const UNAVAILABLE_SQLSTATE = /^(08|57P0|53300)/;

@@ -207,9 +207,12 @@ export function cachedPetsRepository(repository: PetsRepository, options: PetsCa
   }
 
   return {
-    async create(pet: Parameters<PetsRepository['create']>[0]): Promise<Pet> {
-      const created = await repository.create(pet);
-      invalidate({ minId: created.id, maxId: created.id, statuses: [created.status ?? null] });
+    /** Within a transaction, what the cache knows changes only once it has committed: before, no reader can see the pet. */
+    async create(...[pet, tx]: Parameters<PetsRepository['create']>): Promise<Pet> {
+      const created = await repository.create(pet, tx);
+      const change = { minId: created.id, maxId: created.id, statuses: [created.status ?? null] };
+      if (tx) tx.afterCommit(() => invalidate(change));
+      else invalidate(change);
       return created;
     },
 

@@ -1,4 +1,4 @@
-import { DatabaseUnavailableError, type Queryable } from '../db/database.js';
+import { DatabaseUnavailableError, type Queryable, type Transaction } from '../db/database.js';
 import type { NewPet, Pet, PetStatus } from '../schemas/pet.js';
 
 /** The columns of COLUMNS, in order: rows come back as arrays, mapped straight to Pets. */
@@ -61,8 +61,8 @@ const MAX_INSERTS_IN_FLIGHT = 2;
 const MAX_WAIT_MS = 5_000;
 
 export function createPetsRepository(db: Queryable) {
-  async function insert(pets: NewPet[]): Promise<Pet[]> {
-    const rows = await db.query<PetRow>(statements.insert, [
+  async function insert(pets: NewPet[], target: Queryable = db): Promise<Pet[]> {
+    const rows = await target.query<PetRow>(statements.insert, [
       pets.map((pet) => pet.name),
       pets.map((pet) => pet.categoryId),
       pets.map((pet) => pet.status ?? null),
@@ -102,7 +102,9 @@ export function createPetsRepository(db: Queryable) {
   }
 
   return {
-    create(pet: NewPet): Promise<Pet> {
+    /** Within a transaction, the pet is inserted there and then; otherwise it joins the next batch. */
+    async create(pet: NewPet, tx?: Transaction): Promise<Pet> {
+      if (tx) return (await insert([pet], tx))[0]!;
       return new Promise((resolve, reject) => {
         const entry: Waiting = {
           pet,

@@ -1,4 +1,4 @@
-import type { TSchema } from '@sinclair/typebox';
+import { Type, type TObject, type TSchema } from '@sinclair/typebox';
 
 export type ResponseSchemas = Record<string, TSchema & { headers?: object }>;
 type HeaderDocs = Record<string, { type: 'string' | 'integer'; description: string }>;
@@ -11,4 +11,10 @@ export function withHeaders(responses: ResponseSchemas | undefined, headers: Hea
   return Object.fromEntries(
     Object.entries(responses ?? {}).map(([status, schema]) => [status, { ...schema, headers: { ...schema.headers, ...headers } }]),
   );
+}
+
+/** Adds optional request headers to a route's headers schema: validated, and documented as header parameters. */
+export function withRequestHeaders(headers: TSchema | undefined, added: Record<string, TSchema>): TObject {
+  const properties = Object.fromEntries(Object.entries(added).map(([name, schema]) => [name, Type.Optional(schema)]));
+  return Type.Object({ ...(headers as TObject | undefined)?.properties, ...properties });
 }

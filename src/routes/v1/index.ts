@@ -1,6 +1,7 @@
 import type { FastifyPluginAsync } from 'fastify';
 import auth from '../../plugins/auth.js';
 import deprecation from '../../plugins/deprecation.js';
+import idempotency from '../../plugins/idempotency.js';
 import { notFoundHandler } from '../../errors.js';
 import rateLimit, { type RateLimitOptions } from '../../plugins/rate-limit/index.js';
 import pets from './pets.js';
@@ -11,6 +12,7 @@ export interface V1Options {
   /** The clock of authentication (key expiry), rate limiting and deprecation, in ms since the epoch. */
   now: () => number;
   keyCacheMaxEntries: number;
+  idempotencyKeyRetentionHours: number;
   rateLimit: Omit<RateLimitOptions, 'now'>;
 }
 
@@ -21,8 +23,9 @@ export interface V1Options {
  * declared (onRoute), in this order, which their plugin dependencies enforce: the limiter's
  * headers go on auth's 401, and deprecation's headers on both.
  */
-const v1: FastifyPluginAsync<V1Options> = async (app, { now, keyCacheMaxEntries, rateLimit: limits }) => {
+const v1: FastifyPluginAsync<V1Options> = async (app, { now, keyCacheMaxEntries, idempotencyKeyRetentionHours, rateLimit: limits }) => {
   await app.register(auth, { keyCacheMaxEntries, now });
+  await app.register(idempotency, { retentionHours: idempotencyKeyRetentionHours });
   await app.register(rateLimit, { ...limits, now });
   await app.register(deprecation, { now });
   app.setNotFoundHandler(notFoundHandler);

@@ -54,11 +54,14 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
           415: ErrorBody,
         },
       },
-      config: { writes: true },
+      config: { writes: true, idempotent: true },
     },
     async (request, reply) => {
-      const pet = await app.petsRepository.create(request.body);
-      return reply.code(201).header('location', `${base}/pets/${pet.id}`).send(pet);
+      const { status, location, body } = await app.idempotently(request, reply, async (tx) => {
+        const pet = await app.petsRepository.create(request.body, tx);
+        return { status: 201 as const, location: `${base}/pets/${pet.id}`, body: pet };
+      });
+      return reply.code(status).header('location', location).send(body);
     },
   );
 
