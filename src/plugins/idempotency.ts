@@ -128,5 +128,5 @@ export default fp<IdempotencyOptions>(
       }
     });
   },
-  { name: 'idempotency', dependencies: ['database'] },
+  { name: 'idempotency', dependencies: ['database', 'auth'] },
 );

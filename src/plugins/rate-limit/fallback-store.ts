@@ -43,6 +43,12 @@ export class FallbackStore implements RateLimitStore {
     return this.#memory.consume(subject, limits, now);
   }
 
+  /** To the store that counted the request, as far as can be told: a refund lost with Redis is only a request counted. */
+  async refund(subject: string, decision: Decision) {
+    if (this.#onMemory || !this.#redis.ready) return this.#memory.refund(subject, decision);
+    await this.#redis.refund(subject, decision).catch((error: unknown) => this.#switchToMemory(error));
+  }
+
   #switchToMemory(error: unknown) {
     if (this.#onMemory) return;
     this.#onMemory = true;

@@ -38,6 +38,13 @@ const RATE_LIMIT_HEADERS = {
 
 const seconds = (ms: number) => Math.max(1, Math.ceil(ms / 1000));
 
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** What the limiter counted this request against, so that a 304 can be taken back. */
+    rateLimitCharge?: { subject: string; decision: Decision; now: number };
+  }
+}
+
 /**
  * Per-plan limits on every request of the context it is registered in, before validation, so
  * every response (400s and 401s included) carries the headers and counts; 429s do not count.
@@ -88,6 +95,20 @@ export default fp<RateLimitOptions>(
       );
     });
 
+    app.decorateRequest('rateLimitCharge', undefined);
+
+    // GitHub's rule: a revalidation that finds the client's copy current (304) costs nothing. The
+    // request was admitted like any other, so a caller over its limit still got its 429.
+    app.addHook('onSend', async (request, reply) => {
+      const charge = request.rateLimitCharge;
+      if (reply.statusCode !== 304 || !charge) return;
+      request.rateLimitCharge = undefined;
+      // Not awaited: on this instance's one connection, the refund reaches Redis before any later decision.
+      void store.refund(charge.subject, charge.decision);
+      const uncount = (window: WindowUsage) => ({ ...window, used: Math.max(0, window.used - 1) });
+      setHeaders(reply, { ...charge.decision, minute: uncount(charge.decision.minute), day: uncount(charge.decision.day) }, charge.now);
+    });
+
     app.addHook('onRequest', async (request, reply) => {
       const now = options.now();
       let lookupRefused: Decision | undefined;
@@ -97,8 +118,10 @@ export default fp<RateLimitOptions>(
         else lookupRefused = lookup;
       }
       const key = request.apiKey;
-      const decision = await store.consume(key ? `key:${key.quotaId}` : `ip:${request.ip}`, key ?? ANONYMOUS, now);
+      const subject = key ? `key:${key.quotaId}` : `ip:${request.ip}`;
+      const decision = await store.consume(subject, key ?? ANONYMOUS, now);
       const binding = setHeaders(reply, decision, now);
+      if (decision.outcome === 'allowed') request.rateLimitCharge = { subject, decision, now };
       if (lookupRefused && decision.outcome === 'allowed') {
         const window = lookupRefused.day.used >= lookupRefused.day.limit ? lookupRefused.day : lookupRefused.minute;
         throw new ApiError(429, 'rate_limited', 'Too many unknown API keys from this address; retry after the Retry-After delay', {
@@ -121,7 +144,8 @@ export default fp<RateLimitOptions>(
       });
     });
   },
-  { name: 'rate-limit', dependencies: ['auth', 'metrics'] },
+  // After those two: what they document gets the limiter's headers, and the 304 is final by the time the refund looks.
+  { name: 'rate-limit', dependencies: ['auth', 'metrics', 'idempotency', 'conditional-requests'] },
 );
 
 /**

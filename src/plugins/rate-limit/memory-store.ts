@@ -1,5 +1,5 @@
 import type { Limits } from '../../plans.js';
-import { DAY_MS, MINUTE_MS, usage, windowStart, type BanPolicy, type Decision, type RateLimitStore } from './store.js';
+import { DAY_MS, MINUTE_MS, usage, windowsOf, windowStart, type BanPolicy, type Decision, type RateLimitStore } from './store.js';
 
 interface Counters {
   minute: number;
@@ -61,6 +61,14 @@ export class MemoryStore implements RateLimitStore {
       return { outcome: 'banned', ...windows, bannedUntil: counters.bannedUntil, banStarted: true };
     }
     return { outcome: 'limited', ...windows };
+  }
+
+  async refund(subject: string, decision: Decision) {
+    const counters = this.#subjects.get(subject);
+    if (!counters) return;
+    const { minute, day } = windowsOf(decision);
+    if (counters.minute === minute && counters.minuteUsed > 0) counters.minuteUsed -= 1;
+    if (counters.day === day && counters.dayUsed > 0) counters.dayUsed -= 1;
   }
 
   /** Forgets subjects whose day window and ban are both over: nothing of them matters any more. */

@@ -1,6 +1,6 @@
 import { Redis } from 'ioredis';
 import type { Limits } from '../../plans.js';
-import { DAY_MS, MINUTE_MS, usage, windowStart, type BanPolicy, type Decision, type RateLimitStore } from './store.js';
+import { DAY_MS, MINUTE_MS, usage, windowsOf, windowStart, type BanPolicy, type Decision, type RateLimitStore } from './store.js';
 
 /**
  * The whole decision in one atomic round trip: the ban, both windows, the refusal count.
@@ -35,9 +35,17 @@ end
 return {0, minute_used, day_used, 0}
 `;
 
+/** Takes one request back from each count (KEYS: minute, day) that still holds it. */
+const REFUND = `
+for i = 1, 2 do
+  if tonumber(redis.call('GET', KEYS[i]) or '0') > 0 then redis.call('DECR', KEYS[i]) end
+end
+`;
+
 declare module 'ioredis' {
   interface RedisCommander {
     decideRateLimit(...args: Array<string | number>): Promise<[number, number, number, number]>;
+    refundRateLimit(minuteKey: string, dayKey: string): Promise<null>;
   }
 }
 
@@ -61,6 +69,7 @@ export class RedisStore implements RateLimitStore {
     });
     this.redis.on('error', () => {});
     this.redis.defineCommand('decideRateLimit', { numberOfKeys: 4, lua: DECIDE });
+    this.redis.defineCommand('refundRateLimit', { numberOfKeys: 2, lua: REFUND });
     this.#ban = ban;
     this.#prefix = prefix;
   }
@@ -73,9 +82,13 @@ export class RedisStore implements RateLimitStore {
     return this.redis.connect();
   }
 
+  /** Where a subject's keys start; one hash tag per subject keeps them on one slot of a Redis Cluster. */
+  #base(subject: string) {
+    return `${this.#prefix}rl:{${subject}}`;
+  }
+
   async consume(subject: string, limits: Limits, now: number): Promise<Decision> {
-    // One hash tag per subject keeps its keys on one slot of a Redis Cluster.
-    const base = `${this.#prefix}rl:{${subject}}`;
+    const base = this.#base(subject);
     const minute = windowStart(now, MINUTE_MS);
     const [code, minuteUsed, dayUsed, bannedUntil] = await this.redis.decideRateLimit(
       `${base}:m:${minute}`,
@@ -94,6 +107,12 @@ export class RedisStore implements RateLimitStore {
     if (code >= 2) decision.bannedUntil = bannedUntil;
     if (code === 3) decision.banStarted = true;
     return decision;
+  }
+
+  async refund(subject: string, decision: Decision) {
+    const base = this.#base(subject);
+    const { minute, day } = windowsOf(decision);
+    await this.redis.refundRateLimit(`${base}:m:${minute}`, `${base}:d:${day}`);
   }
 
   async close() {

@@ -35,10 +35,18 @@ export interface BanPolicy {
  */
 export interface RateLimitStore {
   consume(subject: string, limits: Limits, now: number): Promise<Decision>;
+  /**
+   * Takes back a request that `decision` allowed: it then counts in neither window, as if never
+   * made. Only the windows it was counted in lose it; one that has rolled over since is left alone.
+   */
+  refund(subject: string, decision: Decision): Promise<void>;
   close(): Promise<void>;
 }
 
 export const windowStart = (now: number, size: number) => now - (now % size);
+
+/** The starts of the two windows a decision counted in. */
+export const windowsOf = (decision: Decision) => ({ minute: decision.minute.resetAt - MINUTE_MS, day: decision.day.resetAt - DAY_MS });
 
 export function usage(limits: Limits, now: number, minuteUsed: number, dayUsed: number) {
   return {

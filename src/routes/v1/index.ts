@@ -1,5 +1,6 @@
 import type { FastifyPluginAsync } from 'fastify';
 import auth from '../../plugins/auth.js';
+import conditionalRequests from '../../plugins/conditional-requests.js';
 import deprecation from '../../plugins/deprecation.js';
 import idempotency from '../../plugins/idempotency.js';
 import { notFoundHandler } from '../../errors.js';
@@ -19,13 +20,15 @@ export interface V1Options {
 /**
  * Everything under /v1: auth identifies the caller, the rate limiter counts every request
  * (unknown paths too, through this context's own not-found handler), then the operations.
- * Auth, rate limiting and deprecation each add to the documentation of every route as it is
- * declared (onRoute), in this order, which their plugin dependencies enforce: the limiter's
- * headers go on auth's 401, and deprecation's headers on both.
+ * Each plugin adds to the documentation of every route as it is declared (onRoute), in this
+ * order, which their plugin dependencies enforce: the limiter's headers go on the responses the
+ * ones before it add (auth's 401, idempotency's 409 and 422, the 304 of conditional requests),
+ * and deprecation's headers on all of them.
  */
 const v1: FastifyPluginAsync<V1Options> = async (app, { now, keyCacheMaxEntries, idempotencyKeyRetentionHours, rateLimit: limits }) => {
   await app.register(auth, { keyCacheMaxEntries, now });
   await app.register(idempotency, { retentionHours: idempotencyKeyRetentionHours });
+  await app.register(conditionalRequests);
   await app.register(rateLimit, { ...limits, now });
   await app.register(deprecation, { now });
   app.setNotFoundHandler(notFoundHandler);

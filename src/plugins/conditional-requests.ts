@@ -1,0 +1,62 @@
+import fp from 'fastify-plugin';
+import { hash } from 'node:crypto';
+import type { TSchema } from '@sinclair/typebox';
+import { Type } from '@sinclair/typebox';
+import { IfNoneMatch } from '../schemas/headers.js';
+import { withHeaders, withRequestHeaders, type ResponseSchemas } from '../schemas/responses.js';
+
+/**
+ * A client may keep what it read and must ask again before each use (a 304 is cheap); no shared
+ * cache may keep it at all, since the rate-limit headers belong to one API key.
+ */
+export const REVALIDATE = 'private, no-cache';
+
+const CACHING_HEADERS = {
+  etag: { type: 'string', description: 'Strong entity tag of the body: it changes exactly when the body does' },
+  'cache-control': { type: 'string', description: `\`${REVALIDATE}\`: a client may keep the response and revalidate it with If-None-Match` },
+} as const;
+
+const ENTITY_TAG = /(?:W\/)?("[^"]*")/g;
+
+/** If-None-Match's weak comparison (RFC 9110 13.1.2): any listed tag with the same opaque value, or `*`. */
+function matches(ifNoneMatch: string | undefined, etag: string): boolean {
+  if (ifNoneMatch === undefined) return false;
+  if (ifNoneMatch.trim() === '*') return true;
+  for (const [, opaque] of ifNoneMatch.matchAll(ENTITY_TAG)) if (opaque === etag) return true;
+  return false;
+}
+
+const readsOnly = (method: string | string[]) => [method].flat().every((one) => one === 'GET' || one === 'HEAD');
+
+/**
+ * Conditional GETs on the reading routes of its context: every 200 carries a strong ETag, a
+ * digest of its body, so two instances give one body one tag; an If-None-Match that matches it
+ * gets 304 with the same headers and no body. Registered before rate limiting and deprecation,
+ * so that the 304 it documents gets their headers documented too.
+ */
+export default fp(
+  async function conditionalRequests(app) {
+    app.addHook('onRoute', (route) => {
+      if (!readsOnly(route.method) || !route.schema || route.schema.hide) return;
+      route.schema.headers = withRequestHeaders(route.schema.headers as TSchema | undefined, { 'if-none-match': IfNoneMatch });
+      const responses = route.schema.response as ResponseSchemas;
+      route.schema.response = {
+        ...responses,
+        ...withHeaders({ 200: responses[200]! }, CACHING_HEADERS),
+        304: { ...Type.Null({ description: 'Not Modified: the ETag matched If-None-Match; the client\'s copy is current. No body' }), headers: CACHING_HEADERS },
+      };
+    });
+
+    app.addHook('onSend', async (request, reply, payload) => {
+      if (reply.statusCode !== 200 || typeof payload !== 'string' || !readsOnly(request.method)) return payload;
+      const etag = `"${hash('sha1', payload, 'base64url')}"`;
+      reply.header('etag', etag).header('cache-control', REVALIDATE);
+      if (!matches(request.headers['if-none-match'], etag)) return payload;
+      reply.code(304).removeHeader('content-type');
+      // HEAD's own handler, which runs after this one, drops the body and sends its length, as a
+      // 304 may (RFC 9110 8.6); for GET there is no body and no length.
+      return request.method === 'HEAD' ? payload : null;
+    });
+  },
+  { name: 'conditional-requests' },
+);
