@@ -272,9 +272,18 @@ describe('abusive headers', () => {
 });
 
 describe('the surface', () => {
-  it('every response carries nosniff and no-store', async () => {
+  it('every response carries nosniff, and no-store unless it is a read the client may keep and revalidate', async () => {
+    const read = await t.app.inject({ url: '/v1/pets', headers: t.auth });
+    const revalidated = await t.app.inject({ url: '/v1/pets', headers: { ...t.auth, 'if-none-match': String(read.headers.etag) } });
+    expect(revalidated.statusCode).toBe(304);
+    for (const response of [read, revalidated]) {
+      expect(response.headers['x-content-type-options']).toBe('nosniff');
+      expect(response.headers['cache-control']).toBe('private, no-cache');
+    }
     for (const response of [
-      await t.app.inject({ url: '/v1/pets', headers: t.auth }),
+      await t.app.inject({ method: 'POST', url: '/v1/pets', headers: t.auth, payload: { name: 'Stored nowhere', categoryId: 1 } }),
+      await t.app.inject({ url: '/v1/pets?limit=0', headers: t.auth }),
+      await t.app.inject({ url: '/v1/pets/999999999', headers: t.auth }),
       await t.app.inject({ url: '/v1/pets' }),
       await t.app.inject({ url: '/nowhere' }),
       await t.app.inject({ url: '/healthz' }),
