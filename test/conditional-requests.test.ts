@@ -1,0 +1,171 @@
+import { randomUUID } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { LightMyRequestResponse } from 'fastify';
+import { buildTestApp, buildTwoInstances, type TestApp } from './support/app.js';
+import { POSTGRES_URL } from './support/databases.js';
+import { eventually } from './support/eventually.js';
+import { REDIS_URL } from './support/redis.js';
+
+const MINUTE = 60_000;
+/** The start of a minute, so that a test's requests share one window until it moves the clock. */
+const T0 = Date.UTC(2026, 10, 22, 10, 0, 0);
+
+/** What a 304 must repeat of the 200 (RFC 9110 15.4.5), and what this service adds to every response. */
+const REPEATED = ['etag', 'cache-control', 'x-content-type-options', 'x-ratelimit-limit', 'x-ratelimit-reset', 'ratelimit-policy'];
+
+const STRONG_ETAG = /^"[A-Za-z0-9_-]{27}"$/;
+
+function expectNotModified(response: LightMyRequestResponse, fresh: LightMyRequestResponse) {
+  expect(response.statusCode).toBe(304);
+  expect(response.body).toBe('');
+  expect(response.headers['content-type']).toBeUndefined();
+  expect(response.headers['content-length']).toBeUndefined();
+  for (const name of REPEATED) expect(response.headers[name], name).toBe(fresh.headers[name]);
+}
+
+describe('ETag and If-None-Match', () => {
+  let t: TestApp;
+  const get = (url: string, headers: Record<string, string> = {}) => t.app.inject({ url, headers: { ...t.auth, ...headers } });
+  const create = (name: string, status?: string) =>
+    t.app.inject({ method: 'POST', url: '/v1/pets', headers: t.auth, payload: { name, categoryId: 1, ...(status && { status }) } });
+
+  beforeAll(async () => {
+    t = await buildTestApp();
+    for (let index = 0; index < 5; index++) await create(`Pet ${index}`, 'available');
+  });
+  afterAll(() => t.close());
+
+  it('every 200 of a read carries a strong ETag and Cache-Control: private, no-cache', async () => {
+    for (const url of ['/v1/pets', '/v1/pets?limit=2', '/v1/pets?status=available', '/v1/pets/1']) {
+      const response = await get(url);
+      expect(response.statusCode).toBe(200);
+      expect(response.headers.etag).toMatch(STRONG_ETAG);
+      expect(response.headers['cache-control']).toBe('private, no-cache');
+    }
+  });
+
+  it('304 for a matching If-None-Match: the tag itself, *, a list, or the weak form; with the 200\'s headers and no body', async () => {
+    const fresh = await get('/v1/pets?limit=2');
+    const etag = String(fresh.headers.etag);
+    for (const ifNoneMatch of [etag, '*', `"other", ${etag}`, `W/${etag}`, `W/"a", W/${etag}, "b"`]) {
+      const response = await get('/v1/pets?limit=2', { 'if-none-match': ifNoneMatch });
+      expectNotModified(response, fresh);
+      expect(response.headers.link, 'the next link, as on the 200').toBe(fresh.headers.link);
+    }
+  });
+
+  it('200 with the body when nothing matches', async () => {
+    const fresh = await get('/v1/pets?limit=2');
+    for (const ifNoneMatch of ['"other"', 'W/"other"', String(fresh.headers.etag).slice(1, -1), '']) {
+      const response = await get('/v1/pets?limit=2', { 'if-none-match': ifNoneMatch });
+      expect(response.statusCode, ifNoneMatch).toBe(200);
+      expect(response.body).toBe(fresh.body);
+    }
+  });
+
+  it('GET /v1/pets/{petId}: 304 with the deprecation headers too; HEAD revalidates like GET', async () => {
+    const fresh = await get('/v1/pets/1');
+    const revalidated = await get('/v1/pets/1', { 'if-none-match': String(fresh.headers.etag) });
+    expectNotModified(revalidated, fresh);
+    for (const name of ['deprecation', 'sunset', 'link']) expect(revalidated.headers[name]).toBe(fresh.headers[name]);
+    const head = await t.app.inject({ method: 'HEAD', url: '/v1/pets/1', headers: { ...t.auth, 'if-none-match': String(fresh.headers.etag) } });
+    expect(head.statusCode).toBe(304);
+    expect(head.headers.etag).toBe(fresh.headers.etag);
+    expect(head.body).toBe('');
+  });
+
+  it('the ETag changes exactly when the body does: a pet added to the page changes it, one added elsewhere does not', async () => {
+    const available = await get('/v1/pets?status=available&limit=100');
+    const pending = await get('/v1/pets?status=pending&limit=100');
+    const firstTwo = await get('/v1/pets?limit=2');
+    const created = await create('Newcomer', 'available');
+    await eventually(async () => (await get('/v1/pets?status=available&limit=100')).body !== available.body);
+
+    const availableNow = await get('/v1/pets?status=available&limit=100', { 'if-none-match': String(available.headers.etag) });
+    expect(availableNow.statusCode).toBe(200);
+    expect(availableNow.json()).toContainEqual(created.json());
+    expect(availableNow.headers.etag).not.toBe(available.headers.etag);
+    expectNotModified(await get('/v1/pets?status=pending&limit=100', { 'if-none-match': String(pending.headers.etag) }), pending);
+    expectNotModified(await get('/v1/pets?limit=2', { 'if-none-match': String(firstTwo.headers.etag) }), firstTwo);
+    // Different bodies, different tags: no two pages of a listing share one.
+    const tags = new Set<string>();
+    for (const url of ['/v1/pets?limit=1', '/v1/pets?limit=2', '/v1/pets/1', '/v1/pets/2']) tags.add(String((await get(url)).headers.etag));
+    expect(tags.size).toBe(4);
+  });
+
+  it('errors, creates and everything else keep no-store and get no ETag', async () => {
+    const responses = [
+      await get('/v1/pets/999999'),
+      await get('/v1/pets?limit=0', { 'if-none-match': '*' }),
+      await t.app.inject({ url: '/v1/pets', headers: { 'if-none-match': '*' } }),
+      await create('Fresh'),
+    ];
+    expect(responses.map((response) => response.statusCode)).toEqual([404, 400, 401, 201]);
+    for (const response of responses) {
+      expect(response.headers.etag).toBeUndefined();
+      expect(response.headers['cache-control']).toBe('no-store');
+    }
+  });
+});
+
+describe.skipIf(!POSTGRES_URL)('ETags across two instances on PostgreSQL', () => {
+  it('one body has one ETag on every instance, so a client revalidates with either', async () => {
+    const { a, b, close } = await buildTwoInstances();
+    try {
+      await a.app.inject({ method: 'POST', url: '/v1/pets', headers: a.auth, payload: { name: 'Shared', categoryId: 5 } });
+      const fromA = await a.app.inject({ url: '/v1/pets', headers: a.auth });
+      await eventually(async () => (await b.app.inject({ url: '/v1/pets', headers: b.auth })).body === fromA.body);
+      const fromB = await b.app.inject({ url: '/v1/pets', headers: { ...b.auth, 'if-none-match': String(fromA.headers.etag) } });
+      expect(fromB.statusCode).toBe(304);
+      expect(fromB.headers.etag).toBe(fromA.headers.etag);
+    } finally {
+      await close();
+    }
+  });
+});
+
+interface Store {
+  name: string;
+  env: () => Record<string, string>;
+}
+const stores: Store[] = [
+  { name: 'memory', env: () => ({}) },
+  { name: 'redis', env: () => ({ REDIS_URL: REDIS_URL!, REDIS_KEY_PREFIX: `test:${randomUUID()}:` }) },
+];
+
+describe.each(stores)('a 304 and the rate limit, with the $name store', (store) => {
+  let t: TestApp;
+  let clock = T0;
+  beforeAll(async () => {
+    if (store.name === 'redis' && !REDIS_URL) return;
+    t = await buildTestApp(store.env(), { now: () => clock });
+  });
+  afterAll(() => t?.close());
+
+  describe.skipIf(store.name === 'redis' && !REDIS_URL)('', () => {
+    it('is admitted like any request but counts in neither window; a 200 still does', async () => {
+      const { key } = await t.app.apiKeysRepository.create({ plan: 'enterprise', limits: { perMinute: 3, perDay: 5 } });
+      const auth = { authorization: `Bearer ${key}` };
+      clock += MINUTE;
+      const fresh = await t.app.inject({ url: '/v1/pets', headers: auth });
+      expect(fresh.statusCode).toBe(200);
+      expect(fresh.headers['x-ratelimit-remaining']).toBe('2');
+      for (let revalidation = 0; revalidation < 10; revalidation++) {
+        const response = await t.app.inject({ url: '/v1/pets', headers: { ...auth, 'if-none-match': String(fresh.headers.etag) } });
+        expect(response.statusCode).toBe(304);
+        expect(response.headers['x-ratelimit-remaining'], 'uncharged: as many left as before it').toBe('2');
+        expect(response.headers.ratelimit).toMatch(/^"minute";r=2;t=\d+, "day";r=4;t=\d+$/);
+      }
+      expect((await t.app.inject({ url: '/v1/pets', headers: auth })).headers['x-ratelimit-remaining']).toBe('1');
+      expect((await t.app.inject({ url: '/v1/pets', headers: auth })).headers['x-ratelimit-remaining']).toBe('0');
+      // Over the limit, a revalidation is refused like anything else.
+      const refused = await t.app.inject({ url: '/v1/pets', headers: { ...auth, 'if-none-match': String(fresh.headers.etag) } });
+      expect(refused.statusCode).toBe(429);
+      expect(refused.json()).toMatchObject({ code: 'rate_limited', status: 429 });
+      // The next minute: the day window kept only the three 200s, so two requests are left today.
+      clock += MINUTE;
+      const nextMinute = await t.app.inject({ url: '/v1/pets', headers: auth });
+      expect(nextMinute.headers.ratelimit).toMatch(/"day";r=1;/);
+    });
+  });
+});
