@@ -65,6 +65,8 @@ const JSON_BODY = { 'content-type': 'application/json' };
 const NEW_PET = JSON.stringify({ name: 'Benchmark', categoryId: 3, status: 'available' });
 
 export const LIST_PATH = '/v1/pets?limit=20&status=available';
+/** The largest page of the listing: what a revalidation saves grows with the page. */
+export const FULL_PAGE_PATH = '/v1/pets?limit=100';
 
 /** The walk's limits are drawn from 1 to the service's largest, 100. */
 export const WALK_MAX_LIMIT = 100;
@@ -103,6 +105,7 @@ export const operations = (fixture: Fixture) => {
       headers: bearer(fixture.apiKey),
     },
     byId: { method: 'GET', path: `/v1/pets/${fixture.petId}`, headers: bearer(fixture.apiKey) },
+    fullPage: { method: 'GET', path: FULL_PAGE_PATH, headers: bearer(fixture.apiKey) },
     create,
     walk: {
       method: 'GET',
@@ -113,6 +116,12 @@ export const operations = (fixture: Fixture) => {
     mixed: [...Array.from({ length: MIXED_READS }, () => list), create],
   } satisfies Record<string, RequestShape>;
 };
+
+/** The request sent again by a client that holds the response tagged `etag`: answered 304 while the page is unchanged. */
+export const revalidating = (request: RequestSpec, etag: string): RequestSpec => ({
+  ...request,
+  headers: { ...request.headers, 'if-none-match': etag },
+});
 
 /** bare+pg's routes for the same workloads. */
 export const baselineOperations = (fixture: Fixture) => {
@@ -193,7 +202,12 @@ export interface Row {
   databaseCeiling: string;
   /** The issue's workload this row measures, if any. */
   workload?: Workload;
+  /** Its requests revalidate a page the client holds: the answer expected is 304, not a 2xx. */
+  revalidates?: boolean;
 }
+
+/** Whether a status is the answer a row's requests should get; anything else is an error. */
+export const isExpected = (row: Row, status: number | string) => (row.revalidates ? String(status) === '304' : String(status).startsWith('2'));
 
 export const rowId = (server: ServerName, operation: string) => `${server} ${operation}`;
 
@@ -201,6 +215,10 @@ export const LIST = `GET ${LIST_PATH}`;
 export const CREATE = 'POST /v1/pets';
 export const WALK = `GET /v1/pets?limit=1..${WALK_MAX_LIMIT}&cursor=(1 of ${WALK_CURSOR_COUNT.toLocaleString('en-US')})`;
 export const MIXED = `${MIXED_READS} x ${LIST} + 1 x ${CREATE}`;
+export const FULL_PAGE = `GET ${FULL_PAGE_PATH}`;
+/** The two pages measured fresh (200) and revalidated (304). */
+export const REVALIDATED_PAGES = [LIST, FULL_PAGE] as const;
+export const revalidationOf = (operation: string) => `${operation}, If-None-Match: its ETag (304)`;
 const BARE_LIST = 'GET /pets (20 pets from memory)';
 const DB_LIST = 'GET /pets (the list query)';
 const DB_WALK = `GET /walk?after=(1 of ${WALK_CURSOR_COUNT.toLocaleString('en-US')})&limit=1..${WALK_MAX_LIMIT}`;
@@ -222,7 +240,7 @@ export const WORKLOAD_ROWS: Record<Workload, { ours: string; baseline: string }>
  * mixed workload writes too, so it is measured with the writes. Within a phase the rows are
  * measured in turn, round after round (A B A B), to share the noise.
  */
-export function phases(db: Databases): { reads: Row[]; writes: Row[] } {
+export function phases(db: Databases, etags: { list: string; fullPage: string }): { reads: Row[]; writes: Row[] } {
   const ours = operations(db.postgres);
   const baseline = baselineOperations(db.postgres);
   const row = (server: ServerName, operation: string, shape: RequestShape, databaseCeiling = DB_LIST_ROW, workload?: Workload): Row => ({
@@ -248,6 +266,11 @@ export function phases(db: Databases): { reads: Row[]; writes: Row[] } {
     ...workload('walk', DB_WALK, baseline.walk, ours.walk),
     ...stores.map((store) => row(store, 'GET /v1/pets?...&cursor= (a page 90% through)', ours.deepPage)),
     ...stores.map((store) => row(store, 'GET /v1/pets/{id} (deprecated)', ours.byId)),
+    ...stores.flatMap((store) => [
+      { ...row(store, revalidationOf(LIST), revalidating(ours.list, etags.list)), revalidates: true },
+      row(store, FULL_PAGE, ours.fullPage),
+      { ...row(store, revalidationOf(FULL_PAGE), revalidating(ours.fullPage, etags.fullPage)), revalidates: true },
+    ]),
     row('ours-pglite', LIST, operations(db.pglite).list),
   ];
   const writes: Row[] = [...workload('write', DB_INSERT, baseline.insert, ours.create), ...workload('mixed', DB_MIXED, baseline.mixed, ours.mixed)];
