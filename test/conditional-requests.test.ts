@@ -169,3 +169,29 @@ describe.each(stores)('a 304 and the rate limit, with the $name store', (store) 
     });
   });
 });
+
+describe.skipIf(!POSTGRES_URL || !REDIS_URL)('a 304 and the rate limit across two instances sharing Redis', () => {
+  it('a 304 on one instance gives back what the count shared with the other holds', async () => {
+    let clock = T0;
+    const env = { REDIS_URL: REDIS_URL!, REDIS_KEY_PREFIX: `test:${randomUUID()}:` };
+    const a = await buildTestApp(env, { now: () => clock });
+    const b = await buildTestApp({ ...env, DATABASE_URL: a.databaseUrl! }, { now: () => clock });
+    try {
+      const { key } = await a.app.apiKeysRepository.create({ plan: 'enterprise', limits: { perMinute: 4, perDay: 100 } });
+      const auth = { authorization: `Bearer ${key}` };
+      clock += MINUTE;
+      const fresh = await a.app.inject({ url: '/v1/pets', headers: auth });
+      expect(fresh.headers['x-ratelimit-remaining']).toBe('3');
+      for (const instance of [b, a, b, b, a]) {
+        const revalidated = await instance.app.inject({ url: '/v1/pets', headers: { ...auth, 'if-none-match': String(fresh.headers.etag) } });
+        expect(revalidated.statusCode).toBe(304);
+        expect(revalidated.headers['x-ratelimit-remaining']).toBe('3');
+      }
+      expect((await b.app.inject({ url: '/v1/pets', headers: auth })).headers['x-ratelimit-remaining']).toBe('2');
+      expect((await a.app.inject({ url: '/v1/pets', headers: auth })).headers['x-ratelimit-remaining']).toBe('1');
+    } finally {
+      await b.close();
+      await a.close();
+    }
+  });
+});

@@ -101,3 +101,29 @@ it('documents the rate-limit headers on every response, and the 429 with Retry-A
   const getPet = document.paths['/pets/{petId}'].get.responses;
   for (const status of ['401', '429']) expect(getPet[status].headers.sunset).toBeDefined();
 });
+
+it('documents Idempotency-Key on createPet, with how long keys are kept, the replay header, 409 and 422', () => {
+  const createPet = document.paths['/pets'].post;
+  const parameter = createPet.parameters.find((one: { name: string }) => one.name === 'idempotency-key');
+  expect(parameter).toMatchObject({ in: 'header', required: false, schema: { type: 'string' } });
+  expect(parameter.description).toContain('Keys are kept for 24 hours');
+  expect(createPet.responses['201'].headers['idempotent-replayed']).toBeDefined();
+  expect(createPet.responses['409'].headers['retry-after']).toBeDefined();
+  for (const status of ['409', '422']) {
+    expect(createPet.responses[status].content['application/json'].schema.required).toEqual(['code', 'message', 'status']);
+  }
+  expect(createPet.responses['409'].description).toContain('idempotency_key_in_use');
+  expect(createPet.responses['422'].description).toContain('idempotency_key_mismatch');
+});
+
+it('documents conditional reads: If-None-Match, the ETag and Cache-Control of a 200, and the 304 with no body', () => {
+  for (const path of ['/pets', '/pets/{petId}']) {
+    const operation = document.paths[path].get;
+    expect(operation.parameters.find((one: { name: string }) => one.name === 'if-none-match')).toMatchObject({ in: 'header', required: false });
+    expect(Object.keys(operation.responses['200'].headers)).toEqual(expect.arrayContaining(['etag', 'cache-control']));
+    const notModified = operation.responses['304'];
+    expect(notModified.content).toBeUndefined();
+    expect(Object.keys(notModified.headers)).toEqual(expect.arrayContaining(['etag', 'cache-control', 'x-ratelimit-remaining']));
+  }
+  expect(document.paths['/pets'].post.parameters.some((one: { name: string }) => one.name === 'if-none-match')).toBe(false);
+});

@@ -43,7 +43,11 @@ export default fp(
       route.schema.response = {
         ...responses,
         ...withHeaders({ 200: responses[200]! }, CACHING_HEADERS),
-        304: { ...Type.Null({ description: 'Not Modified: the ETag matched If-None-Match; the client\'s copy is current. No body' }), headers: CACHING_HEADERS },
+        // Every header of the 200 (RFC 9110 15.4.5: a 304 repeats what a 200 would carry), no body.
+        304: {
+          ...Type.Null({ description: 'Not Modified: the ETag matched If-None-Match; the client\'s copy is current. No body' }),
+          headers: { ...responses[200]!.headers, ...CACHING_HEADERS },
+        },
       };
     });
 

@@ -66,14 +66,25 @@ export default fp<IdempotencyOptions>(
   async function idempotency(app, { retentionHours }) {
     const keys = createIdempotencyKeysRepository(app.db);
 
-    const purge = () =>
-      keys.purge(retentionHours).then(
-        (purged) => purged > 0 && app.log.info({ purged }, 'idempotency keys purged'),
-        (error: unknown) => app.log.warn({ err: error }, 'idempotency keys: purge failed; trying again in a minute'),
-      );
-    const purger = setInterval(() => void purge(), PURGE_EVERY_MS).unref();
-    app.addHook('onReady', async () => void purge());
-    app.addHook('onClose', async () => clearInterval(purger));
+    // One purge at a time per instance; closing waits for it, so it never outlives the database.
+    let purging: Promise<void> | undefined;
+    const purge = () => {
+      purging ??= keys
+        .purge(retentionHours)
+        .then(
+          (purged) => {
+            if (purged > 0) app.log.info({ purged }, 'idempotency keys purged');
+          },
+          (error: unknown) => app.log.warn({ err: error }, 'idempotency keys: purge failed; trying again in a minute'),
+        )
+        .finally(() => (purging = undefined));
+    };
+    const purger = setInterval(purge, PURGE_EVERY_MS).unref();
+    app.addHook('onReady', async () => purge());
+    app.addHook('onClose', async () => {
+      clearInterval(purger);
+      await purging;
+    });
 
     app.addHook('onRoute', (route) => {
       if (!route.config?.idempotent || !route.schema) return;
