@@ -28,14 +28,59 @@ function matches(ifNoneMatch: string | undefined, etag: string): boolean {
 
 const readsOnly = (method: string | string[]) => [method].flat().every((one) => one === 'GET' || one === 'HEAD');
 
+export interface ConditionalRequestsOptions {
+  /**
+   * Moves whenever any read may answer differently, and how long an answer may be served at most
+   * (the pets cache's). With it, a revalidation whose tag is known to be current is answered
+   * before the handler runs: nothing is read, serialised or digested.
+   */
+  dataVersion?: { current: () => number; ttlMs: number };
+  now: () => number;
+}
+
+/** The tag of what a URL answered, while the data it was read from has not changed. */
+interface KnownTag {
+  etag: string;
+  /** The handler's own Link (the next page), which a 304 repeats. */
+  link?: string;
+  version: number;
+  expiresAt: number;
+}
+
+/** Bounds the memory of known tags: URLs remembered at most, and the longest remembered. */
+const MAX_KNOWN_TAGS = 10_000;
+const MAX_KNOWN_URL_LENGTH = 512;
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** The data version when the handler began: a tag computed from its answer is current for that version. */
+    readAtVersion?: number;
+    /**
+     * Set when the request revalidates a tag known to be current: it is answered 304 before its
+     * handler, and the rate limiter, knowing it will cost nothing, counts nothing.
+     */
+    notModified?: KnownTag;
+  }
+}
+
 /**
  * Conditional GETs on the reading routes of its context: every 200 carries a strong ETag, a
  * digest of its body, so two instances give one body one tag; an If-None-Match that matches it
  * gets 304 with the same headers and no body. Registered before rate limiting and deprecation,
  * so that the 304 it documents gets their headers documented too.
  */
-export default fp(
-  async function conditionalRequests(app) {
+export default fp<ConditionalRequestsOptions>(
+  async function conditionalRequests(app, { dataVersion, now }) {
+    const known = new Map<string, KnownTag>();
+    const remember = (url: string, tag: KnownTag) => {
+      if (url.length > MAX_KNOWN_URL_LENGTH) return;
+      known.delete(url);
+      known.set(url, tag);
+      if (known.size > MAX_KNOWN_TAGS) known.delete(known.keys().next().value!);
+    };
+    app.decorateRequest('readAtVersion', undefined);
+    app.decorateRequest('notModified', undefined);
+
     app.addHook('onRoute', (route) => {
       if (!readsOnly(route.method) || !route.schema || route.schema.hide) return;
       route.schema.headers = withRequestHeaders(route.schema.headers as TSchema | undefined, { 'if-none-match': IfNoneMatch });
@@ -51,10 +96,41 @@ export default fp(
       };
     });
 
+    // Known before the rate limiter decides (so that it counts nothing), answered where only the
+    // handler is left to skip: after authentication, validation and the sunset, which still refuse.
+    // HEAD is left to the handler, whose 304 carries the length of the body it would have had.
+    if (dataVersion) {
+      app.addHook('onRequest', async (request) => {
+        const ifNoneMatch = request.headers['if-none-match'];
+        // Only for a caller already known to be let in: anyone else is refused, and counted, as usual.
+        if (request.method !== 'GET' || ifNoneMatch === undefined || !request.apiKey) return;
+        const tag = known.get(request.url);
+        if (tag && tag.version === dataVersion.current() && tag.expiresAt > now() && matches(ifNoneMatch, tag.etag)) request.notModified = tag;
+      });
+      app.addHook('preHandler', async (request, reply) => {
+        const tag = request.notModified;
+        if (!tag) {
+          if (request.method === 'GET') request.readAtVersion = dataVersion.current();
+          return;
+        }
+        reply.code(304).headers({ etag: tag.etag, 'cache-control': REVALIDATE, ...(tag.link && { link: tag.link }) });
+        return reply.send();
+      });
+    }
+
     app.addHook('onSend', async (request, reply, payload) => {
       if (reply.statusCode !== 200 || typeof payload !== 'string' || !readsOnly(request.method)) return payload;
       const etag = `"${hash('sha1', payload, 'base64url')}"`;
       reply.header('etag', etag).header('cache-control', REVALIDATE);
+      if (dataVersion && request.readAtVersion !== undefined) {
+        const link = reply.getHeader('link');
+        remember(request.url, {
+          etag,
+          ...(typeof link === 'string' && { link }),
+          version: request.readAtVersion,
+          expiresAt: now() + dataVersion.ttlMs,
+        });
+      }
       if (!matches(request.headers['if-none-match'], etag)) return payload;
       reply.code(304).removeHeader('content-type');
       // HEAD's own handler, which runs after this one, drops the body and sends its length, as a
@@ -62,5 +138,5 @@ export default fp(
       return request.method === 'HEAD' ? payload : null;
     });
   },
-  { name: 'conditional-requests' },
+  { name: 'conditional-requests', dependencies: ['auth'] },
 );

@@ -9,6 +9,11 @@ declare module 'fastify' {
   interface FastifyInstance {
     petsRepository: PetsRepository;
     apiKeysRepository: ApiKeysRepository;
+    /**
+     * With the pets cache: a number that moves whenever any read of pets may answer differently,
+     * and how long an answer may be served at most (the cache's bound on staleness).
+     */
+    petsVersion?: { current: () => number; ttlMs: number };
   }
 }
 
@@ -47,6 +52,7 @@ export default fp<RepositoriesOptions>(
     app.decorate('apiKeysRepository', createApiKeysRepository(app.db));
     if (petsCacheMaxBytes === 0) {
       app.decorate('petsRepository', pets);
+      app.decorate('petsVersion', undefined);
       return;
     }
     const lookups = new Counter({
@@ -73,6 +79,7 @@ export default fp<RepositoriesOptions>(
     const stopListening = await app.db.listen('pets_changed', (payload) => cached.invalidate(parseChange(payload)), cached.flush);
     app.addHook('onClose', stopListening);
     app.decorate('petsRepository', cached);
+    app.decorate('petsVersion', { current: cached.version, ttlMs: PETS_CACHE_TTL_MS });
   },
   { name: 'repositories', dependencies: ['database', 'metrics'] },
 );

@@ -82,6 +82,8 @@ export function cachedPetsRepository(repository: PetsRepository, options: PetsCa
   const flights = new Map<string, { promise: Promise<unknown>; generation: number }>();
   const generations = new Map<string, number>();
   let bytes = 0;
+  /** Counts every change that may make a read answer differently: creates, notices, flushes. */
+  let version = 0;
 
   const generationOf = (filter: string) => generations.get(filter) ?? 0;
   const runsOf = (filter: string) => runs.get(filter) ?? [];
@@ -180,6 +182,7 @@ export function cachedPetsRepository(repository: PetsRepository, options: PetsCa
   }
 
   function invalidate(change: PetsChange) {
+    version++;
     if (change === 'everything') {
       flush();
       return;
@@ -198,6 +201,7 @@ export function cachedPetsRepository(repository: PetsRepository, options: PetsCa
 
   /** Forgets everything, as when notices of changes may have been missed. */
   function flush() {
+    version++;
     runs.clear();
     pets.clear();
     age.clear();
@@ -254,6 +258,8 @@ export function cachedPetsRepository(repository: PetsRepository, options: PetsCa
 
     invalidate,
     flush,
+    /** Moves on whenever a read may answer differently; equal values mean every answer in between was the same. */
+    version: () => version,
     /** Runs and pets held now, and their estimated bytes. */
     size: () => ({ entries: age.size, bytes }),
   };

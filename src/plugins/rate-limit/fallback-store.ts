@@ -25,10 +25,18 @@ export class FallbackStore implements RateLimitStore {
     return this.#onMemory;
   }
 
-  async consume(subject: string, limits: Limits, now: number): Promise<Decision> {
+  consume(subject: string, limits: Limits, now: number): Promise<Decision> {
+    return this.#decide((store) => store.consume(subject, limits, now));
+  }
+
+  check(subject: string, limits: Limits, now: number): Promise<Decision> {
+    return this.#decide((store) => store.check(subject, limits, now));
+  }
+
+  async #decide(ask: (store: RateLimitStore) => Promise<Decision>): Promise<Decision> {
     if (this.#redis.ready) {
       try {
-        const decision = await this.#redis.consume(subject, limits, now);
+        const decision = await ask(this.#redis);
         if (this.#onMemory) {
           this.#onMemory = false;
           this.#log.info('rate limiting: Redis is back; counting across all instances again');
@@ -40,7 +48,7 @@ export class FallbackStore implements RateLimitStore {
     } else {
       this.#switchToMemory(new Error(`Redis connection is ${this.#redis.redis.status}`));
     }
-    return this.#memory.consume(subject, limits, now);
+    return ask(this.#memory);
   }
 
   /** To the store that counted the request, as far as can be told: a refund lost with Redis is only a request counted. */

@@ -119,9 +119,12 @@ export default fp<RateLimitOptions>(
       }
       const key = request.apiKey;
       const subject = key ? `key:${key.quotaId}` : `ip:${request.ip}`;
-      const decision = await store.consume(subject, key ?? ANONYMOUS, now);
+      const limits = key ?? ANONYMOUS;
+      // A 304 known beforehand costs nothing: checked against the limits, counted only when refused.
+      const checked = request.notModified ? await store.check(subject, limits, now) : undefined;
+      const decision = checked?.outcome === 'allowed' ? checked : await store.consume(subject, limits, now);
       const binding = setHeaders(reply, decision, now);
-      if (decision.outcome === 'allowed') request.rateLimitCharge = { subject, decision, now };
+      if (decision.outcome === 'allowed' && decision !== checked) request.rateLimitCharge = { subject, decision, now };
       if (lookupRefused && decision.outcome === 'allowed') {
         const window = lookupRefused.day.used >= lookupRefused.day.limit ? lookupRefused.day : lookupRefused.minute;
         throw new ApiError(429, 'rate_limited', 'Too many unknown API keys from this address; retry after the Retry-After delay', {

@@ -1,5 +1,5 @@
 import type { Limits } from '../../plans.js';
-import { DAY_MS, MINUTE_MS, usage, windowsOf, windowStart, type BanPolicy, type Decision, type RateLimitStore } from './store.js';
+import { DAY_MS, decideWithout, MINUTE_MS, usage, windowsOf, windowStart, type BanPolicy, type Decision, type RateLimitStore } from './store.js';
 
 interface Counters {
   minute: number;
@@ -61,6 +61,14 @@ export class MemoryStore implements RateLimitStore {
       return { outcome: 'banned', ...windows, bannedUntil: counters.bannedUntil, banStarted: true };
     }
     return { outcome: 'limited', ...windows };
+  }
+
+  async check(subject: string, limits: Limits, now: number): Promise<Decision> {
+    const counters = this.#subjects.get(subject);
+    if (!counters) return decideWithout(limits, now, 0, 0, 0);
+    const minuteUsed = counters.minute === windowStart(now, MINUTE_MS) ? counters.minuteUsed : 0;
+    const dayUsed = counters.day === windowStart(now, DAY_MS) ? counters.dayUsed : 0;
+    return decideWithout(limits, now, minuteUsed, dayUsed, counters.bannedUntil);
   }
 
   async refund(subject: string, decision: Decision) {

@@ -1,6 +1,6 @@
 import { Redis } from 'ioredis';
 import type { Limits } from '../../plans.js';
-import { DAY_MS, MINUTE_MS, usage, windowsOf, windowStart, type BanPolicy, type Decision, type RateLimitStore } from './store.js';
+import { DAY_MS, decideWithout, MINUTE_MS, usage, windowsOf, windowStart, type BanPolicy, type Decision, type RateLimitStore } from './store.js';
 
 /**
  * The whole decision in one atomic round trip: the ban, both windows, the refusal count.
@@ -107,6 +107,16 @@ export class RedisStore implements RateLimitStore {
     if (code >= 2) decision.bannedUntil = bannedUntil;
     if (code === 3) decision.banStarted = true;
     return decision;
+  }
+
+  async check(subject: string, limits: Limits, now: number): Promise<Decision> {
+    const base = this.#base(subject);
+    const [minuteUsed, dayUsed, bannedUntil] = await this.redis.mget(
+      `${base}:m:${windowStart(now, MINUTE_MS)}`,
+      `${base}:d:${windowStart(now, DAY_MS)}`,
+      `${base}:ban`,
+    );
+    return decideWithout(limits, now, Number(minuteUsed ?? 0), Number(dayUsed ?? 0), Number(bannedUntil ?? 0));
   }
 
   async refund(subject: string, decision: Decision) {

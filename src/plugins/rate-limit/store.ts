@@ -36,6 +36,11 @@ export interface BanPolicy {
 export interface RateLimitStore {
   consume(subject: string, limits: Limits, now: number): Promise<Decision>;
   /**
+   * Decides a request as consume would, but counts nothing, refusals included: for a request known
+   * beforehand to cost nothing (a 304). The caller consumes a refused one, to count the refusal.
+   */
+  check(subject: string, limits: Limits, now: number): Promise<Decision>;
+  /**
    * Takes back a request that `decision` allowed: it then counts in neither window, as if never
    * made. Only the windows it was counted in lose it; one that has rolled over since is left alone.
    */
@@ -47,6 +52,13 @@ export const windowStart = (now: number, size: number) => now - (now % size);
 
 /** The starts of the two windows a decision counted in. */
 export const windowsOf = (decision: Decision) => ({ minute: decision.minute.resetAt - MINUTE_MS, day: decision.day.resetAt - DAY_MS });
+
+/** The decision on counts as they stand, without counting anything. */
+export function decideWithout(limits: Limits, now: number, minuteUsed: number, dayUsed: number, bannedUntil: number): Decision {
+  const windows = usage(limits, now, minuteUsed, dayUsed);
+  if (bannedUntil > now) return { outcome: 'banned', ...windows, bannedUntil };
+  return { outcome: minuteUsed < limits.perMinute && dayUsed < limits.perDay ? 'allowed' : 'limited', ...windows };
+}
 
 export function usage(limits: Limits, now: number, minuteUsed: number, dayUsed: number) {
   return {

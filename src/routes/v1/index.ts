@@ -28,7 +28,7 @@ export interface V1Options {
 const v1: FastifyPluginAsync<V1Options> = async (app, { now, keyCacheMaxEntries, idempotencyKeyRetentionHours, rateLimit: limits }) => {
   await app.register(auth, { keyCacheMaxEntries, now });
   await app.register(idempotency, { retentionHours: idempotencyKeyRetentionHours });
-  await app.register(conditionalRequests);
+  await app.register(conditionalRequests, { dataVersion: app.petsVersion, now });
   await app.register(rateLimit, { ...limits, now });
   await app.register(deprecation, { now });
   app.setNotFoundHandler(notFoundHandler);
