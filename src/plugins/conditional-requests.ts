@@ -90,7 +90,7 @@ export default fp<ConditionalRequestsOptions>(
         ...withHeaders({ 200: responses[200]! }, CACHING_HEADERS),
         // Every header of the 200 (RFC 9110 15.4.5: a 304 repeats what a 200 would carry), no body.
         304: {
-          ...Type.Null({ description: 'Not Modified: the ETag matched If-None-Match; the client\'s copy is current. No body' }),
+          ...Type.Null({ description: 'Not Modified: the ETag matched If-None-Match; the client\'s copy is current. No body, and not counted against the rate limit' }),
           headers: { ...responses[200]!.headers, ...CACHING_HEADERS },
         },
       };
