@@ -9,6 +9,8 @@ import { REDIS_URL } from './support/redis.js';
 const MINUTE = 60_000;
 /** The start of a minute, so that a test's requests share one window until it moves the clock. */
 const T0 = Date.UTC(2026, 10, 22, 10, 0, 0);
+/** When getPet is removed (answers 410). */
+const SUNSET = Date.UTC(2030, 11, 5);
 
 /** What a 304 must repeat of the 200 (RFC 9110 15.4.5), and what this service adds to every response. */
 const REPEATED = ['etag', 'cache-control', 'x-content-type-options', 'x-ratelimit-limit', 'x-ratelimit-reset', 'ratelimit-policy'];
@@ -190,6 +192,22 @@ describe.each(stores)('a 304 and the rate limit, with the $name store', (store) 
       clock += MINUTE;
       const nextMinute = await t.app.inject({ url: '/v1/pets', headers: auth });
       expect(nextMinute.headers.ratelimit).toMatch(/"day";r=1;/);
+    });
+
+    it('a revalidation that was to be a 304 but is refused further on (410 once the sunset has come) counts', async () => {
+      const { key } = await t.app.apiKeysRepository.create({ plan: 'enterprise', limits: { perMinute: 5, perDay: 100 } });
+      const auth = { authorization: `Bearer ${key}` };
+      const created = await t.app.inject({ method: 'POST', url: '/v1/pets', headers: t.auth, payload: { name: 'Sunset', categoryId: 1 } });
+      const url = `/v1/pets/${created.json().id}`;
+      // Half a second before the sunset (also the start of a minute and a day): the tag is then known for a second.
+      clock = SUNSET - 500;
+      const fresh = await t.app.inject({ url, headers: auth });
+      expect(fresh.statusCode).toBe(200);
+      clock = SUNSET;
+      const gone = await t.app.inject({ url, headers: { ...auth, 'if-none-match': String(fresh.headers.etag) } });
+      expect(gone.statusCode).toBe(410);
+      const after = await t.app.inject({ url, headers: auth });
+      expect(after.headers['x-ratelimit-remaining'], 'both 410s counted in the new minute').toBe('3');
     });
   });
 });

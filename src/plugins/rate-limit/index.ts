@@ -41,7 +41,7 @@ const seconds = (ms: number) => Math.max(1, Math.ceil(ms / 1000));
 declare module 'fastify' {
   interface FastifyRequest {
     /** What the limiter counted this request against, so that a 304 can be taken back. */
-    rateLimitCharge?: { subject: string; decision: Decision; now: number };
+    rateLimitCharge?: { subject: string; limits: Limits; decision: Decision; now: number; counted: boolean };
   }
 }
 
@@ -101,9 +101,14 @@ export default fp<RateLimitOptions>(
     // request was admitted like any other, so a caller over its limit still got its 429.
     app.addHook('onSend', async (request, reply) => {
       const charge = request.rateLimitCharge;
-      if (reply.statusCode !== 304 || !charge) return;
+      if (!charge || (reply.statusCode === 304) !== charge.counted) return;
       request.rateLimitCharge = undefined;
-      // Not awaited: on this instance's one connection, the refund reaches Redis before any later decision.
+      // Not awaited: on this instance's one connection, either reaches Redis before any later decision.
+      if (!charge.counted) {
+        // Admitted uncounted as a sure 304, it was refused further on (a sunset meanwhile): it counts.
+        void store.consume(charge.subject, charge.limits, charge.now);
+        return;
+      }
       void store.refund(charge.subject, charge.decision);
       const uncount = (window: WindowUsage) => ({ ...window, used: Math.max(0, window.used - 1) });
       setHeaders(reply, { ...charge.decision, minute: uncount(charge.decision.minute), day: uncount(charge.decision.day) }, charge.now);
@@ -124,7 +129,7 @@ export default fp<RateLimitOptions>(
       const checked = request.notModified ? await store.check(subject, limits, now) : undefined;
       const decision = checked?.outcome === 'allowed' ? checked : await store.consume(subject, limits, now);
       const binding = setHeaders(reply, decision, now);
-      if (decision.outcome === 'allowed' && decision !== checked) request.rateLimitCharge = { subject, decision, now };
+      if (decision.outcome === 'allowed') request.rateLimitCharge = { subject, limits, decision, now, counted: decision !== checked };
       if (lookupRefused && decision.outcome === 'allowed') {
         const window = lookupRefused.day.used >= lookupRefused.day.limit ? lookupRefused.day : lookupRefused.minute;
         throw new ApiError(429, 'rate_limited', 'Too many unknown API keys from this address; retry after the Retry-After delay', {
