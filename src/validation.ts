@@ -8,13 +8,16 @@ import { Value } from '@sinclair/typebox/value';
  * with two rules on top. JSON bodies are checked exactly as sent (no coercion); query and path
  * parameters, strings on the wire, are converted by TypeBox to the schema's types and take its
  * defaults, but only strictly (see keepStrict). A schema's `x-error-message` (an OpenAPI
- * extension, so the document stays valid) replaces TypeBox's wording.
+ * extension, so the document stays valid) replaces TypeBox's wording. Headers, strings all, are
+ * checked as sent.
  */
 export const validatorCompiler: FastifySchemaCompiler<TSchema> = ({ schema, httpPart }) => {
   const check = TypeCompiler.Compile(schema);
   // TypeBox converts in place, so it converts a copy and the wire text stays there to compare.
+  // Headers are checked as they are: every header the service reads is a string, and copying
+  // and walking all of a request's headers on every request doubled the CPU of a cached read.
   const fromWire =
-    httpPart === 'body'
+    httpPart === 'body' || httpPart === 'headers'
       ? (input: unknown) => input
       : (input: unknown) => Value.Default(schema, keepStrict(input, Value.Convert(schema, Value.Clone(input))));
   return (input) => {

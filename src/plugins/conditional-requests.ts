@@ -100,29 +100,35 @@ export default fp<ConditionalRequestsOptions>(
     // handler is left to skip: after authentication, validation and the sunset, which still refuse.
     // HEAD is left to the handler, whose 304 carries the length of the body it would have had.
     if (dataVersion) {
-      app.addHook('onRequest', async (request) => {
+      // Callback hooks where no promise is needed: they run on every request of the context.
+      app.addHook('onRequest', (request, _reply, done) => {
         const ifNoneMatch = request.headers['if-none-match'];
         // Only for a caller already known to be let in: anyone else is refused, and counted, as usual.
-        if (request.method !== 'GET' || ifNoneMatch === undefined || !request.apiKey) return;
-        const tag = known.get(request.url);
-        if (tag && tag.version === dataVersion.current() && tag.expiresAt > now() && matches(ifNoneMatch, tag.etag)) request.notModified = tag;
+        if (request.method === 'GET' && ifNoneMatch !== undefined && request.apiKey) {
+          const tag = known.get(request.url);
+          if (tag && tag.version === dataVersion.current() && tag.expiresAt > now() && matches(ifNoneMatch, tag.etag)) request.notModified = tag;
+        }
+        done();
       });
-      app.addHook('preHandler', async (request, reply) => {
+      app.addHook('preHandler', (request, reply, done) => {
         const tag = request.notModified;
         if (!tag) {
-          if (request.method === 'GET') request.readAtVersion = dataVersion.current();
-          return;
+          if (request.method === 'GET' && request.headers['if-none-match'] !== undefined) request.readAtVersion = dataVersion.current();
+          return done();
         }
+        // Answered here: the handler and the hooks after this one do not run.
         reply.code(304).headers({ etag: tag.etag, 'cache-control': REVALIDATE, ...(tag.link && { link: tag.link }) });
-        return reply.send();
+        reply.send();
       });
     }
 
-    app.addHook('onSend', async (request, reply, payload) => {
-      if (reply.statusCode !== 200 || typeof payload !== 'string' || !readsOnly(request.method)) return payload;
+    app.addHook('onSend', (request, reply, payload, done) => {
+      if (reply.statusCode !== 200 || typeof payload !== 'string' || !readsOnly(request.method)) return done(null, payload);
       const etag = `"${hash('sha1', payload, 'base64url')}"`;
       reply.header('etag', etag).header('cache-control', REVALIDATE);
-      if (dataVersion && request.readAtVersion !== undefined) {
+      const ifNoneMatch = request.headers['if-none-match'];
+      // Remembered only for clients that revalidate: plain reads (most) pay nothing for it.
+      if (dataVersion && request.readAtVersion !== undefined && ifNoneMatch !== undefined) {
         const link = reply.getHeader('link');
         remember(request.url, {
           etag,
@@ -131,11 +137,11 @@ export default fp<ConditionalRequestsOptions>(
           expiresAt: now() + dataVersion.ttlMs,
         });
       }
-      if (!matches(request.headers['if-none-match'], etag)) return payload;
+      if (!matches(ifNoneMatch, etag)) return done(null, payload);
       reply.code(304).removeHeader('content-type');
       // HEAD's own handler, which runs after this one, drops the body and sends its length, as a
       // 304 may (RFC 9110 8.6); for GET there is no body and no length.
-      return request.method === 'HEAD' ? payload : null;
+      done(null, request.method === 'HEAD' ? payload : null);
     });
   },
   { name: 'conditional-requests', dependencies: ['auth'] },

@@ -99,19 +99,21 @@ export default fp<RateLimitOptions>(
 
     // GitHub's rule: a revalidation that finds the client's copy current (304) costs nothing. The
     // request was admitted like any other, so a caller over its limit still got its 429.
-    app.addHook('onSend', async (request, reply) => {
+    // A callback hook: it runs on every request, and needs no promise.
+    app.addHook('onSend', (request, reply, payload, done) => {
       const charge = request.rateLimitCharge;
-      if (!charge || (reply.statusCode === 304) !== charge.counted) return;
+      if (!charge || (reply.statusCode === 304) !== charge.counted) return done(null, payload);
       request.rateLimitCharge = undefined;
       // Not awaited: on this instance's one connection, either reaches Redis before any later decision.
-      if (!charge.counted) {
+      if (charge.counted) {
+        void store.refund(charge.subject, charge.decision);
+        const uncount = (window: WindowUsage) => ({ ...window, used: Math.max(0, window.used - 1) });
+        setHeaders(reply, { ...charge.decision, minute: uncount(charge.decision.minute), day: uncount(charge.decision.day) }, charge.now);
+      } else {
         // Admitted uncounted as a sure 304, it was refused further on (a sunset meanwhile): it counts.
         void store.consume(charge.subject, charge.limits, charge.now);
-        return;
       }
-      void store.refund(charge.subject, charge.decision);
-      const uncount = (window: WindowUsage) => ({ ...window, used: Math.max(0, window.used - 1) });
-      setHeaders(reply, { ...charge.decision, minute: uncount(charge.decision.minute), day: uncount(charge.decision.day) }, charge.now);
+      done(null, payload);
     });
 
     app.addHook('onRequest', async (request, reply) => {
