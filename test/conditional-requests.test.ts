@@ -1,10 +1,9 @@
-import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { LightMyRequestResponse } from 'fastify';
 import { buildTestApp, buildTwoInstances, type TestApp } from './support/app.js';
 import { POSTGRES_URL } from './support/databases.js';
 import { eventually } from './support/eventually.js';
-import { REDIS_URL } from './support/redis.js';
+import { RATE_LIMIT_STORES, REDIS_URL, redisStoreEnv, type StoreVariant } from './support/redis.js';
 
 const MINUTE = 60_000;
 /** The start of a minute, so that a test's requests share one window until it moves the clock. */
@@ -148,29 +147,23 @@ describe.skipIf(!POSTGRES_URL)('ETags across two instances on PostgreSQL', () =>
   });
 });
 
-interface Store {
-  name: string;
-  env: () => Record<string, string>;
-}
 // With the pets cache, a revalidation of a tag known to be current is checked and never counted;
 // without it, the 304 is found after the handler and taken back from both windows.
-const stores: Store[] = [
-  { name: 'memory', env: () => ({}) },
-  { name: 'redis', env: () => ({ REDIS_URL: REDIS_URL!, REDIS_KEY_PREFIX: `test:${randomUUID()}:` }) },
-  { name: 'memory (no pets cache)', env: () => ({ PETS_CACHE_MAX_BYTES: '0' }) },
-  { name: 'redis (no pets cache)', env: () => ({ PETS_CACHE_MAX_BYTES: '0', REDIS_URL: REDIS_URL!, REDIS_KEY_PREFIX: `test:${randomUUID()}:` }) },
+const stores: StoreVariant[] = [
+  ...RATE_LIMIT_STORES,
+  ...RATE_LIMIT_STORES.map((store) => ({ ...store, name: `${store.name} (no pets cache)`, env: () => ({ ...store.env(), PETS_CACHE_MAX_BYTES: '0' }) })),
 ];
 
 describe.each(stores)('a 304 and the rate limit, with the $name store', (store) => {
   let t: TestApp;
   let clock = T0;
   beforeAll(async () => {
-    if (store.name.startsWith('redis') && !REDIS_URL) return;
+    if (store.usesRedis && !REDIS_URL) return;
     t = await buildTestApp(store.env(), { now: () => clock });
   });
   afterAll(() => t?.close());
 
-  describe.skipIf(store.name.startsWith('redis') && !REDIS_URL)('', () => {
+  describe.skipIf(store.usesRedis && !REDIS_URL)('', () => {
     it('is admitted like any request but counts in neither window; a 200 still does', async () => {
       const { key } = await t.app.apiKeysRepository.create({ plan: 'enterprise', limits: { perMinute: 3, perDay: 5 } });
       const auth = { authorization: `Bearer ${key}` };
@@ -217,7 +210,7 @@ describe.each(stores)('a 304 and the rate limit, with the $name store', (store) 
 describe.skipIf(!POSTGRES_URL || !REDIS_URL)('a 304 and the rate limit across two instances sharing Redis', () => {
   it('a 304 on one instance gives back what the count shared with the other holds', async () => {
     let clock = T0;
-    const env = { REDIS_URL: REDIS_URL!, REDIS_KEY_PREFIX: `test:${randomUUID()}:` };
+    const env = redisStoreEnv();
     const a = await buildTestApp(env, { now: () => clock });
     const b = await buildTestApp({ ...env, DATABASE_URL: a.databaseUrl! }, { now: () => clock });
     try {

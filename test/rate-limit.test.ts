@@ -1,11 +1,10 @@
-import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MemoryStore } from '../src/plugins/rate-limit/memory-store.js';
 import { buildTestApp, type TestApp } from './support/app.js';
 import { createTestDatabase, POSTGRES_URL } from './support/databases.js';
 import { eventually } from './support/eventually.js';
 import { startServer } from './support/processes.js';
-import { REDIS_URL } from './support/redis.js';
+import { RATE_LIMIT_STORES, REDIS_URL, redisStoreEnv } from './support/redis.js';
 
 const MINUTE = 60_000;
 const DAY = 86_400_000;
@@ -13,16 +12,7 @@ const DAY = 86_400_000;
 const T0 = Date.UTC(2026, 10, 22, 10, 0, 0);
 const SUNSET = Date.UTC(2030, 11, 5);
 
-interface Store {
-  name: string;
-  env: () => Record<string, string>;
-}
-const stores: Store[] = [
-  { name: 'memory', env: () => ({}) },
-  { name: 'redis', env: () => ({ REDIS_URL: REDIS_URL!, REDIS_KEY_PREFIX: `test:${randomUUID()}:` }) },
-];
-
-describe.each(stores)('rate limiting with the $name store', (store) => {
+describe.each(RATE_LIMIT_STORES)('rate limiting with the $name store', (store) => {
   let t: TestApp;
   let clock = T0;
   const keyOf = async (perMinute: number, perDay: number) => {
@@ -39,12 +29,12 @@ describe.each(stores)('rate limiting with the $name store', (store) => {
   const get = (url: string, headers: Record<string, string> = {}) => t.app.inject({ url, headers });
 
   beforeAll(async () => {
-    if (store.name === 'redis' && !REDIS_URL) return;
+    if (store.usesRedis && !REDIS_URL) return;
     t = await buildTestApp(store.env(), { now: () => clock });
   });
   afterAll(() => t?.close());
 
-  describe.skipIf(store.name === 'redis' && !REDIS_URL)('', () => {
+  describe.skipIf(store.usesRedis && !REDIS_URL)('', () => {
     it('every /v1 response carries the headers: 200, 201, 400, 401, 404, 405, 410, 429 and 500', async () => {
       const auth = await keyOf(1000, 100_000);
       const responses = {
@@ -222,7 +212,7 @@ describe('memory stays bounded', () => {
 describe.skipIf(!REDIS_URL || !POSTGRES_URL)('several instances sharing Redis', () => {
   it('three server processes behind round robin enforce one Free key exactly: 100 requests, 60 successes', async () => {
     const database = await createTestDatabase();
-    const env = { DATABASE_URL: database.url!, REDIS_URL: REDIS_URL!, REDIS_KEY_PREFIX: `test:${randomUUID()}:` };
+    const env = { DATABASE_URL: database.url!, ...redisStoreEnv() };
     const servers = await Promise.all([startServer({ env }), startServer({ env }), startServer({ env })]);
     try {
       const { key } = await (await import('../src/repositories/api-keys.js')).createApiKeysRepository(database.db).create({ plan: 'free' });

@@ -1,10 +1,26 @@
 import { spawn, type ChildProcess } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { eventually } from './eventually.js';
 import { freePort } from './free-port.js';
 
 /** The Redis the suite may use; tests that need it are skipped without it. */
 export const REDIS_URL = process.env.REDIS_URL || undefined;
+
+/** Settings of an instance that limits in the suite's Redis, under a prefix of its own. */
+export const redisStoreEnv = () => ({ REDIS_URL: REDIS_URL!, REDIS_KEY_PREFIX: `test:${randomUUID()}:` });
+
+/** A rate-limit store a test runs with, and the settings that choose it; Redis ones need REDIS_URL. */
+export interface StoreVariant {
+  name: string;
+  usesRedis: boolean;
+  env: () => Record<string, string>;
+}
+
+export const RATE_LIMIT_STORES: StoreVariant[] = [
+  { name: 'memory', usesRedis: false, env: () => ({}) },
+  { name: 'redis', usesRedis: true, env: redisStoreEnv },
+];
 
 async function withRedis<T>(url: string, work: (redis: Redis) => Promise<T>): Promise<T> {
   const redis = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
