@@ -1,6 +1,7 @@
 // ESLint: the recommended rules of ESLint and typescript-eslint's type-checked set, on all code
 // of the project (the service, its tests, the benchmark and CI scripts). `npm run lint`.
 import js from '@eslint/js';
+import prettier from 'eslint-config-prettier';
 import globals from 'globals';
 import tseslint from 'typescript-eslint';
 
@@ -33,4 +34,6 @@ export default tseslint.config(
     },
   },
   { files: ['**/*.js', '**/*.mjs'], extends: [tseslint.configs.disableTypeChecked] },
+  // Layout is Prettier's (npm run lint checks it): no stylistic rule may disagree with it.
+  prettier,
 );

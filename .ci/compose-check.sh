@@ -17,6 +17,7 @@ export DOCKER_HOST="$SOCKET"
 BASE=http://127.0.0.1:8080
 service_pid=""
 health_pid=""
+load_pid=""
 
 say() { echo "compose: $*"; }
 not_checked() {
@@ -31,6 +32,7 @@ fail() {
 cleanup() {
   docker-compose -p "$PROJECT" down -v --remove-orphans > /dev/null 2>&1 || true
   [ -z "$health_pid" ] || kill "$health_pid" 2> /dev/null || true
+  [ -z "$load_pid" ] || kill "$load_pid" 2> /dev/null || true
   [ -z "$service_pid" ] || kill "$service_pid" 2> /dev/null || true
   rm -rf "$RUN_DIR"
 }
@@ -119,8 +121,11 @@ say "stack up (postgres, redis, migrate, 2 api replicas, nginx) in $(($(date +%s
 # For the first seconds after `up`, new connections to PostgreSQL by name often time out under
 # podman's network (seen here for up to ~20 s; never once settled); retries go through.
 new_key() {
+  local name="$1"
+  shift
+  [ "$#" -gt 0 ] || set -- --plan free
   for _ in $(seq 10); do
-    docker-compose -p "$PROJECT" exec -T --index=1 api node dist/cli/keys.js create --plan free --name "$1" > "$RUN_DIR/key.out" 2>&1 &&
+    docker-compose -p "$PROJECT" exec -T --index=1 api node dist/cli/keys.js create "$@" --name "$name" > "$RUN_DIR/key.out" 2>&1 &&
       { tail -n 1 "$RUN_DIR/key.out"; return; }
     sleep 2
   done
@@ -203,8 +208,109 @@ docker-compose -p "$PROJECT" exec -T --index=1 api node -e \
   fail "the metrics endpoint did not answer inside the container"
 say "Prometheus metrics on port 9464 inside the container"
 
+# A rolling restart under steady load through nginx: each replica in turn is stopped as an
+# orchestrator stops it (SIGTERM, then the compose file's stop_grace_period of 20 s before a
+# SIGKILL), started again, and waited for until its /readyz answers 200; the next one goes at once.
+# Clients send lists and creates, each create with an Idempotency-Key of its own, over keep-alive
+# connections, and count anything but a 200 or 201 as a failure. Not one may fail, and no key may
+# have made two pets (nginx passes a keyed create on to the other replica: deploy/nginx.conf.template).
+cat > "$RUN_DIR/load.mjs" << 'LOAD'
+import { existsSync, writeFileSync } from 'node:fs';
+const [base, authorization, clients, minimum, stopFile] = process.argv.slice(2);
+const counts = {};
+const failures = [];
+const created = [];
+let total = 0;
+let replayed = 0;
+const started = Date.now();
+async function send(client, seq) {
+  const create = seq % 2 === 1;
+  const method = create ? 'POST' : 'GET';
+  const key = `roll-${process.pid}-${client}-${seq}`;
+  let status = 'error';
+  try {
+    const response = await fetch(create ? `${base}/v1/pets` : `${base}/v1/pets?limit=5`, {
+      method,
+      headers: create ? { authorization, 'content-type': 'application/json', 'idempotency-key': key } : { authorization },
+      body: create ? JSON.stringify({ name: key, categoryId: 1 }) : undefined,
+      signal: AbortSignal.timeout(30_000),
+    });
+    const body = await response.text();
+    status = String(response.status);
+    if (response.status === 201) created.push({ key, id: JSON.parse(body).id });
+    if (response.headers.get('idempotent-replayed') === 'true') replayed++;
+    if (response.status !== (create ? 201 : 200)) failures.push(`${method} ${status} at ${Date.now() - started} ms: ${body.replace(/\s+/g, " ").slice(0, 120)}`);
+  } catch (error) {
+    failures.push(`${method} ${error.cause?.code ?? error.message} at ${Date.now() - started} ms`);
+  }
+  counts[`${method} ${status}`] = (counts[`${method} ${status}`] ?? 0) + 1;
+  total++;
+}
+await Promise.all(
+  Array.from({ length: Number(clients) }, async (_, client) => {
+    for (let seq = 0; !existsSync(stopFile) || total < Number(minimum); seq++) await send(client, seq);
+  }),
+);
+console.log(JSON.stringify({ total, seconds: (Date.now() - started) / 1000, counts, replayed, failures, created }));
+LOAD
+roller="$(new_key rolling --plan enterprise --per-minute 1000000000 --per-day 2000000000)"
+[[ "$roller" =~ ^psk_ ]] || fail "no enterprise key for the rolling restart"
+replicas="$(docker-compose -p "$PROJECT" ps -q api)"
+ready_inside() { podman exec "$1" node -e "fetch('http://127.0.0.1:3000/readyz').then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))" > /dev/null 2>&1; }
+for id in $replicas; do ready_inside "$id" || fail "replica ${id:0:12} not ready before the rolling restart"; done
+node "$RUN_DIR/load.mjs" "$BASE" "Bearer $roller" 6 2000 "$RUN_DIR/load.stop" > "$RUN_DIR/load.json" 2> "$RUN_DIR/load.err" &
+load_pid=$!
+sleep 3
+restarts=""
+for id in $replicas; do
+  stop_started=$(date +%s%N)
+  podman stop --time 20 "$id" > /dev/null
+  stop_ms=$((($(date +%s%N) - stop_started) / 1000000))
+  code="$(podman inspect --format '{{.State.ExitCode}}' "$id")"
+  [ "$code" = 0 ] || fail "a replica stopped with SIGTERM during the rolling restart exited with $code"
+  podman start "$id" > /dev/null
+  ready=""
+  for _ in $(seq 120); do
+    if ready_inside "$id"; then ready=1 && break; fi
+    sleep 0.5
+  done
+  [ -n "$ready" ] || fail "replica ${id:0:12} was not ready within 60 s of its restart"
+  restarts="$restarts ${id:0:12} exit 0 after ${stop_ms} ms, ready $((($(date +%s%N) - stop_started) / 1000000)) ms after its SIGTERM;"
+done
+# Long enough for nginx to look the last replica up again; the load goes on to 2,000 requests at least.
+sleep 6
+touch "$RUN_DIR/load.stop"
+wait "$load_pid" || { cat "$RUN_DIR/load.err"; fail "the load of the rolling restart did not finish"; }
+say "rolling restart:$restarts"
+summary="$(node -e '
+const r = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+const counts = Object.entries(r.counts).map(([k, v]) => `${v} x ${k}`).join(", ");
+console.log(`${r.total} requests in ${r.seconds.toFixed(0)} s by 6 clients (${counts}): ${r.failures.length} failed, ${r.replayed} replayed`);
+for (const failure of r.failures.slice(0, 20)) console.log(`  ${failure}`);
+process.exit(r.failures.length === 0 && r.total >= 2000 ? 0 : 1);
+' "$RUN_DIR/load.json")" || {
+  # What nginx met (its error log) and what the replicas answered other than 200 or 201.
+  docker-compose -p "$PROJECT" logs --no-color nginx api 2> /dev/null | grep -E '\[(error|warn)\]|"status":(5|4)[0-9][0-9]|"level":(40|50)' | tail -n 40 || true
+  fail "rolling restart: $summary"
+}
+# Every key that got its 201 made one pet, under the id its response gave, and no key made two.
+node -e '
+const r = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+for (const line of r.created.map(({ key, id }) => `${key} ${id}`).sort()) console.log(line);
+' "$RUN_DIR/load.json" > "$RUN_DIR/created.expected"
+docker-compose -p "$PROJECT" exec -T postgres psql -U pets -d pets -Atc \
+  "SELECT name || ' ' || id FROM pets WHERE name LIKE 'roll-%'" | tr -d '\r' | LC_ALL=C sort > "$RUN_DIR/created.stored"
+LC_ALL=C sort -o "$RUN_DIR/created.expected" "$RUN_DIR/created.expected"
+duplicates="$(cut -d' ' -f1 "$RUN_DIR/created.stored" | uniq -d | wc -l)"
+[ "$duplicates" = 0 ] || fail "rolling restart: $duplicates Idempotency-Keys made two pets or more"
+cmp -s "$RUN_DIR/created.expected" "$RUN_DIR/created.stored" ||
+  fail "rolling restart: the stored pets are not exactly the 201s: $(diff "$RUN_DIR/created.expected" "$RUN_DIR/created.stored" | head -n 5 | tr '\n' ' ')"
+# What nginx met at the replicas and passed on (its error log: refused connections, replicas left out).
+upstream_errors="$(docker-compose -p "$PROJECT" logs --no-color nginx 2> /dev/null | grep -c 'upstream' || true)"
+say "rolling restart under load through nginx: $summary; $(wc -l < "$RUN_DIR/created.stored") pets stored, one per key, as answered; nginx logged $upstream_errors upstream errors, passed on"
+
 replica="$(docker-compose -p "$PROJECT" ps -q api | tail -n 1)"
-podman stop --time 15 "$replica" > /dev/null
+podman stop --time 20 "$replica" > /dev/null
 code="$(podman inspect --format '{{.State.ExitCode}}' "$replica")"
 [ "$code" = 0 ] || fail "a replica stopped with SIGTERM exited with $code"
 reader="$(new_key reader)"
@@ -216,4 +322,4 @@ for _ in $(seq 10); do
   [ "$answer" = 200 ] || fail "with one replica stopped, GET /v1/pets through nginx answered $answer"
 done
 say "a replica stopped with exit 0 while the other served 10 of 10"
-say "image built, stack up, 9 checks passed in $(($(date +%s) - started)) s"
+say "image built, stack up, 10 checks passed in $(($(date +%s) - started)) s"

@@ -62,9 +62,7 @@ function shortUrl(url: string, root: string): string {
 }
 
 function ranked(times: Map<string, number>, busyMs: number): Share[] {
-  return [...times]
-    .map(([name, ms]) => ({ name, ms, percent: (100 * ms) / busyMs }))
-    .sort((a, b) => b.ms - a.ms);
+  return [...times].map(([name, ms]) => ({ name, ms, percent: (100 * ms) / busyMs })).sort((a, b) => b.ms - a.ms);
 }
 
 const add = (times: Map<string, number>, name: string, ms: number) => times.set(name, (times.get(name) ?? 0) + ms);

@@ -30,7 +30,11 @@ async function seeded(name: string, keys: number) {
         [keys],
       );
     }
-    const { key } = await createApiKeysRepository(db).create({ plan: 'enterprise', name: 'bench', limits: { perMinute: 2e9, perDay: 2e9 } });
+    const { key } = await createApiKeysRepository(db).create({
+      plan: 'enterprise',
+      name: 'bench',
+      limits: { perMinute: 2e9, perDay: 2e9 },
+    });
     return { ...scratch, key };
   } finally {
     await db.close();
@@ -40,7 +44,13 @@ async function seeded(name: string, keys: number) {
 /** Time from spawn to a ready instance, its RSS then, and after 2,000 requests with a known key. */
 async function measure(label: string, url: string, key: string) {
   const started = Date.now();
-  const server = await startServer({ name: `keys-${label}`, nodeArgs: ['dist/server.js'], env: { DATABASE_URL: url, NODE_ENV: 'production' }, readyPath: '/readyz', logDir: RESULTS_DIR });
+  const server = await startServer({
+    name: `keys-${label}`,
+    nodeArgs: ['dist/server.js'],
+    env: { DATABASE_URL: url, NODE_ENV: 'production' },
+    readyPath: '/readyz',
+    logDir: RESULTS_DIR,
+  });
   const readyMs = Date.now() - started;
   const readyRss = server.rssBytes();
   for (let i = 0; i < 2_000; i++) {
@@ -64,7 +74,10 @@ try {
     rows.push(await measure(`${KEYS.toLocaleString('en')} keys`, full.url, full.key));
   }
   const median = (label: string, field: 'readyMs' | 'readyRss' | 'servingRss') =>
-    rows.filter((row) => row.label === label).map((row) => row[field]).sort((a, b) => a - b)[1]!;
+    rows
+      .filter((row) => row.label === label)
+      .map((row) => row[field])
+      .sort((a, b) => a - b)[1]!;
   const table = [...new Set(rows.map((row) => row.label))].map(
     (label) =>
       `| ${label} | ${median(label, 'readyMs')} ms | ${(median(label, 'readyRss') / MiB).toFixed(1)} MiB | ${(median(label, 'servingRss') / MiB).toFixed(1)} MiB |`,

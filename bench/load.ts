@@ -75,9 +75,7 @@ export async function load(origin: string, shape: RequestShape, connections: num
     ...('seconds' in length ? { duration: length.seconds } : { amount: length.requests }),
     requests: requestsOf(shape).map(toAutocannon),
   });
-  const statuses = Object.fromEntries(
-    Object.entries(result.statusCodeStats ?? {}).map(([status, stats]) => [status, stats.count ?? 0]),
-  );
+  const statuses = Object.fromEntries(Object.entries(result.statusCodeStats ?? {}).map(([status, stats]) => [status, stats.count ?? 0]));
   const responses = Object.values(statuses).reduce((sum, count) => sum + count, 0);
   return {
     responses,

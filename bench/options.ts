@@ -54,7 +54,8 @@ export function parseOptions(argv: string[], env: NodeJS.ProcessEnv = process.en
     const raw = flag ?? envValue;
     if (raw === undefined || raw === '') return fallback;
     const value = Number(raw);
-    if (!(value > 0) || (integer && !Number.isInteger(value))) throw new Error(`${name} must be a positive ${integer ? 'integer' : 'number'}, got ${raw}\n${USAGE}`);
+    if (!(value > 0) || (integer && !Number.isInteger(value)))
+      throw new Error(`${name} must be a positive ${integer ? 'integer' : 'number'}, got ${raw}\n${USAGE}`);
     return value;
   };
   const databaseName = env.BENCH_DATABASE || (smoke ? 'pets_bench_smoke' : 'pets_bench');

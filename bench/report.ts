@@ -1,6 +1,18 @@
 import type { BenchOptions } from './options.js';
 import type { Measurement } from './load.js';
-import { BARE_ROW, isExpected, LIST, REVALIDATED_PAGES, revalidationOf, rowId, SERVER_LABELS, WORKLOAD_ROWS, WORKLOADS, type Row, type Workload } from './scenarios.js';
+import {
+  BARE_ROW,
+  isExpected,
+  LIST,
+  REVALIDATED_PAGES,
+  revalidationOf,
+  rowId,
+  SERVER_LABELS,
+  WORKLOAD_ROWS,
+  WORKLOADS,
+  type Row,
+  type Workload,
+} from './scenarios.js';
 
 /** One measurement, and what it cost the server process. */
 export interface Round extends Measurement {

@@ -4,6 +4,7 @@
  */
 import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { createServer } from 'node:http';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -13,7 +14,16 @@ import { parseOptions, type BenchOptions } from './options.js';
 import { ROOT, startServer, type ServerProcess, type ServerSpec } from '../test/support/processes.js';
 import { assertRedisUp, countKeys, deleteKeys } from '../test/support/redis.js';
 import { buildService } from './processes.js';
-import { errorsOf, evaluateGoals, renderMarkdown, summarize, type MemoryResult, type Round, type RowResult, type RunResult } from './report.js';
+import {
+  errorsOf,
+  evaluateGoals,
+  renderMarkdown,
+  summarize,
+  type MemoryResult,
+  type Round,
+  type RowResult,
+  type RunResult,
+} from './report.js';
 import { invalidKeyList, isExpected, operations, oursSpec, phases, samePages, serverSpecs, type Databases, type Row } from './scenarios.js';
 
 const RESULTS_DIR = join(ROOT, 'bench/results');
@@ -48,7 +58,8 @@ async function preflight(rows: Row[], servers: Map<string, ServerProcess>): Prom
     const { id, server, shape } = row;
     for (const request of requestsOf(shape)) {
       const { path, response } = await send(servers.get(server)!.origin, request);
-      if (!isExpected(row, response.status)) throw new Error(`${id}: the first ${request.method} ${path} got ${response.status} ${await response.text()}`);
+      if (!isExpected(row, response.status))
+        throw new Error(`${id}: the first ${request.method} ${path} got ${response.status} ${await response.text()}`);
       await response.arrayBuffer();
     }
   }
@@ -65,7 +76,10 @@ async function idsOf(origin: string, request: RequestSpec): Promise<number[]> {
 async function assertSamePages(databases: Databases, servers: Map<string, ServerProcess>): Promise<void> {
   for (const store of ['ours-memory', 'ours-redis'] as const) {
     for (const { name, ours, baseline } of samePages(databases.postgres)) {
-      const [oursIds, baselineIds] = await Promise.all([idsOf(servers.get(store)!.origin, ours), idsOf(servers.get('bare-pg')!.origin, baseline)]);
+      const [oursIds, baselineIds] = await Promise.all([
+        idsOf(servers.get(store)!.origin, ours),
+        idsOf(servers.get('bare-pg')!.origin, baseline),
+      ]);
       if (oursIds.join() !== baselineIds.join()) {
         throw new Error(`${store} and bare-pg answer ${name} with different pets: ${oursIds.join()} against ${baselineIds.join()}`);
       }
@@ -130,7 +144,8 @@ async function measureMemory(server: ServerProcess, options: BenchOptions): Prom
 }
 
 /** The share of a shape's requests that are POSTs, each answered 201 when it succeeds. */
-const postShare = (shape: RequestShape) => requestsOf(shape).filter((request) => request.method === 'POST').length / requestsOf(shape).length;
+const postShare = (shape: RequestShape) =>
+  requestsOf(shape).filter((request) => request.method === 'POST').length / requestsOf(shape).length;
 
 /**
  * What makes the numbers meaningless: a row that got any error (every request of every row should
@@ -147,11 +162,17 @@ function findProblems(
   for (const { row, rounds, warmups } of rows) {
     const check = (measurement: Measurement, what: string) => {
       const errors = errorsOf(row, measurement);
-      if (measurement.responses - (errors - measurement.failed) === 0) problems.push(`${row.id}: ${what} got no answer of the kind expected`);
+      if (measurement.responses - (errors - measurement.failed) === 0)
+        problems.push(`${row.id}: ${what} got no answer of the kind expected`);
       if (errors > 0) {
         const statuses = Object.entries(measurement.statuses).filter(([status]) => !isExpected(row, status));
-        const detail = [...statuses.map(([status, count]) => `${status}: ${count}`), ...(measurement.failed ? [`no response: ${measurement.failed}`] : [])];
-        problems.push(`${row.id}: ${what} got ${errors} errors (${detail.join(', ')}) of ${measurement.responses + measurement.failed} requests`);
+        const detail = [
+          ...statuses.map(([status, count]) => `${status}: ${count}`),
+          ...(measurement.failed ? [`no response: ${measurement.failed}`] : []),
+        ];
+        problems.push(
+          `${row.id}: ${what} got ${errors} errors (${detail.join(', ')}) of ${measurement.responses + measurement.failed} requests`,
+        );
       }
       // Each connection sends its list in order, from the start, and a run ends mid-list: up to
       // length - 1 requests per connection may be missing from the end of a cycle.
@@ -160,7 +181,9 @@ function findProblems(
       const created = (measurement.statuses['201'] ?? 0) / Math.max(1, measurement.responses);
       const tolerance = 0.01 + ((length - 1) * connections) / (length * Math.max(1, measurement.responses));
       if (Math.abs(created - expected) > tolerance) {
-        problems.push(`${row.id}: ${what}: ${(created * 100).toFixed(1)}% of the answers were 201, for ${(expected * 100).toFixed(1)}% POSTs`);
+        problems.push(
+          `${row.id}: ${what}: ${(created * 100).toFixed(1)}% of the answers were 201, for ${(expected * 100).toFixed(1)}% POSTs`,
+        );
       }
     };
     rounds.forEach((round, index) => check(round, `round ${index + 1}`));
@@ -203,7 +226,14 @@ async function main(): Promise<number> {
     seedPglite(pgliteDir),
     buildService(),
   ]);
+  // Where the traced server sends its spans: a sink that accepts every export, as a collector would.
+  const otlpSink = createServer((request, response) => {
+    request.resume();
+    request.on('end', () => response.writeHead(200, { 'content-type': 'application/json' }).end('{}'));
+  });
+  await new Promise<void>((resolve) => otlpSink.listen(0, '127.0.0.1', resolve));
   const databases: Databases = {
+    otlpEndpoint: `http://127.0.0.1:${(otlpSink.address() as { port: number }).port}`,
     postgresUrl: postgres.url,
     postgres: postgres.fixture,
     pgliteDir,
@@ -254,6 +284,7 @@ async function main(): Promise<number> {
     return run.problems.length > 0 ? 1 : 0;
   } finally {
     await Promise.all([...servers.values()].map((server) => server.stop()));
+    otlpSink.close();
     await postgres.drop();
     rmSync(pgliteDir, { recursive: true, force: true });
     await deleteKeys(options.redisUrl, databases.redisKeyPrefix);

@@ -11,6 +11,8 @@ export const SERVER_LABELS = {
   'ours-memory': 'ours (memory store)',
   'ours-redis': 'ours (Redis store)',
   'ours-pglite': 'ours (PGlite)',
+  'ours-unnamed': 'ours (memory store, unnamed statements)',
+  'ours-traced': 'ours (memory store, traced)',
 } as const;
 export type ServerName = keyof typeof SERVER_LABELS;
 
@@ -31,7 +33,14 @@ const baseline = (name: ServerName, script: string, env: Record<string, string> 
 export const oursSpec = (
   /** A ServerName, or another for an instance outside the alternation (the memory scenario, the profile). */
   name: string,
-  env: { DATABASE_URL?: string; DATA_DIR?: string; REDIS_URL?: string; REDIS_KEY_PREFIX?: string },
+  env: {
+    DATABASE_URL?: string;
+    DATA_DIR?: string;
+    REDIS_URL?: string;
+    REDIS_KEY_PREFIX?: string;
+    DATABASE_PREPARED_STATEMENTS?: string;
+    OTEL_EXPORTER_OTLP_ENDPOINT?: string;
+  },
   extraNodeArgs: string[] = [],
 ): ServerSpec => ({
   name,
@@ -42,6 +51,8 @@ export const oursSpec = (
 });
 
 export interface Databases {
+  /** The OTLP/HTTP sink the traced server exports its spans to. */
+  otlpEndpoint: string;
   postgresUrl: string;
   postgres: Fixture;
   pgliteDir: string;
@@ -57,6 +68,10 @@ export function serverSpecs(db: Databases): Record<ServerName, ServerSpec> {
     'ours-memory': oursSpec('ours-memory', { DATABASE_URL: db.postgresUrl }),
     'ours-redis': oursSpec('ours-redis', { DATABASE_URL: db.postgresUrl, REDIS_URL: db.redisUrl, REDIS_KEY_PREFIX: db.redisKeyPrefix }),
     'ours-pglite': oursSpec('ours-pglite', { DATA_DIR: db.pgliteDir }),
+    // As behind a transaction pooler: what named statements save is this row against ours-memory's.
+    'ours-unnamed': oursSpec('ours-unnamed', { DATABASE_URL: db.postgresUrl, DATABASE_PREPARED_STATEMENTS: 'false' }),
+    // What tracing costs when on: this row against ours-memory's, every span exported over OTLP/HTTP.
+    'ours-traced': oursSpec('ours-traced', { DATABASE_URL: db.postgresUrl, OTEL_EXPORTER_OTLP_ENDPOINT: db.otlpEndpoint }),
   };
 }
 
@@ -96,7 +111,12 @@ function walkPaths(fixture: Fixture) {
 export const operations = (fixture: Fixture) => {
   const walk = walkPaths(fixture);
   const list = { method: 'GET', path: LIST_PATH, headers: bearer(fixture.apiKey) } satisfies RequestSpec;
-  const create = { method: 'POST', path: '/v1/pets', headers: { ...bearer(fixture.apiKey), ...JSON_BODY }, body: NEW_PET } satisfies RequestSpec;
+  const create = {
+    method: 'POST',
+    path: '/v1/pets',
+    headers: { ...bearer(fixture.apiKey), ...JSON_BODY },
+    body: NEW_PET,
+  } satisfies RequestSpec;
   return {
     list,
     deepPage: {
@@ -207,7 +227,8 @@ export interface Row {
 }
 
 /** Whether a status is the answer a row's requests should get; anything else is an error. */
-export const isExpected = (row: Row, status: number | string) => (row.revalidates ? String(status) === '304' : String(status).startsWith('2'));
+export const isExpected = (row: Row, status: number | string) =>
+  row.revalidates ? String(status) === '304' : String(status).startsWith('2');
 
 export const rowId = (server: ServerName, operation: string) => `${server} ${operation}`;
 
@@ -272,7 +293,15 @@ export function phases(db: Databases, etags: { list: string; fullPage: string })
       { ...row(store, revalidationOf(FULL_PAGE), revalidating(ours.fullPage, etags.fullPage)), revalidates: true },
     ]),
     row('ours-pglite', LIST, operations(db.pglite).list),
+    row('ours-unnamed', WALK, ours.walk, WORKLOAD_ROWS.walk.baseline),
+    row('ours-traced', LIST, ours.list),
+    row('ours-traced', WALK, ours.walk, WORKLOAD_ROWS.walk.baseline),
   ];
-  const writes: Row[] = [...workload('write', DB_INSERT, baseline.insert, ours.create), ...workload('mixed', DB_MIXED, baseline.mixed, ours.mixed)];
+  const writes: Row[] = [
+    ...workload('write', DB_INSERT, baseline.insert, ours.create),
+    row('ours-unnamed', CREATE, ours.create, WORKLOAD_ROWS.write.baseline),
+    row('ours-traced', CREATE, ours.create, WORKLOAD_ROWS.write.baseline),
+    ...workload('mixed', DB_MIXED, baseline.mixed, ours.mixed),
+  ];
   return { reads, writes };
 }

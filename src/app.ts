@@ -1,11 +1,12 @@
-import { randomUUID } from 'node:crypto';
 import Fastify, { type FastifyInstance } from 'fastify';
-import pino, { type DestinationStream } from 'pino';
-import { trustedProxies, type Config } from './config.js';
+import type { DestinationStream } from 'pino';
+import { redisCredentials, redisTarget, trustedProxies, type Config } from './config.js';
 import { clientErrorHandler, frameworkErrors } from './http/client-errors.js';
 import { escapeMalformedPath } from './http/malformed-url.js';
+import { REQUEST_ID_HEADER, requestIdGenerator } from './http/request-id.js';
 import { RequestLog } from './http/request-log.js';
 import { SECURITY_HEADERS } from './http/security-headers.js';
+import { closeIfBodyUnread } from './http/unread-body.js';
 import database from './plugins/database.js';
 import errorHandler from './plugins/error-handler.js';
 import health from './plugins/health.js';
@@ -15,11 +16,15 @@ import openapi from './plugins/openapi.js';
 import repositories from './plugins/repositories.js';
 import shutdown from './plugins/shutdown.js';
 import v1, { API_PREFIX } from './routes/v1/index.js';
+import { logFormat, logOutput } from './log-output.js';
+import { stopTracing, traceLogMixin } from './tracing.js';
 import { formatValidationError, validatorCompiler } from './validation.js';
 
 declare module 'fastify' {
   interface FastifyInstance {
     config: Config;
+    /** The clock, in ms since the epoch: key expiry, rate limits, caches and the sunset read it; tests move it. */
+    now: () => number;
   }
 }
 
@@ -49,19 +54,21 @@ const KEEP_ALIVE_TIMEOUT_MS = 5_000;
 
 /** Builds the whole service from its configuration: the server and the tests build it alike. */
 export async function buildApp(config: Config, deps: AppDependencies = {}): Promise<FastifyInstance> {
-  // Asynchronous: lines written while a write is under way are gathered into the next one, so
-  // under load the log costs a system call per batch, not per request. Flushed on close.
-  const stdout = deps.logStream ? undefined : pino.destination({ dest: 1, sync: false });
-  const logStream = deps.logStream ?? stdout!;
+  // JSON on stdout, asynchronous, flushed on close; pretty on a terminal (log-output.ts).
+  const stdout = deps.logStream ? undefined : await logOutput(logFormat(config.LOG_FORMAT, process.stdout.isTTY));
+  const logStream = deps.logStream ?? stdout!.stream;
   const app = Fastify({
     logger: {
       level: config.LOG_LEVEL,
       // Headers are never logged; should one ever be, its credentials are not.
       redact: { paths: ['req.headers.authorization', 'headers.authorization'], censor: '[redacted]' },
       stream: logStream,
+      // With tracing on, each line written within a request names its trace and span.
+      mixin: await traceLogMixin(config),
     },
     logController: new RequestLog(),
-    genReqId: () => randomUUID(),
+    // X-Request-Id from a trusted proxy when well-formed, else a new UUID (http/request-id.ts).
+    genReqId: requestIdGenerator(trustedProxies(config.TRUST_PROXY)),
     bodyLimit: BODY_LIMIT,
     // Opening and migrating the database is part of start-up; a cold embedded one can be slow.
     pluginTimeout: 120_000,
@@ -86,22 +93,26 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
     trustProxy: trustedProxies(config.TRUST_PROXY),
   });
   app.server.maxConnections = config.MAX_CONNECTIONS;
-  app.addHook('onClose', async () => stdout?.flushSync());
+  app.addHook('onClose', async () => stdout?.flush());
+  // Spans still batched are sent before the process exits (nothing to do without tracing).
+  app.addHook('onClose', stopTracing);
   // A callback hook: it runs on every request, and needs no promise.
-  app.addHook('onRequest', (_request, reply, done) => {
-    reply.headers(SECURITY_HEADERS);
+  app.addHook('onRequest', (request, reply, done) => {
+    reply.headers(SECURITY_HEADERS).header(REQUEST_ID_HEADER, request.id);
     done();
   });
+  app.addHook('onSend', closeIfBodyUnread);
   app.setValidatorCompiler(validatorCompiler);
   // JSON is the only media type the API reads; anything else is a 415.
   app.removeContentTypeParser('text/plain');
   app.decorate('config', config);
+  app.decorate('now', deps.now ?? Date.now);
 
   await app.register(errorHandler);
   await app.register(shutdown);
   await app.register(database, config);
   await app.register(metrics);
-  await app.register(repositories, { petsCacheMaxBytes: config.PETS_CACHE_MAX_BYTES, now: deps.now ?? Date.now });
+  await app.register(repositories, { petsCacheMaxBytes: config.PETS_CACHE_MAX_BYTES });
   await app.register(loadShedding, {
     maxEventLoopDelayMs: config.LOAD_SHED_EVENT_LOOP_DELAY_MS,
     maxPoolWaiting: config.LOAD_SHED_POOL_WAITING,
@@ -110,12 +121,12 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
   await app.register(health);
   await app.register(v1, {
     prefix: API_PREFIX,
-    now: deps.now ?? Date.now,
     keyCacheMaxEntries: config.KEY_CACHE_MAX_ENTRIES,
     idempotencyKeyRetentionHours: config.IDEMPOTENCY_KEY_RETENTION_HOURS,
     rateLimit: {
       ban: { threshold: config.RATE_LIMIT_BAN_THRESHOLD, durationMs: config.RATE_LIMIT_BAN_SECONDS * 1000 },
-      redisUrl: config.REDIS_URL,
+      redis: redisTarget(config),
+      redisCredentials: redisCredentials(config),
       redisKeyPrefix: config.REDIS_KEY_PREFIX,
     },
   });

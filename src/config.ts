@@ -1,20 +1,46 @@
 import { Type, type Static } from '@sinclair/typebox';
 import { Value } from '@sinclair/typebox/value';
 import { isIP } from 'node:net';
+import type { RedisCredentials, RedisTarget } from './plugins/rate-limit/redis-connection.js';
+
+/** `host:port,host:port,...`, an IPv6 address in brackets. */
+const HOST_PORT = '(\\[[0-9A-Fa-f:.]+\\]|[^,:\\s[\\]]+):[0-9]{1,5}';
+const HOST_PORT_LIST = `^${HOST_PORT}(,${HOST_PORT})*$`;
 
 /** Every setting a user can make, read from the environment in one place. */
 export const ConfigSchema = Type.Object({
   PORT: Type.Integer({ minimum: 0, maximum: 65535, default: 3000 }),
   HOST: Type.String({ minLength: 1, default: '127.0.0.1' }),
   DATABASE_URL: Type.Optional(Type.String({ pattern: '^postgres(ql)?://' })),
+  /**
+   * Where LISTEN goes, which needs a session of its own: a direct or session-pooled address when
+   * DATABASE_URL is a transaction pooler. Unset: DATABASE_URL.
+   */
+  DATABASE_LISTEN_URL: Type.Optional(Type.String({ pattern: '^postgres(ql)?://' })),
+  /** Named prepared statements, parsed once per connection; false behind a pooler that cannot keep them. */
+  DATABASE_PREPARED_STATEMENTS: Type.Boolean({ default: true }),
   DATA_DIR: Type.String({ minLength: 1, default: './data' }),
   PUBLIC_BASE_URL: Type.Optional(Type.String({ pattern: '^https?://[^/]+(/.*)?/v1$' })),
   LOG_LEVEL: Type.Union(
     ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].map((level) => Type.Literal(level)),
     { default: 'info' },
   ),
-  /** Shared rate-limit counters for several instances; unset, each instance counts alone. */
+  /** `auto`: pretty-printed when standard output is a terminal, JSON lines otherwise. */
+  LOG_FORMAT: Type.Union([Type.Literal('auto'), Type.Literal('json'), Type.Literal('pretty')], { default: 'auto' }),
+  /**
+   * Shared rate-limit counters for several instances; unset, each instance counts alone. One Redis
+   * (REDIS_URL, `rediss://` for TLS, credentials in the URL), a Redis Cluster (REDIS_CLUSTER_NODES:
+   * seed nodes), or a Sentinel-managed master (REDIS_SENTINELS and REDIS_SENTINEL_MASTER); one of them.
+   */
   REDIS_URL: Type.Optional(Type.String({ pattern: '^rediss?://' })),
+  REDIS_CLUSTER_NODES: Type.Optional(Type.String({ pattern: HOST_PORT_LIST })),
+  REDIS_SENTINELS: Type.Optional(Type.String({ pattern: HOST_PORT_LIST })),
+  REDIS_SENTINEL_MASTER: Type.Optional(Type.String({ minLength: 1 })),
+  /** AUTH (ACL user and password) and TLS for the nodes of a cluster or of a Sentinel-managed master. */
+  REDIS_USERNAME: Type.Optional(Type.String({ minLength: 1 })),
+  REDIS_PASSWORD: Type.Optional(Type.String({ minLength: 1 })),
+  REDIS_SENTINEL_PASSWORD: Type.Optional(Type.String({ minLength: 1 })),
+  REDIS_TLS: Type.Boolean({ default: false }),
   /** Prefix of every Redis key, so several deployments can share one Redis. */
   REDIS_KEY_PREFIX: Type.String({ default: 'pets:' }),
   /** More refused requests than this within one minute window ban the caller. */
@@ -39,8 +65,22 @@ export const ConfigSchema = Type.Object({
   MAX_CONNECTIONS: Type.Integer({ minimum: 1, default: 10_000 }),
   /** Bytes of pets and listing pages each instance caches at most; 0 turns the cache off. */
   PETS_CACHE_MAX_BYTES: Type.Integer({ minimum: 0, default: 32 * 1024 * 1024 }),
+  /**
+   * Tracing: spans go over OTLP/HTTP to OTEL_EXPORTER_OTLP_TRACES_ENDPOINT as given, or to
+   * OTEL_EXPORTER_OTLP_ENDPOINT + /v1/traces (the OTLP exporter specification's rule); neither set,
+   * no tracing and nothing of OpenTelemetry loaded.
+   */
+  OTEL_EXPORTER_OTLP_ENDPOINT: Type.Optional(Type.String({ pattern: '^https?://' })),
+  OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: Type.Optional(Type.String({ pattern: '^https?://' })),
+  /** The service.name of every span. */
+  OTEL_SERVICE_NAME: Type.String({ minLength: 1, default: 'pet-store' }),
   /** Connections each instance opens to PostgreSQL at most. */
   DB_POOL_SIZE: Type.Integer({ minimum: 1, default: 10 }),
+  /**
+   * SIGTERM: /readyz answers 503 and everything else is still served for this long, then the
+   * server closes. At least as long as a balancer takes to stop sending here (see the README).
+   */
+  SHUTDOWN_DRAIN_MS: Type.Integer({ minimum: 0, maximum: 120_000, default: 5_000 }),
   /** Overload: shed requests with 503 when the event loop lags longer than this... */
   LOAD_SHED_EVENT_LOOP_DELAY_MS: Type.Integer({ minimum: 1, default: 1000 }),
   /** ...or when more requests than this wait for a database connection. */
@@ -67,10 +107,40 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
   const config = values as Static<typeof ConfigSchema>;
   const badProxy = trustedProxies(config.TRUST_PROXY).find((entry) => !isAddressOrCidr(entry));
   if (badProxy !== undefined) {
-    throw new ConfigError(`Invalid TRUST_PROXY=${JSON.stringify(config.TRUST_PROXY)}: ${JSON.stringify(badProxy)} is not an IP address or CIDR`);
+    throw new ConfigError(
+      `Invalid TRUST_PROXY=${JSON.stringify(config.TRUST_PROXY)}: ${JSON.stringify(badProxy)} is not an IP address or CIDR`,
+    );
+  }
+  const redisModes = (['REDIS_URL', 'REDIS_CLUSTER_NODES', 'REDIS_SENTINELS'] as const).filter((name) => config[name] !== undefined);
+  if (redisModes.length > 1) throw new ConfigError(`Set one of ${redisModes.join(' and ')}, not both: they name different kinds of Redis`);
+  if ((config.REDIS_SENTINELS === undefined) !== (config.REDIS_SENTINEL_MASTER === undefined)) {
+    throw new ConfigError('REDIS_SENTINELS and REDIS_SENTINEL_MASTER go together: the Sentinels and the name of the master they watch');
   }
   return { ...config, PUBLIC_BASE_URL: config.PUBLIC_BASE_URL ?? defaultBaseUrl(config.HOST, config.PORT) };
 }
+
+const hostPorts = (list: string) =>
+  list.split(',').map((entry) => {
+    const at = entry.lastIndexOf(':');
+    return { host: entry.slice(0, at).replace(/^\[(.*)\]$/, '$1'), port: Number(entry.slice(at + 1)) };
+  });
+
+/** Where the shared rate-limit counters live, if anywhere. */
+export function redisTarget(config: Config): RedisTarget | undefined {
+  if (config.REDIS_URL) return { mode: 'single', url: config.REDIS_URL };
+  if (config.REDIS_CLUSTER_NODES) return { mode: 'cluster', nodes: hostPorts(config.REDIS_CLUSTER_NODES) };
+  if (config.REDIS_SENTINELS && config.REDIS_SENTINEL_MASTER) {
+    return { mode: 'sentinel', sentinels: hostPorts(config.REDIS_SENTINELS), masterName: config.REDIS_SENTINEL_MASTER };
+  }
+  return undefined;
+}
+
+export const redisCredentials = (config: Config): RedisCredentials => ({
+  username: config.REDIS_USERNAME,
+  password: config.REDIS_PASSWORD,
+  sentinelPassword: config.REDIS_SENTINEL_PASSWORD,
+  tls: config.REDIS_TLS,
+});
 
 export const trustedProxies = (value: string) =>
   value

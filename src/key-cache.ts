@@ -1,3 +1,5 @@
+import { Lru } from './lib/lru.js';
+import { SingleFlight } from './lib/single-flight.js';
 import type { ApiKeyIdentity, ApiKeysRepository } from './repositories/api-keys.js';
 
 export interface KeyCacheOptions {
@@ -29,66 +31,57 @@ interface Entry {
  */
 export class KeyCache {
   readonly #keys: ApiKeysRepository;
-  readonly #maxEntries: number;
   readonly #now: () => number;
-  readonly #entries = new Map<string, Entry>();
+  readonly #entries: Lru<string, Entry>;
   readonly #hashById = new Map<number, string>();
   /** The entries of hashes that matched no usable key: the ones any new key may turn valid. */
   readonly #unknown = new Set<string>();
-  readonly #flights = new Map<string, Promise<ApiKeyIdentity | undefined>>();
-  #generation = 0;
+  readonly #flights = new SingleFlight<string>();
 
   constructor(keys: ApiKeysRepository, { maxEntries, now }: KeyCacheOptions) {
     this.#keys = keys;
-    this.#maxEntries = maxEntries;
     this.#now = now;
+    this.#entries = new Lru(maxEntries, { onEvict: (hash, entry) => this.#unindex(hash, entry) });
   }
 
-  /** What the cache knows of a hash: a usable key, `null` for no usable key, or undefined when it must be looked up. */
-  peek(hash: string): ApiKeyIdentity | null | undefined {
+  /**
+   * What the cache knows of a hash: a usable key, `null` for no usable key, `'stale'` for a key that
+   * was usable when last looked up and must be looked up again, or undefined when never looked up.
+   */
+  peek(hash: string): ApiKeyIdentity | null | 'stale' | undefined {
     const entry = this.#entries.get(hash);
     if (!entry) return undefined;
     if (entry.expiresAt <= this.#now()) {
+      // Kept until its lookup replaces it: a re-check is no guess, and spends no address's budget for unknown keys.
+      if (entry.identity) return 'stale';
       this.#forget(hash);
       return undefined;
     }
-    // Most recently used last: the first entry is the one to go.
-    this.#entries.delete(hash);
-    this.#entries.set(hash, entry);
     return entry.identity ?? null;
   }
 
   /** Looks a hash up in the database, once however many requests ask at the same time. */
   lookUp(hash: string): Promise<ApiKeyIdentity | undefined> {
-    const flight = this.#flights.get(hash);
-    if (flight) return flight;
-    const generation = this.#generation;
-    const promise: Promise<ApiKeyIdentity | undefined> = this.#keys
-      .findUsable(hash)
-      .then((identity) => {
-        if (generation === this.#generation) this.#remember(hash, identity);
-        return identity;
-      })
-      .finally(() => {
-        if (this.#flights.get(hash) === promise) this.#flights.delete(hash);
-      });
-    this.#flights.set(hash, promise);
-    return promise;
+    return this.#flights.run(
+      hash,
+      () => this.#keys.findUsable(hash),
+      (identity) => this.#remember(hash, identity),
+    );
   }
 
   /** Forgets the keys a change names; everything for "*" (a bulk change, or a lost listener). */
   invalidate(ids: number[] | '*') {
-    this.#generation++;
-    this.#flights.clear();
+    this.#flights.invalidateAll();
     if (ids === '*') {
       this.#entries.clear();
       this.#hashById.clear();
       this.#unknown.clear();
       return;
     }
+    // A changed key is looked up again on its next use, as a re-check (see peek).
     for (const id of ids) {
       const hash = this.#hashById.get(id);
-      if (hash !== undefined) this.#forget(hash);
+      if (hash !== undefined) this.#entries.peek(hash)!.expiresAt = 0;
     }
     // A new key may carry a hash remembered as unknown. Only those are visited, never every
     // entry: a transaction of many one-row statements delivers a notice for each at its commit,
@@ -102,20 +95,20 @@ export class KeyCache {
 
   #remember(hash: string, identity: ApiKeyIdentity | undefined) {
     this.#forget(hash);
-    while (this.#entries.size >= this.#maxEntries) {
-      const oldest = this.#entries.keys().next();
-      if (oldest.done) return;
-      this.#forget(oldest.value);
-    }
     this.#entries.set(hash, { identity, expiresAt: this.#now() + (identity ? KNOWN_TTL_MS : UNKNOWN_TTL_MS) });
     if (identity) this.#hashById.set(identity.id, hash);
     else this.#unknown.add(hash);
   }
 
   #forget(hash: string) {
-    const entry = this.#entries.get(hash);
+    const entry = this.#entries.peek(hash);
     if (!entry) return;
     this.#entries.delete(hash);
+    this.#unindex(hash, entry);
+  }
+
+  /** Drops a forgotten entry from the indexes beside the entries. */
+  #unindex(hash: string, entry: Entry) {
     if (!entry.identity) this.#unknown.delete(hash);
     else if (this.#hashById.get(entry.identity.id) === hash) this.#hashById.delete(entry.identity.id);
   }

@@ -1,10 +1,11 @@
 import closeWithGrace from 'close-with-grace';
 import type { FastifyInstance } from 'fastify';
-import { buildApp } from './app.js';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { ConfigError, loadConfig } from './config.js';
 import { DataDirInUseError } from './db/database.js';
 import { developmentKeyGreeting } from './development-key.js';
 import { buildMetricsServer } from './metrics-server.js';
+import { startTracing } from './tracing.js';
 
 /** A port that cannot be had; said in one line that names the setting. */
 class ListenError extends Error {}
@@ -14,7 +15,11 @@ async function listenOn(server: FastifyInstance, port: number, host: string, set
     await server.listen({ port, host });
   } catch (error) {
     const { code } = error as NodeJS.ErrnoException;
-    const reason = { EADDRINUSE: 'the port is in use (another instance?)', EACCES: 'permission denied', EADDRNOTAVAIL: 'no such address here' }[code ?? ''];
+    const reason = {
+      EADDRINUSE: 'the port is in use (another instance?)',
+      EACCES: 'permission denied',
+      EADDRNOTAVAIL: 'no such address here',
+    }[code ?? ''];
     if (!reason) throw error;
     throw new ListenError(`Cannot listen on ${host}:${port}: ${reason}. Set ${setting} to a free port.`, { cause: error });
   }
@@ -22,7 +27,11 @@ async function listenOn(server: FastifyInstance, port: number, host: string, set
 
 let app: FastifyInstance;
 try {
-  app = await buildApp(loadConfig());
+  const settings = loadConfig();
+  // Before the app's modules are imported: tracing instruments pg and ioredis as they load.
+  await startTracing(settings);
+  const { buildApp } = await import('./app.js');
+  app = await buildApp(settings);
 } catch (error) {
   if (!(error instanceof ConfigError || error instanceof DataDirInUseError)) throw error;
   console.error(error.message);
@@ -32,9 +41,26 @@ const { config } = app;
 const metricsServer = buildMetricsServer(app.metricsRegistry);
 const close = () => Promise.all([app.close(), metricsServer.close()]);
 
-closeWithGrace({ delay: 10_000 }, async ({ signal, err }) => {
-  if (err) app.log.error({ err }, 'closing after an uncaught error');
-  else app.log.info({ signal }, 'closing: finishing in-flight requests');
+/** In-flight requests get this long to finish once the server closes. */
+const CLOSE_MS = 10_000;
+
+/**
+ * SIGTERM (docker stop, Kubernetes, ECS) drains first: /readyz answers 503 and everything else is
+ * still served, with Connection: close, for SHUTDOWN_DRAIN_MS, so balancers stop sending here
+ * before the port closes (the README's "Rolling deploys"); then the server closes and in-flight
+ * requests finish. SIGINT is someone at a terminal, behind no balancer: it closes at once. The
+ * whole stays under close-with-grace's delay, SHUTDOWN_DRAIN_MS + 10 s, after which the process
+ * exits 1; docker-compose.yml's stop_grace_period is above both.
+ */
+closeWithGrace({ delay: config.SHUTDOWN_DRAIN_MS + CLOSE_MS }, async ({ signal, err }) => {
+  if (err) {
+    app.log.error({ err }, 'closing after an uncaught error');
+  } else if (signal === 'SIGTERM' && config.SHUTDOWN_DRAIN_MS > 0) {
+    app.shutdown.drain();
+    app.log.info({ signal, drainMs: config.SHUTDOWN_DRAIN_MS }, 'draining: /readyz answers 503, requests are still served');
+    await sleep(config.SHUTDOWN_DRAIN_MS);
+  }
+  if (!err) app.log.info({ signal }, 'closing: finishing in-flight requests');
   await close();
 });
 

@@ -1,31 +1,33 @@
 import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect } from 'vitest';
 import { generateKey } from '../src/api-key-format.js';
 import { buildMetricsServer } from '../src/metrics-server.js';
-import { buildTestApp, buildTwoInstances, type TestApp } from './support/app.js';
-import { createTestDatabase, POSTGRES_URL } from './support/databases.js';
+import { buildTestApp, type TestApp } from './support/app.js';
+import { POSTGRES_URL } from './support/databases.js';
 import { eventually } from './support/eventually.js';
+import { databaseTest as databaseFixtures, describeAppTest, twoInstancesTest } from './support/fixtures.js';
 import { startServer } from './support/processes.js';
-
-const bearer = (key: string) => ({ authorization: `Bearer ${key}` });
+import { bearer, waitForKeyAt } from './support/keys.js';
+import { sleep } from './support/time.js';
 
 async function metric(t: TestApp, name: string): Promise<number> {
   const text = (await buildMetricsServer(t.app.metricsRegistry).inject('/metrics')).body;
   return [...text.matchAll(new RegExp(`^${name}(?:\\{[^}]*\\})? (\\d+)$`, 'gm'))].reduce((sum, match) => sum + Number(match[1]), 0);
 }
 
-describe('keys looked up on first use', () => {
-  let t: TestApp;
-  beforeAll(async () => {
-    t = await buildTestApp();
-  });
-  afterAll(() => t.close());
-  const get = (key: string) => t.app.inject({ url: '/v1/pets?limit=1', headers: bearer(key) });
+// An app per describe block: the flood of made-up keys below spends the lookup budget of the address the next block's keys come from.
+const test = describeAppTest();
+const twoInstances = twoInstancesTest();
+// The servers below open it and run the migrations themselves.
+const databaseTest = databaseFixtures({ migrated: false });
 
-  it('a flood of made-up keys with valid checksums is limited per address before it reaches the database', async () => {
+describe('keys looked up on first use', () => {
+  const get = (t: TestApp, key: string) => t.app.inject({ url: '/v1/pets?limit=1', headers: bearer(key) });
+
+  test('a flood of made-up keys with valid checksums is limited per address before it reaches the database', async ({ t }) => {
     const before = await metric(t, 'api_key_lookups_total');
     const statuses: number[] = [];
-    for (let i = 0; i < 100; i++) statuses.push((await get(generateKey())).statusCode);
+    for (let i = 0; i < 100; i++) statuses.push((await get(t, generateKey())).statusCode);
     const lookups = (await metric(t, 'api_key_lookups_total')) - before;
     // The address's anonymous (Free) budget is 60 a minute, and each lookup is charged to it first.
     expect(lookups).toBeLessThanOrEqual(60);
@@ -33,12 +35,12 @@ describe('keys looked up on first use', () => {
     expect(statuses.filter((status) => status === 429).length).toBe(100 - lookups);
   });
 
-  it('an unknown key asked for again is not looked up again', async () => {
+  test('an unknown key asked for again is not looked up again', async () => {
     const other = await buildTestApp();
     try {
       // The notice of the test key's own creation comes back through PostgreSQL a moment later;
       // a lookup it overtakes is not kept (one more lookup, harmless), and this test counts them.
-      await new Promise((resolve) => setTimeout(resolve, 300));
+      await sleep(300);
       const key = generateKey();
       const before = await metric(other, 'api_key_lookups_total');
       for (let i = 0; i < 10; i++) expect((await other.app.inject({ url: '/v1/pets', headers: bearer(key) })).statusCode).toBe(401);
@@ -48,7 +50,7 @@ describe('keys looked up on first use', () => {
     }
   });
 
-  it('memory follows KEY_CACHE_MAX_ENTRIES, not the number of keys used', async () => {
+  test('memory follows KEY_CACHE_MAX_ENTRIES, not the number of keys used', async () => {
     const small = await buildTestApp({ KEY_CACHE_MAX_ENTRIES: '5' });
     try {
       for (let i = 0; i < 12; i++) {
@@ -63,13 +65,7 @@ describe('keys looked up on first use', () => {
 });
 
 describe('the key lifecycle', () => {
-  let t: TestApp;
-  beforeAll(async () => {
-    t = await buildTestApp();
-  });
-  afterAll(() => t.close());
-
-  it('an expired key is a 401 like an unknown one, at its expiry', async () => {
+  test('an expired key is a 401 like an unknown one, at its expiry', async ({ t }) => {
     const { key } = await t.app.apiKeysRepository.create({ plan: 'free', expiresAt: new Date(Date.now() + 1_500) });
     expect((await t.app.inject({ url: '/v1/pets', headers: bearer(key) })).statusCode).toBe(200);
     const ms = await eventually(async () => (await t.app.inject({ url: '/v1/pets', headers: bearer(key) })).statusCode === 401, 3_000);
@@ -78,7 +74,7 @@ describe('the key lifecycle', () => {
     expect(response.json()).toEqual({ code: 'unauthorized', message: 'The API key is invalid, revoked or expired', status: 401 });
   });
 
-  it('a read-only key may read; a create with it is a 403 forbidden, counted like any request', async () => {
+  test('a read-only key may read; a create with it is a 403 forbidden, counted like any request', async ({ t }) => {
     const { key } = await t.app.apiKeysRepository.create({ plan: 'free', readOnly: true });
     expect((await t.app.inject({ url: '/v1/pets', headers: bearer(key) })).statusCode).toBe(200);
     const refused = await t.app.inject({ method: 'POST', url: '/v1/pets', headers: bearer(key), payload: { name: 'Nope', categoryId: 1 } });
@@ -88,12 +84,13 @@ describe('the key lifecycle', () => {
     expect((await t.db.query("SELECT 1 FROM pets WHERE name = 'Nope'")).length).toBe(0);
   });
 
-  it('a rotated key keeps working until its overlap ends, and shares its quota with the new key', async () => {
+  test('a rotated key keeps working until its overlap ends, and shares its quota with the new key', async ({ t }) => {
     const { id, key: old } = await t.app.apiKeysRepository.create({ plan: 'free', name: 'rotating' });
     expect((await t.app.inject({ url: '/v1/pets', headers: bearer(old) })).headers['x-ratelimit-remaining']).toBe('59');
     const rotated = await t.app.apiKeysRepository.rotate(id, 1);
     const fresh = rotated!.key;
-    const remaining = async (key: string) => (await t.app.inject({ url: '/v1/pets', headers: bearer(key) })).headers['x-ratelimit-remaining'];
+    const remaining = async (key: string) =>
+      (await t.app.inject({ url: '/v1/pets', headers: bearer(key) })).headers['x-ratelimit-remaining'];
     // A rotation is not a way to reset a quota: both keys count in the same windows.
     expect(await remaining(fresh)).toBe('58');
     expect(await remaining(old)).toBe('57');
@@ -101,7 +98,7 @@ describe('the key lifecycle', () => {
     expect((await t.app.inject({ url: '/v1/pets', headers: bearer(fresh) })).statusCode).toBe(200);
   });
 
-  it('--overlap-seconds 0 stops the old key at once', async () => {
+  test('--overlap-seconds 0 stops the old key at once', async ({ t }) => {
     const { id, key: old } = await t.app.apiKeysRepository.create({ plan: 'pro' });
     expect((await t.app.inject({ url: '/v1/pets', headers: bearer(old) })).statusCode).toBe(200);
     const rotated = await t.app.apiKeysRepository.rotate(id, 0);
@@ -111,39 +108,44 @@ describe('the key lifecycle', () => {
 });
 
 describe.runIf(POSTGRES_URL)('several instances', () => {
-  let a: TestApp;
-  let b: TestApp;
-  let close: () => Promise<void>;
-  beforeAll(async () => {
-    ({ a, b, close } = await buildTwoInstances());
-  });
-  afterAll(() => close());
   const status = async (t: TestApp, key: string) => (await t.app.inject({ url: '/v1/pets', headers: bearer(key) })).statusCode;
 
-  it('a revoked key, cached on every instance, stops working on all within a second, also after the listening connections were cut', async () => {
-    for (const cut of [false, true]) {
-      const { id, key } = await a.app.apiKeysRepository.create({ plan: 'pro' });
-      expect([await status(a, key), await status(b, key)]).toEqual([200, 200]);
-      if (cut) await a.db.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE 'LISTEN%' AND datname = current_database()");
-      await a.app.apiKeysRepository.revoke(id);
-      const ms = await eventually(async () => (await status(a, key)) === 401 && (await status(b, key)) === 401, 1_000);
-      console.log(`revocation reached both instances after ${ms} ms${cut ? ' (listening connections cut)' : ''}`);
-    }
-  });
+  twoInstances(
+    'a revoked key, cached on every instance, stops working on all within a second, also after the listening connections were cut',
+    async ({ instances: { a, b } }) => {
+      for (const cut of [false, true]) {
+        const { id, key } = await a.app.apiKeysRepository.create({ plan: 'pro' });
+        expect([await status(a, key), await status(b, key)]).toEqual([200, 200]);
+        if (cut)
+          await a.db.query(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE 'LISTEN%' AND datname = current_database()",
+          );
+        await a.app.apiKeysRepository.revoke(id);
+        const ms = await eventually(async () => (await status(a, key)) === 401 && (await status(b, key)) === 401, 1_000);
+        console.log(`revocation reached both instances after ${ms} ms${cut ? ' (listening connections cut)' : ''}`);
+      }
+    },
+  );
 });
 
 describe.runIf(POSTGRES_URL)('a bulk import of keys while instances run', () => {
-  it('is one notice, the instances stay responsive and current, and they stop within the grace period', async () => {
-    const database = await createTestDatabase();
+  databaseTest('is one notice, the instances stay responsive and current, and they stop within the grace period', async ({ database }) => {
     const listener = new pg.Client({ connectionString: database.url });
-    const servers = await Promise.all([startServer({ env: { DATABASE_URL: database.url! } }), startServer({ env: { DATABASE_URL: database.url! } })]);
+    const servers = await Promise.all([
+      startServer({ env: { DATABASE_URL: database.url! } }),
+      startServer({ env: { DATABASE_URL: database.url! } }),
+    ]);
     try {
       await listener.connect();
       const notices: string[] = [];
       listener.on('notification', (message) => notices.push(message.payload ?? ''));
       await listener.query('LISTEN api_key_changed');
-      const { key: known } = await (await import('../src/repositories/api-keys.js')).createApiKeysRepository(database.db).create({ plan: 'business' });
-      for (const server of servers) await eventually(async () => (await fetch(`${server.origin}/v1/pets`, { headers: bearer(known) })).status === 200);
+      const { key: known } = await (
+        await import('../src/repositories/api-keys.js')
+      )
+        .createApiKeysRepository(database.db)
+        .create({ plan: 'business' });
+      for (const server of servers) await waitForKeyAt(server.origin, bearer(known));
 
       notices.length = 0;
       const importing = database.db.query(
@@ -171,20 +173,22 @@ describe.runIf(POSTGRES_URL)('a bulk import of keys while instances run', () => 
       // ...and current: a key created or revoked right after takes effect within a second.
       const repository = (await import('../src/repositories/api-keys.js')).createApiKeysRepository(database.db);
       const { id, key } = await repository.create({ plan: 'pro' });
-      for (const server of servers) await eventually(async () => (await fetch(`${server.origin}/v1/pets`, { headers: bearer(key) })).status === 200, 1_000);
+      for (const server of servers) await waitForKeyAt(server.origin, bearer(key), 1_000);
       await repository.revoke(id);
-      for (const server of servers) await eventually(async () => (await fetch(`${server.origin}/v1/pets`, { headers: bearer(key) })).status === 401, 1_000);
+      for (const server of servers)
+        await eventually(async () => (await fetch(`${server.origin}/v1/pets`, { headers: bearer(key) })).status === 401, 1_000);
       expect((await fetch(`${servers[0].origin}/v1/pets`, { headers: bearer(known) })).status).toBe(200);
 
       const stopping = Date.now();
       expect(await Promise.all(servers.map((server) => server.stop('SIGTERM')))).toEqual([0, 0]);
       const stopMs = Date.now() - stopping;
-      console.log(`200,000 keys imported in one statement: ${importNotices} notice, slowest /healthz ${slowest.ms} ms, both stopped in ${stopMs} ms`);
+      console.log(
+        `200,000 keys imported in one statement: ${importNotices} notice, slowest /healthz ${slowest.ms} ms, both stopped in ${stopMs} ms`,
+      );
       expect(stopMs).toBeLessThan(10_000);
     } finally {
       await listener.end().catch(() => {});
       await Promise.all(servers.map((server) => server.stop('SIGKILL')));
-      await database.drop();
     }
   });
 });

@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { ConfigSchema, loadConfig } from '../src/config.js';
+import { ConfigSchema, loadConfig, redisTarget } from '../src/config.js';
 
 const settings = Object.keys(ConfigSchema.properties);
 
@@ -26,8 +26,32 @@ describe('configuration', () => {
     ['TRUST_PROXY', 'proxy.example.com'],
     ['REDIS_URL', 'http://redis'],
     ['RATE_LIMIT_BAN_SECONDS', '0'],
+    ['REDIS_CLUSTER_NODES', 'redis://a:6379'],
+    ['REDIS_CLUSTER_NODES', 'a:6379,b'],
+    ['REDIS_SENTINELS', 'a:26379'],
   ])('refuses %s=%s with a message naming it', (name, value) => {
     expect(() => loadConfig({ [name]: value })).toThrow(name);
+  });
+
+  it('takes one kind of Redis, and Sentinels with the name of their master', () => {
+    expect(() => loadConfig({ REDIS_URL: 'redis://a:6379', REDIS_CLUSTER_NODES: 'b:6379' })).toThrow(/REDIS_URL and REDIS_CLUSTER_NODES/);
+    expect(() => loadConfig({ REDIS_SENTINEL_MASTER: 'pets' })).toThrow(/REDIS_SENTINELS and REDIS_SENTINEL_MASTER/);
+    expect(redisTarget(loadConfig({ REDIS_CLUSTER_NODES: 'a:7000,[::1]:7001' }))).toEqual({
+      mode: 'cluster',
+      nodes: [
+        { host: 'a', port: 7000 },
+        { host: '::1', port: 7001 },
+      ],
+    });
+    expect(redisTarget(loadConfig({ REDIS_SENTINELS: 's1:26379,s2:26380', REDIS_SENTINEL_MASTER: 'pets' }))).toEqual({
+      mode: 'sentinel',
+      sentinels: [
+        { host: 's1', port: 26379 },
+        { host: 's2', port: 26380 },
+      ],
+      masterName: 'pets',
+    });
+    expect(redisTarget(loadConfig({}))).toBeUndefined();
   });
 
   it('derives the public base URL from the listen address unless given', () => {

@@ -1,14 +1,8 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { buildTestApp, type TestApp } from './support/app.js';
+import { describe, expect } from 'vitest';
+import { appTest } from './support/fixtures.js';
+import { SUNSET, T0 } from './support/time.js';
 
-const SUNSET = Date.parse('2030-12-05T00:00:00Z');
-let clock = Date.parse('2026-11-22T00:00:00Z');
-let t: TestApp;
-
-beforeAll(async () => {
-  t = await buildTestApp({}, { now: () => clock });
-});
-afterAll(() => t.close());
+const test = appTest({ clock: T0 });
 
 const BASE = 'https://api.example.test/v1';
 
@@ -21,7 +15,7 @@ function expectDeprecationHeaders(headers: Record<string, unknown>) {
 }
 
 describe('GET /v1/pets/{petId} is deprecated', () => {
-  it('announces it on 200, 400 and 404', async () => {
+  test('announces it on 200, 400 and 404', async ({ t }) => {
     const created = await t.app.inject({ method: 'POST', url: '/v1/pets', payload: { name: 'Old', categoryId: 1 }, headers: t.auth });
     for (const [url, status] of [
       [`/v1/pets/${created.json().id}`, 200],
@@ -34,16 +28,16 @@ describe('GET /v1/pets/{petId} is deprecated', () => {
     }
   });
 
-  it('no other operation carries the headers', async () => {
+  test('no other operation carries the headers', async ({ t }) => {
     const response = await t.app.inject({ method: 'GET', url: '/v1/pets', headers: t.auth });
     expect(response.headers.deprecation).toBeUndefined();
     expect(response.headers.sunset).toBeUndefined();
   });
 
-  it('answers 410 gone from the sunset instant on, for every input', async () => {
-    clock = SUNSET - 1;
+  test('answers 410 gone from the sunset instant on, for every input', async ({ t, clock }) => {
+    clock.set(SUNSET - 1);
     expect((await t.app.inject({ method: 'GET', url: '/v1/pets/1', headers: t.auth })).statusCode).toBe(200);
-    clock = SUNSET;
+    clock.set(SUNSET);
     for (const url of ['/v1/pets/1', '/v1/pets/nope']) {
       const response = await t.app.inject({ method: 'GET', url, headers: t.auth });
       expect(response.statusCode).toBe(410);

@@ -1,14 +1,11 @@
-import { afterAll, beforeAll, expect, it } from 'vitest';
-import { buildTestApp, type TestApp } from './support/app.js';
+import { expect } from 'vitest';
+import { buildTestApp } from './support/app.js';
+import { appTest } from './support/fixtures.js';
 
-let t: TestApp;
-beforeAll(async () => {
-  // Without the pets cache, so that the listing below reaches the broken table.
-  t = await buildTestApp({ PETS_CACHE_MAX_BYTES: '0' });
-});
-afterAll(() => t.close());
+// Without the pets cache, so that the listing below reaches the broken table.
+const test = appTest({ env: { PETS_CACHE_MAX_BYTES: '0' } });
 
-it('a failure inside the service is a 500 Error that leaks nothing, logged with the request id', async () => {
+test('a failure inside the service is a 500 Error that leaks nothing, logged with the request id', async ({ t }) => {
   // A real fault: the table the repository reads is gone.
   await t.db.query('ALTER TABLE pets RENAME TO pets_elsewhere');
   try {
@@ -27,17 +24,21 @@ it('a failure inside the service is a 500 Error that leaks nothing, logged with 
   }
 });
 
-it('health and readiness are outside /v1 and answer without credentials', async () => {
+test('health and readiness are outside /v1 and answer without credentials', async ({ t }) => {
   expect((await t.app.inject('/healthz')).json()).toEqual({ status: 'ok' });
   expect((await t.app.inject('/readyz')).json()).toEqual({ status: 'ready' });
 });
 
-it('readiness is a 503 Error while the database is unreachable', async () => {
+test('readiness is a 503 Error while the database is unreachable', async () => {
   const own = await buildTestApp();
   await own.db.close();
   const response = await own.app.inject('/readyz');
   expect(response.statusCode).toBe(503);
   expect(response.headers['retry-after']).toBe('5');
-  expect(response.json()).toEqual({ code: 'service_unavailable', message: 'Database is unreachable', status: 503 });
+  expect(response.json()).toEqual({
+    code: 'service_unavailable',
+    message: `Database is unreachable (request id ${String(response.headers['x-request-id'])})`,
+    status: 503,
+  });
   await own.close().catch(() => {});
 });

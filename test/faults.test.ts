@@ -5,18 +5,18 @@
  */
 import { randomUUID } from 'node:crypto';
 import { readdirSync } from 'node:fs';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { test as base, describe, expect, it } from 'vitest';
 import { createApiKeysRepository } from '../src/repositories/api-keys.js';
 import { createTestDatabase, openExistingDatabase, POSTGRES_URL } from './support/databases.js';
+import { tempDirTest } from './support/fixtures.js';
 import { eventually } from './support/eventually.js';
 import { developmentKey, type ServerProcess, startServer } from './support/processes.js';
 import { REDIS_URL, startRedis } from './support/redis.js';
 import { PRIVATE_POSTGRES_AVAILABLE, startPostgresServer, type PostgresServer } from './support/postgres-server.js';
+import { waitForKeyAt } from './support/keys.js';
+import { sleep } from './support/time.js';
 
 /** A request still unanswered after this is recorded as a hang (the server's request timeout is 30 s). */
 const CLIENT_TIMEOUT_MS = 29_000;
@@ -27,8 +27,6 @@ const CLIENT_TIMEOUT_MS = 29_000;
  * and its 503s would blur theirs (shedding on pool waiting stays on).
  */
 const SERVER_ENV = { LOAD_SHED_EVENT_LOOP_DELAY_MS: '60000' };
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 interface Outcome {
   op: 'create' | 'list';
@@ -64,7 +62,17 @@ async function send(origin: string, authorization: string, op: Outcome['op'], na
     }
     const ended = Date.now();
     const { headers } = response;
-    return { op, name, status: response.status, body, retryAfter: headers.get('retry-after'), connection: headers.get('connection'), started, ended, ms: ended - started };
+    return {
+      op,
+      name,
+      status: response.status,
+      body,
+      retryAfter: headers.get('retry-after'),
+      connection: headers.get('connection'),
+      started,
+      ended,
+      ms: ended - started,
+    };
   } catch (error) {
     const ended = Date.now();
     const { name: errorName, message, cause } = error as Error & { cause?: { code?: string; message?: string } };
@@ -118,7 +126,10 @@ const mixed = (origin: string, authorization: string) => (client: number, seq: n
 function tally(outcomes: Outcome[]): string {
   const counts = new Map<string, number>();
   for (const { status } of outcomes) counts.set(String(status), (counts.get(String(status)) ?? 0) + 1);
-  return [...counts].sort(([a], [b]) => a.localeCompare(b)).map(([status, count]) => `${count} x ${status}`).join(', ');
+  return [...counts]
+    .sort(([a], [b]) => a.localeCompare(b))
+    .map(([status, count]) => `${count} x ${status}`)
+    .join(', ');
 }
 
 const maxLatency = (outcomes: Outcome[]) => Math.max(0, ...outcomes.map((outcome) => outcome.ms));
@@ -143,16 +154,19 @@ const malformed503s = (outcomes: Outcome[]) =>
 async function createKey(connectionString: string): Promise<string> {
   const db = await openExistingDatabase({ url: connectionString });
   try {
-    const { key } = await createApiKeysRepository(db).create({ plan: 'enterprise', name: 'faults', limits: { perMinute: 1e9, perDay: 2e9 } });
+    const { key } = await createApiKeysRepository(db).create({
+      plan: 'enterprise',
+      name: 'faults',
+      limits: { perMinute: 1e9, perDay: 2e9 },
+    });
     return `Bearer ${key}`;
   } finally {
     await db.close();
   }
 }
 
-/** Waits until the key has reached the running server (NOTIFY). */
-const keyAccepted = (server: ServerProcess, authorization: string) =>
-  eventually(async () => (await fetch(`${server.origin}/v1/pets?limit=1`, { headers: { authorization } })).status === 200, 10_000);
+/** Waits until the running server accepts the key. */
+const keyAccepted = (server: ServerProcess, authorization: string) => waitForKeyAt(server.origin, { authorization });
 
 async function readyz(server: ServerProcess) {
   const response = await fetch(`${server.origin}/readyz`, { signal: AbortSignal.timeout(CLIENT_TIMEOUT_MS) });
@@ -169,14 +183,20 @@ async function queryAll<Row>(connectionString: string, sql: string, params: unkn
   }
 }
 
-describe.runIf(PRIVATE_POSTGRES_AVAILABLE)('PostgreSQL faults (a private PostgreSQL server)', () => {
-  let postgres: PostgresServer;
-  beforeAll(async () => {
-    postgres = await startPostgresServer();
-  });
-  afterAll(() => postgres?.destroy());
+/** A PostgreSQL server of the file's own, which tests stop, freeze and start again; removed after the file's last test. */
+// eslint-disable-next-line no-empty-pattern -- vitest reads a fixture's dependencies from this pattern
+const test = base.extend('postgres', { scope: 'file' }, async ({}, { onCleanup }): Promise<PostgresServer> => {
+  const postgres = await startPostgresServer();
+  onCleanup(() => postgres.destroy());
+  return postgres;
+});
+// The embedded database's data directory, for the PGlite run's SIGTERM test.
+const dataDirTest = tempDirTest('pets-faults-');
 
-  it('restarted under load: 503 service_unavailable with Retry-After while it is down, no hang, no crash, recovery by itself', async () => {
+describe.runIf(PRIVATE_POSTGRES_AVAILABLE)('PostgreSQL faults (a private PostgreSQL server)', () => {
+  test('restarted under load: 503 service_unavailable with Retry-After while it is down, no hang, no crash, recovery by itself', async ({
+    postgres,
+  }) => {
     const database = await postgres.createDatabase();
     const server = await startServer({ env: { ...SERVER_ENV, DATABASE_URL: database.url } });
     try {
@@ -223,7 +243,11 @@ describe.runIf(PRIVATE_POSTGRES_AVAILABLE)('PostgreSQL faults (a private Postgre
       const fromCache = (outcome: Outcome) => outcome.op === 'list' && outcome.status === 200 && outcome.ended < down + 1_000;
       expect(during.length).toBeGreaterThan(0);
       expect(during.filter((outcome) => outcome.status !== 503 && !fromCache(outcome))).toEqual([]);
-      expect(readyDuring).toEqual({ status: 503, retryAfter: '5', body: { code: 'service_unavailable', message: expect.any(String), status: 503 } });
+      expect(readyDuring).toEqual({
+        status: 503,
+        retryAfter: '5',
+        body: { code: 'service_unavailable', message: expect.any(String), status: 503 },
+      });
       // ...and the service came back by itself: everything sent once /readyz said so succeeded.
       expect(readyAfter).toEqual({ status: 200, retryAfter: null, body: { status: 'ready' } });
       expect(after.length).toBeGreaterThan(0);
@@ -237,7 +261,9 @@ describe.runIf(PRIVATE_POSTGRES_AVAILABLE)('PostgreSQL faults (a private Postgre
     }
   });
 
-  it('frozen (it accepts connections and answers nothing): every request ends within the bounded pg waits, then it recovers', async () => {
+  test('frozen (it accepts connections and answers nothing): every request ends within the bounded pg waits, then it recovers', async ({
+    postgres,
+  }) => {
     const database = await postgres.createDatabase();
     // Twice as many clients as connections: when it freezes, some requests wait on a frozen query
     // (bounded at 10 s) and the others for a connection (bounded at 5 s); both bounds are needed.
@@ -294,7 +320,11 @@ describe.runIf(PRIVATE_POSTGRES_AVAILABLE)('PostgreSQL faults (a private Postgre
       expect(caught.filter((outcome) => !fromCache(outcome)).length).toBeGreaterThanOrEqual(4);
       expect(caught.filter((outcome) => !fromCache(outcome) && (outcome.status !== 503 || outcome.ended >= thawed))).toEqual([]);
       expect(answeredWhileFrozen.filter((outcome) => outcome.status !== 503)).toEqual([]);
-      expect(readyDuring).toEqual({ status: 503, retryAfter: '5', body: { code: 'service_unavailable', message: expect.any(String), status: 503 } });
+      expect(readyDuring).toEqual({
+        status: 503,
+        retryAfter: '5',
+        body: { code: 'service_unavailable', message: expect.any(String), status: 503 },
+      });
       expect(readyDuringMs).toBeLessThan(FREEZE_MS);
       // And it recovered by itself once the database answered again.
       expect(after.length).toBeGreaterThan(0);
@@ -306,7 +336,9 @@ describe.runIf(PRIVATE_POSTGRES_AVAILABLE)('PostgreSQL faults (a private Postgre
     }
   });
 
-  it('SIGTERM while 50 clients create pets: in-flight requests complete, every 201 is stored and nothing else, exit 0 within the grace period', async () => {
+  test('SIGTERM while 50 clients create pets: in-flight requests complete, every 201 is stored and nothing else, exit 0 within the grace period', async ({
+    postgres,
+  }) => {
     const database = await postgres.createDatabase();
     const server = await startServer({ env: { ...SERVER_ENV, DATABASE_URL: database.url } });
     const locker = new pg.Client({ connectionString: database.url });
@@ -325,7 +357,9 @@ describe.runIf(PRIVATE_POSTGRES_AVAILABLE)('PostgreSQL faults (a private Postgre
       await locker.query('BEGIN');
       await locker.query('LOCK TABLE pets IN SHARE MODE');
       await eventually(async () => {
-        const { rows } = await locker.query("SELECT count(*)::int AS waiting FROM pg_locks WHERE relation = 'pets'::regclass AND NOT granted");
+        const { rows } = await locker.query(
+          "SELECT count(*)::int AS waiting FROM pg_locks WHERE relation = 'pets'::regclass AND NOT granted",
+        );
         return rows[0].waiting >= 1;
       }, 10_000);
       const signalled = Date.now();
@@ -373,7 +407,7 @@ describe.runIf(PRIVATE_POSTGRES_AVAILABLE)('PostgreSQL faults (a private Postgre
     }
   });
 
-  it('two instances starting at the same moment on an empty database run the migrations once, and both serve', async () => {
+  test('two instances starting at the same moment on an empty database run the migrations once, and both serve', async ({ postgres }) => {
     const database = await postgres.createDatabase();
     // Both must reach the migration step together: hold the service's migration lock (the
     // constant in src/db/migrate.ts) until both wait for it, then let them race.
@@ -444,12 +478,14 @@ describe.skipIf(!REDIS_URL)('Redis faults (a private Redis server)', () => {
     const prefix = `faults:${randomUUID()}:`;
     // PostgreSQL when the suite has one; otherwise the embedded database and its development key.
     const database = POSTGRES_URL ? await createTestDatabase() : undefined;
-    const server = await startServer({ env: {
-      ...SERVER_ENV,
-      ...(database ? { DATABASE_URL: database.url! } : { DATA_DIR: 'memory://' }),
-      REDIS_URL: redis.url,
-      REDIS_KEY_PREFIX: prefix,
-    } });
+    const server = await startServer({
+      env: {
+        ...SERVER_ENV,
+        ...(database ? { DATABASE_URL: database.url! } : { DATA_DIR: 'memory://' }),
+        REDIS_URL: redis.url,
+        REDIS_KEY_PREFIX: prefix,
+      },
+    });
     const probe = new Redis(redis.url, { maxRetriesPerRequest: 0 });
     probe.on('error', () => {});
     try {
@@ -495,6 +531,9 @@ describe.skipIf(!REDIS_URL)('Redis faults (a private Redis server)', () => {
 
       expect(outcomes.filter((outcome) => outcome.status !== 200 && outcome.status !== 201)).toEqual([]);
       expect(during.length).toBeGreaterThanOrEqual(10);
+      // One outage, one switch each way: the log says so once, however many requests it spanned.
+      const times = (text: string) => server.output().split(text).length - 1;
+      expect([times('Redis unreachable'), times('Redis is back')]).toEqual([1, 1]);
       expect(keysAfter.length).toBeGreaterThan(0);
       expect(countAfter - countBefore).toBe(5);
       expect(await server.stop('SIGTERM')).toBe(0);
@@ -509,50 +548,47 @@ describe.skipIf(!REDIS_URL)('Redis faults (a private Redis server)', () => {
 
 // On the PostgreSQL run the private-server test above covers SIGTERM; this one is for the PGlite run.
 describe.skipIf(POSTGRES_URL)('SIGTERM on the embedded database', () => {
-  let dataDir: string;
-  beforeAll(async () => {
-    dataDir = await mkdtemp(join(tmpdir(), 'pets-faults-'));
-  });
-  afterAll(() => rm(dataDir, { recursive: true, force: true }));
+  dataDirTest(
+    'while 50 clients create pets: every 201 is on disk afterwards and nothing else, exit 0 within the grace period',
+    async ({ dir: dataDir }) => {
+      const server = await startServer({ env: { ...SERVER_ENV, DATA_DIR: dataDir } });
+      try {
+        // The development key (business plan, 1,000 a minute): this test sends a few hundred requests.
+        const authorization = `Bearer ${await developmentKey(server)}`;
+        await keyAccepted(server, authorization);
+        const load = startLoad(50, (client, seq) => send(server.origin, authorization, 'create', `embedded-${client}-${seq}`), {
+          stopWhen: (outcome) => outcome.status !== 201,
+        });
+        await eventually(async () => load.outcomes.length >= 200, 15_000);
+        const signalled = Date.now();
+        const code = await server.stop('SIGTERM');
+        const exitMs = Date.now() - signalled;
+        await load.done;
+        const outcomes = load.outcomes;
 
-  it('while 50 clients create pets: every 201 is on disk afterwards and nothing else, exit 0 within the grace period', async () => {
-    const server = await startServer({ env: { ...SERVER_ENV, DATA_DIR: dataDir } });
-    try {
-      // The development key (business plan, 1,000 a minute): this test sends a few hundred requests.
-      const authorization = `Bearer ${await developmentKey(server)}`;
-      await keyAccepted(server, authorization);
-      const load = startLoad(50, (client, seq) => send(server.origin, authorization, 'create', `embedded-${client}-${seq}`), {
-        stopWhen: (outcome) => outcome.status !== 201,
-      });
-      await eventually(async () => load.outcomes.length >= 200, 15_000);
-      const signalled = Date.now();
-      const code = await server.stop('SIGTERM');
-      const exitMs = Date.now() - signalled;
-      await load.done;
-      const outcomes = load.outcomes;
+        const created = outcomes.filter((outcome) => outcome.status === 201);
+        const failed = outcomes.filter((outcome) => outcome.status !== 201);
+        const db = await openExistingDatabase({ dataDir });
+        const rows = await db.query<{ id: number; name: string }>('SELECT id::int AS id, name FROM pets ORDER BY id');
+        await db.close();
+        console.log(
+          `SIGTERM with 50 clients (embedded): ${outcomes.length} requests, ${created.length} x 201, ${failed.length} failures (${tally(failed)}` +
+            `${failed.some((f) => f.error) ? `: ${[...new Set(failed.map((f) => f.error).filter(Boolean))].join(', ')}` : ''}); ` +
+            `${rows.length} rows on disk; exit ${code} after ${seconds(exitMs)}`,
+        );
 
-      const created = outcomes.filter((outcome) => outcome.status === 201);
-      const failed = outcomes.filter((outcome) => outcome.status !== 201);
-      const db = await openExistingDatabase({ dataDir });
-      const rows = await db.query<{ id: number; name: string }>('SELECT id::int AS id, name FROM pets ORDER BY id');
-      await db.close();
-      console.log(
-        `SIGTERM with 50 clients (embedded): ${outcomes.length} requests, ${created.length} x 201, ${failed.length} failures (${tally(failed)}` +
-          `${failed.some((f) => f.error) ? `: ${[...new Set(failed.map((f) => f.error).filter(Boolean))].join(', ')}` : ''}); ` +
-          `${rows.length} rows on disk; exit ${code} after ${seconds(exitMs)}`,
-      );
-
-      expect(code).toBe(0);
-      expect(exitMs).toBeLessThan(10_000);
-      expect(failed).toHaveLength(50);
-      expect(failed.filter((outcome) => outcome.status !== 'error' && outcome.status !== 503)).toEqual([]);
-      expect(malformed503s(failed)).toEqual([]);
-      expect(new Map(rows.map((row) => [row.name, row.id]))).toEqual(
-        new Map(created.map((outcome) => [outcome.name!, (outcome.body as { id: number }).id])),
-      );
-      expect(rows).toHaveLength(created.length);
-    } finally {
-      await server.stop('SIGKILL');
-    }
-  });
+        expect(code).toBe(0);
+        expect(exitMs).toBeLessThan(10_000);
+        expect(failed).toHaveLength(50);
+        expect(failed.filter((outcome) => outcome.status !== 'error' && outcome.status !== 503)).toEqual([]);
+        expect(malformed503s(failed)).toEqual([]);
+        expect(new Map(rows.map((row) => [row.name, row.id]))).toEqual(
+          new Map(created.map((outcome) => [outcome.name!, (outcome.body as { id: number }).id])),
+        );
+        expect(rows).toHaveLength(created.length);
+      } finally {
+        await server.stop('SIGKILL');
+      }
+    },
+  );
 });

@@ -1,25 +1,62 @@
 import fc from 'fast-check';
 import { connect } from 'node:net';
 import { Value } from '@sinclair/typebox/value';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect } from 'vitest';
 import { NewPet } from '../src/schemas/pet.js';
 import { ERROR_CODES } from '../src/schemas/error.js';
-import { buildTestApp, type TestApp } from './support/app.js';
+import { appTest } from './support/fixtures.js';
+import { countPets } from './support/pets.js';
 import { heapAfterGc } from './support/memory.js';
+import { bearer } from './support/keys.js';
+import { MINUTE } from './support/time.js';
 
-let t: TestApp;
-let port: number;
-let clock = Date.now();
-beforeAll(async () => {
-  // Each reading is a minute later, so thousands of requests never meet the rate limit.
-  t = await buildTestApp({}, { now: () => (clock += 60_000) });
-  await t.app.listen({ port: 0, host: '127.0.0.1' });
-  port = (t.app.server.address() as { port: number }).port;
-});
-afterAll(() => t.close());
+/** Sends raw bytes to a local port and returns the status, headers (lower-cased names) and body of the answer. */
+function rawExchange(port: number, request: string | Buffer): Promise<{ status: number; headers: Record<string, string>; body: string }> {
+  return new Promise((resolve, reject) => {
+    const socket = connect(port, '127.0.0.1');
+    let received = '';
+    socket.on('data', (chunk: Buffer) => (received += chunk.toString()));
+    // Refusing a request it has not read to the end, the server may reset the connection right
+    // after its answer (Node 24 does when megabytes are still arriving): the answer still counts.
+    socket.on('error', (error) => received || reject(error));
+    socket.on('close', () => {
+      const status = Number(received.match(/^HTTP\/1.1 (\d{3})/)?.[1]);
+      const head = received.slice(0, received.indexOf('\r\n\r\n')).split('\r\n').slice(1);
+      const headers = Object.fromEntries(
+        head.map((line) => [line.slice(0, line.indexOf(':')).toLowerCase(), line.slice(line.indexOf(':') + 1).trim()]),
+      );
+      resolve({ status, headers, body: received.slice(received.indexOf('\r\n\r\n') + 4) });
+    });
+    // No half-close: the request says Connection: close, and the server ends the exchange.
+    socket.write(request);
+  });
+}
 
-const tried = { bodies: 0, queries: 0, paths: 0, contentTypes: 0, injections: 0 };
-afterAll(() => console.log(`hostile input: ${JSON.stringify(tried)} requests, no 5xx`));
+// Each reading of the clock is a minute later, so thousands of requests never meet the rate limit.
+const test = appTest({ clock: Date.now(), clockStep: MINUTE })
+  /** Requests tried, by kind, logged when the file is done. */
+  // eslint-disable-next-line no-empty-pattern -- vitest reads a fixture's dependencies from this pattern
+  .extend('tried', { scope: 'file' }, ({}, { onCleanup }) => {
+    const tried = { bodies: 0, queries: 0, paths: 0, contentTypes: 0, injections: 0 };
+    onCleanup(() => console.log(`hostile input: ${JSON.stringify(tried)} requests, no 5xx`));
+    return tried;
+  })
+  /** Sends raw bytes to the app (see rawExchange). */
+  .extend(
+    'raw',
+    { scope: 'file' },
+    ({ port }) =>
+      (request: string | Buffer) =>
+        rawExchange(port, request),
+  )
+  /** A raw GET of a request target exactly as written, with the app's key unless another Authorization is given. */
+  .extend(
+    'get',
+    { scope: 'file' },
+    ({ t, raw }) =>
+      (target: string, authorization = t.auth.authorization) =>
+        raw(`GET ${target} HTTP/1.1\r\nHost: x\r\nAuthorization: ${authorization}\r\nConnection: close\r\n\r\n`),
+  );
 
 function expectWellFormedError(response: { statusCode: number; headers: Record<string, unknown>; body: string }, allowed: number[]) {
   expect(allowed, response.body).toContain(response.statusCode);
@@ -29,8 +66,6 @@ function expectWellFormedError(response: { statusCode: number; headers: Record<s
   expect(body).toEqual({ code: expect.any(String), message: expect.any(String), status: response.statusCode });
   expect(ERROR_CODES).toContain(body.code);
 }
-
-const countPets = async () => (await t.db.query<{ n: number }>('SELECT count(*)::int AS n FROM pets'))[0]!.n;
 
 /** Values of every JSON type, with the awkward cases weighted in. */
 const nasty = fc.oneof(
@@ -44,17 +79,20 @@ const nasty = fc.oneof(
 );
 
 describe('property: any request body', () => {
-  it('gets a 201 for a valid NewPet, else a well-formed 400, and stores only what is valid', async () => {
+  test('gets a 201 for a valid NewPet, else a well-formed 400, and stores only what is valid', async ({ t, tried }) => {
     await fc.assert(
       fc.asyncProperty(
         fc.oneof(
           fc.record({ name: nasty, categoryId: nasty, status: nasty }, { requiredKeys: [] }),
-          fc.record({ name: fc.string({ unit: 'grapheme', minLength: 1, maxLength: 300 }), categoryId: fc.integer({ min: -5, max: 2 ** 31 }) }),
+          fc.record({
+            name: fc.string({ unit: 'grapheme', minLength: 1, maxLength: 300 }),
+            categoryId: fc.integer({ min: -5, max: 2 ** 31 }),
+          }),
           fc.jsonValue(),
         ),
         async (body) => {
           tried.bodies++;
-          const before = await countPets();
+          const before = await countPets(t.db);
           const response = await t.app.inject({
             method: 'POST',
             url: '/v1/pets',
@@ -65,7 +103,7 @@ describe('property: any request body', () => {
           // The oracle: the schema itself (its pattern compiled with the u flag, as a JSON Schema validator would).
           const valid = Value.Check(NewPet, body) && new RegExp(NewPet.properties.name.pattern!, 'u').test((body as { name: string }).name);
           expect(response.statusCode, JSON.stringify(body)).toBe(valid ? 201 : 400);
-          expect(await countPets()).toBe(before + (valid ? 1 : 0));
+          expect(await countPets(t.db)).toBe(before + (valid ? 1 : 0));
           if (valid) {
             const pet = response.json();
             const [row] = await t.db.query<{ name: string; category_id: number; status: string | null }>(
@@ -81,13 +119,18 @@ describe('property: any request body', () => {
     );
   });
 
-  it('malformed JSON and raw bytes are 400s', async () => {
+  test('malformed JSON and raw bytes are 400s', async ({ t, tried }) => {
     // Anything but a JSON object, so that no draw can be a valid NewPet by chance.
     const notAnObject = fc.string({ unit: 'binary', maxLength: 200 }).filter((text) => !text.trimStart().startsWith('{'));
     await fc.assert(
       fc.asyncProperty(notAnObject, async (raw) => {
         tried.bodies++;
-        const response = await t.app.inject({ method: 'POST', url: '/v1/pets', headers: { ...t.auth, 'content-type': 'application/json' }, payload: raw });
+        const response = await t.app.inject({
+          method: 'POST',
+          url: '/v1/pets',
+          headers: { ...t.auth, 'content-type': 'application/json' },
+          payload: raw,
+        });
         expectWellFormedError(response, [400]);
       }),
       { numRuns: 200 },
@@ -96,8 +139,13 @@ describe('property: any request body', () => {
 });
 
 describe('property: any query string and path', () => {
-  it('GET /v1/pets answers 200 or a well-formed 400, whatever the parameters', async () => {
-    const param = fc.oneof(fc.string({ unit: 'binary', maxLength: 50 }), fc.integer().map(String), fc.double().map(String), fc.constant('x'.repeat(5_000)));
+  test('GET /v1/pets answers 200 or a well-formed 400, whatever the parameters', async ({ t, tried }) => {
+    const param = fc.oneof(
+      fc.string({ unit: 'binary', maxLength: 50 }),
+      fc.integer().map(String),
+      fc.double().map(String),
+      fc.constant('x'.repeat(5_000)),
+    );
     await fc.assert(
       fc.asyncProperty(
         fc.array(fc.tuple(fc.constantFrom('limit', 'status', 'cursor', 'other'), param), { maxLength: 6 }),
@@ -111,22 +159,37 @@ describe('property: any query string and path', () => {
     );
   });
 
-  it('GET /v1/pets/{petId} answers 200, 404 or a well-formed 400', async () => {
+  test('GET /v1/pets/{petId} answers 200, 404 or a well-formed 400', async ({ t, tried }) => {
     await fc.assert(
-      fc.asyncProperty(fc.oneof(fc.string({ unit: 'binary', minLength: 1, maxLength: 40 }), fc.double().map(String), fc.bigInt().map(String)), async (id) => {
-        tried.paths++;
-        expectWellFormedError(await t.app.inject({ url: `/v1/pets/${encodeURIComponent(id)}`, headers: t.auth }), [200, 400, 404]);
-      }),
+      fc.asyncProperty(
+        fc.oneof(fc.string({ unit: 'binary', minLength: 1, maxLength: 40 }), fc.double().map(String), fc.bigInt().map(String)),
+        async (id) => {
+          tried.paths++;
+          expectWellFormedError(await t.app.inject({ url: `/v1/pets/${encodeURIComponent(id)}`, headers: t.auth }), [200, 400, 404]);
+        },
+      ),
       { numRuns: 300 },
     );
   });
 });
 
 describe('odd Content-Type values', () => {
-  it('are a 415 or a 400, never a 5xx', async () => {
+  test('are a 415 or a 400, never a 5xx', async ({ t, tried }) => {
     await fc.assert(
       fc.asyncProperty(
-        fc.oneof(fc.string({ unit: 'binary', maxLength: 60 }), fc.constantFrom('application/json; charset=utf-16', 'application/json;;', 'APPLICATION/JSON', 'application/jsonx', 'multipart/form-data; boundary=x', 'application/x-www-form-urlencoded', '*/*', ';')),
+        fc.oneof(
+          fc.string({ unit: 'binary', maxLength: 60 }),
+          fc.constantFrom(
+            'application/json; charset=utf-16',
+            'application/json;;',
+            'APPLICATION/JSON',
+            'application/jsonx',
+            'multipart/form-data; boundary=x',
+            'application/x-www-form-urlencoded',
+            '*/*',
+            ';',
+          ),
+        ),
         async (contentType) => {
           tried.contentTypes++;
           const response = await t.app.inject({
@@ -144,10 +207,10 @@ describe('odd Content-Type values', () => {
 });
 
 describe('SQL injection attempts', () => {
-  const attacks = ["' OR '1'='1", "1; DROP TABLE pets; --", "1) OR (1=1", "'; DELETE FROM api_keys; --", '$1', '\\x27', "available' --"];
+  const attacks = ["' OR '1'='1", '1; DROP TABLE pets; --', '1) OR (1=1', "'; DELETE FROM api_keys; --", '$1', '\\x27', "available' --"];
 
-  it('change nothing: stored literally in a name, refused everywhere else', async () => {
-    const before = await countPets();
+  test('change nothing: stored literally in a name, refused everywhere else', async ({ t, tried }) => {
+    const before = await countPets(t.db);
     for (const attack of attacks) {
       tried.injections += 5;
       const created = await t.app.inject({ method: 'POST', url: '/v1/pets', headers: t.auth, payload: { name: attack, categoryId: 1 } });
@@ -161,44 +224,22 @@ describe('SQL injection attempts', () => {
       ]) {
         expectWellFormedError(await t.app.inject({ url, headers: t.auth }), [400]);
       }
-      expect((await t.app.inject({ url: '/v1/pets', headers: { authorization: `Bearer ${attack}` } })).statusCode).toBe(401);
+      expect((await t.app.inject({ url: '/v1/pets', headers: bearer(attack) })).statusCode).toBe(401);
     }
-    expect(await countPets()).toBe(before + attacks.length);
+    expect(await countPets(t.db)).toBe(before + attacks.length);
     expect((await t.db.query('SELECT 1 FROM api_keys')).length).toBeGreaterThan(0);
   });
 });
 
-/** Sends raw bytes and returns the status, headers (lower-cased names) and body of the answer. */
-function raw(request: string | Buffer): Promise<{ status: number; headers: Record<string, string>; body: string }> {
-  return new Promise((resolve, reject) => {
-    const socket = connect(port, '127.0.0.1');
-    let received = '';
-    socket.on('data', (chunk: Buffer) => (received += chunk.toString()));
-    // Refusing a request it has not read to the end, the server may reset the connection right
-    // after its answer (Node 24 does when megabytes are still arriving): the answer still counts.
-    socket.on('error', (error) => received || reject(error));
-    socket.on('close', () => {
-      const status = Number(received.match(/^HTTP\/1.1 (\d{3})/)?.[1]);
-      const head = received.slice(0, received.indexOf('\r\n\r\n')).split('\r\n').slice(1);
-      const headers = Object.fromEntries(head.map((line) => [line.slice(0, line.indexOf(':')).toLowerCase(), line.slice(line.indexOf(':') + 1).trim()]));
-      resolve({ status, headers, body: received.slice(received.indexOf('\r\n\r\n') + 4) });
-    });
-    // No half-close: the request says Connection: close, and the server ends the exchange.
-    socket.write(request);
-  });
-}
-
 describe('paths the router cannot take as they are', () => {
-  const get = (target: string, authorization = t.auth.authorization) =>
-    raw(`GET ${target} HTTP/1.1\r\nHost: x\r\nAuthorization: ${authorization}\r\nConnection: close\r\n\r\n`);
-  const expectApiError = (answer: Awaited<ReturnType<typeof raw>>, status: number, code: string) => {
+  const expectApiError = (answer: Awaited<ReturnType<typeof rawExchange>>, status: number, code: string) => {
     expect(answer.status, answer.body).toBe(status);
     expect(JSON.parse(answer.body)).toEqual({ code, message: expect.any(String), status });
     expect(answer.headers['x-content-type-options']).toBe('nosniff');
     expect(answer.headers['x-ratelimit-limit']).toMatch(/^[0-9]+$/);
   };
 
-  it('long parameters and malformed percent-encodings get an Error with the usual headers, not the framework\'s body', async () => {
+  test("long parameters and malformed percent-encodings get an Error with the usual headers, not the framework's body", async ({ get }) => {
     expectApiError(await get(`/v1/pets/${'1'.repeat(400)}`), 400, 'bad_request');
     for (const path of ['/v1/pets/%', '/v1/pets/%zz', '/v1/pets/%ff']) expectApiError(await get(path), 400, 'bad_request');
     for (const path of ['/v1/%', '/v1/pets/1/%ff', '/v1/%e2%82']) expectApiError(await get(path), 404, 'not_found');
@@ -208,7 +249,7 @@ describe('paths the router cannot take as they are', () => {
     expect(echoed.body).not.toContain('7'.repeat(400));
   });
 
-  it('a request target that is no path at all is a 400 Error, never the framework\'s body', async () => {
+  test("a request target that is no path at all is a 400 Error, never the framework's body", async ({ get }) => {
     for (const target of ['https://', 'http://h%zz/v1']) {
       const answer = await get(target);
       expect(answer.status).toBe(400);
@@ -217,7 +258,10 @@ describe('paths the router cannot take as they are', () => {
     }
   });
 
-  it('property: any path under /v1, long or malformed, is answered through the API (an Error with rate-limit headers)', async () => {
+  test('property: any path under /v1, long or malformed, is answered through the API (an Error with rate-limit headers)', async ({
+    tried,
+    get,
+  }) => {
     const piece = fc.oneof(
       fc.constantFrom('pets', '1', '%', '%zz', '%ff', '%e2%82', '%2F', '%00', '%25', '..', '.', '', ';', 'a b'.replace(' ', '%20')),
       fc.stringMatching(/^[A-Za-z0-9._~%-]{0,12}$/),
@@ -243,10 +287,12 @@ describe('paths the router cannot take as they are', () => {
 });
 
 describe('abusive headers', () => {
-  it('a bearer token of megabytes, or oversized headers, get a clean 431 Error and cost no memory', async () => {
+  test('a bearer token of megabytes, or oversized headers, get a clean 431 Error and cost no memory', async ({ t, raw }) => {
     const before = heapAfterGc();
     for (let i = 0; i < 20; i++) {
-      const answer = await raw(`GET /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${'a'.repeat(2 * 1024 * 1024)}\r\nConnection: close\r\n\r\n`);
+      const answer = await raw(
+        `GET /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${'a'.repeat(2 * 1024 * 1024)}\r\nConnection: close\r\n\r\n`,
+      );
       expect(answer.status).toBe(431);
       expect(JSON.parse(answer.body)).toEqual({ code: 'headers_too_large', message: expect.any(String), status: 431 });
     }
@@ -254,17 +300,23 @@ describe('abusive headers', () => {
     expect((await t.app.inject({ url: '/v1/pets', headers: t.auth })).statusCode).toBe(200);
   });
 
-  it('many headers are fine; a duplicated Authorization uses the first', async () => {
+  test('many headers are fine; a duplicated Authorization uses the first', async ({ t, raw }) => {
     const many = Array.from({ length: 500 }, (_, i) => `X-Filler-${i}: ${i}`).join('\r\n');
-    const answer = await raw(`GET /v1/pets HTTP/1.1\r\nHost: x\r\n${many}\r\nAuthorization: ${t.auth.authorization}\r\nConnection: close\r\n\r\n`);
+    const answer = await raw(
+      `GET /v1/pets HTTP/1.1\r\nHost: x\r\n${many}\r\nAuthorization: ${t.auth.authorization}\r\nConnection: close\r\n\r\n`,
+    );
     expect(answer.status).toBe(200);
-    const first = await raw(`GET /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: ${t.auth.authorization}\r\nAuthorization: Bearer nope\r\nConnection: close\r\n\r\n`);
+    const first = await raw(
+      `GET /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: ${t.auth.authorization}\r\nAuthorization: Bearer nope\r\nConnection: close\r\n\r\n`,
+    );
     expect(first.status).toBe(200);
-    const second = await raw(`GET /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer nope\r\nAuthorization: ${t.auth.authorization}\r\nConnection: close\r\n\r\n`);
+    const second = await raw(
+      `GET /v1/pets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer nope\r\nAuthorization: ${t.auth.authorization}\r\nConnection: close\r\n\r\n`,
+    );
     expect(second.status).toBe(401);
   });
 
-  it('a malformed request line is a 400 Error', async () => {
+  test('a malformed request line is a 400 Error', async ({ raw }) => {
     const answer = await raw('NOT HTTP AT ALL\r\n\r\n');
     expect(answer.status).toBe(400);
     expect(JSON.parse(answer.body).code).toBe('bad_request');
@@ -272,7 +324,7 @@ describe('abusive headers', () => {
 });
 
 describe('the surface', () => {
-  it('every response carries nosniff, and no-store unless it is a read the client may keep and revalidate', async () => {
+  test('every response carries nosniff, and no-store unless it is a read the client may keep and revalidate', async ({ t }) => {
     const read = await t.app.inject({ url: '/v1/pets', headers: t.auth });
     const revalidated = await t.app.inject({ url: '/v1/pets', headers: { ...t.auth, 'if-none-match': String(read.headers.etag) } });
     expect(revalidated.statusCode).toBe(304);
@@ -293,7 +345,7 @@ describe('the surface', () => {
     }
   });
 
-  it('no plaintext key in any log line, at any level, after all of the above', async () => {
+  test('no plaintext key in any log line, at any level, after all of the above', async ({ t }) => {
     const key = t.auth.authorization.slice('Bearer '.length);
     const logs = t.logs.lines.join('\n');
     expect(logs).not.toContain(key);

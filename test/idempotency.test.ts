@@ -1,14 +1,14 @@
 import { randomUUID } from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect } from 'vitest';
 import type { LightMyRequestResponse } from 'fastify';
-import { buildTestApp, buildTwoInstances, type TestApp } from './support/app.js';
+import { buildTestApp, type TestApp } from './support/app.js';
+import { appTest, twoInstancesTest } from './support/fixtures.js';
 import { POSTGRES_URL } from './support/databases.js';
+import { countPets } from './support/pets.js';
 import { eventually } from './support/eventually.js';
+import { bearer } from './support/keys.js';
+import { MINUTE, sleep, T0 } from './support/time.js';
 import { createIdempotencyKeysRepository } from '../src/repositories/idempotency-keys.js';
-
-const MINUTE = 60_000;
-/** The start of a minute, so that a test's requests share one window until it moves the clock. */
-const T0 = Date.UTC(2026, 10, 22, 10, 0, 0);
 
 const newKey = () => `retry-${randomUUID()}`;
 
@@ -32,10 +32,8 @@ async function addStoredKeys(t: TestApp, count: number, age: string, prefix: str
 }
 
 const storedKeys = async (t: TestApp, prefix: string) =>
-  (await t.db.query<{ count: number }>("SELECT count(*)::int AS count FROM idempotency_keys WHERE key LIKE $1 || '-%'", [prefix]))[0]!.count;
-
-const countPets = async (t: TestApp, name: string) =>
-  (await t.db.query<{ count: number }>('SELECT count(*)::int AS count FROM pets WHERE name = $1', [name]))[0]!.count;
+  (await t.db.query<{ count: number }>("SELECT count(*)::int AS count FROM idempotency_keys WHERE key LIKE $1 || '-%'", [prefix]))[0]!
+    .count;
 
 const expectError = (response: LightMyRequestResponse, status: number, code: string) => {
   expect(response.statusCode, response.body).toBe(status);
@@ -49,18 +47,14 @@ async function keyFor(t: TestApp, options: { perMinute?: number; readOnly?: bool
     limits: { perMinute: options.perMinute ?? 1_000, perDay: 100_000 },
     readOnly: options.readOnly,
   });
-  return { authorization: `Bearer ${key}` };
+  return bearer(key);
 }
 
-describe('Idempotency-Key on POST /v1/pets', () => {
-  let t: TestApp;
-  let clock = T0;
-  beforeAll(async () => {
-    t = await buildTestApp({}, { now: () => clock });
-  });
-  afterAll(() => t.close());
+const test = appTest({ clock: T0 });
+const twoInstances = twoInstancesTest();
 
-  it('a retry gets the first response again (status, body, Location) with Idempotent-Replayed, and adds nothing', async () => {
+describe('Idempotency-Key on POST /v1/pets', () => {
+  test('a retry gets the first response again (status, body, Location) with Idempotent-Replayed, and adds nothing', async ({ t }) => {
     const key = newKey();
     const first = await post(t, key, { name: 'Once', categoryId: 3, status: 'available' });
     expect(first.statusCode).toBe(201);
@@ -72,10 +66,10 @@ describe('Idempotency-Key on POST /v1/pets', () => {
       expect(again.headers.location).toBe(first.headers.location);
       expect(again.headers['idempotent-replayed']).toBe('true');
     }
-    expect(await countPets(t, 'Once')).toBe(1);
+    expect(await countPets(t.db, 'Once')).toBe(1);
   });
 
-  it('accepts the key as a structured-field string or bare: "k" and k are one key, escapes unquoted', async () => {
+  test('accepts the key as a structured-field string or bare: "k" and k are one key, escapes unquoted', async ({ t }) => {
     const key = newKey();
     const bare = await post(t, key, { name: 'Forms', categoryId: 1 });
     const quoted = await post(t, `"${key}"`, { name: 'Forms', categoryId: 1 });
@@ -86,35 +80,41 @@ describe('Idempotency-Key on POST /v1/pets', () => {
     const unescaped = await post(t, 'a"b\\c', { name: 'Escaped', categoryId: 1 });
     expect(escaped.statusCode).toBe(201);
     expect(unescaped.headers['idempotent-replayed']).toBe('true');
-    expect(await countPets(t, 'Escaped')).toBe(1);
+    expect(await countPets(t.db, 'Escaped')).toBe(1);
 
     const longest = await post(t, 'k'.repeat(255), { name: 'Longest', categoryId: 1 });
     expect(longest.statusCode).toBe(201);
   });
 
-  it('400 bad_request for a malformed key, and nothing is stored under it', async () => {
+  test('400 bad_request for a malformed key, and nothing is stored under it', async ({ t }) => {
     for (const malformed of ['""', 'k'.repeat(256), `"${'k'.repeat(256)}"`, 'a b', '"a b"', '"open', '"bad\\escape"', 'caf\u00e9']) {
       const response = await post(t, malformed, { name: 'Malformed', categoryId: 1 });
       expectError(response, 400, 'bad_request');
       expect(response.json().message).toMatch(/^headers\/idempotency-key must be 1 to 255 visible ASCII characters/);
     }
-    expect(await countPets(t, 'Malformed')).toBe(0);
+    expect(await countPets(t.db, 'Malformed')).toBe(0);
   });
 
-  it('422 idempotency_key_mismatch for the same key with a different body; formatting, key order and unknown fields do not make it different', async () => {
+  test('422 idempotency_key_mismatch for the same key with a different body; formatting, key order and unknown fields do not make it different', async ({
+    t,
+  }) => {
     const key = newKey();
     expect((await post(t, key, { name: 'Same', categoryId: 2, status: 'sold' })).statusCode).toBe(201);
     const reformatted = await post(t, key, '{ "status" : "sold",\n "categoryId": 2, "name": "Same", "colour": "brown" }');
     expect(reformatted.headers['idempotent-replayed']).toBe('true');
-    for (const other of [{ name: 'Same', categoryId: 3, status: 'sold' }, { name: 'Same', categoryId: 2 }, { name: 'Other', categoryId: 2, status: 'sold' }]) {
+    for (const other of [
+      { name: 'Same', categoryId: 3, status: 'sold' },
+      { name: 'Same', categoryId: 2 },
+      { name: 'Other', categoryId: 2, status: 'sold' },
+    ]) {
       const response = await post(t, key, other);
       expectError(response, 422, 'idempotency_key_mismatch');
       expect(response.headers['idempotent-replayed']).toBeUndefined();
     }
-    expect(await countPets(t, 'Other')).toBe(0);
+    expect(await countPets(t.db, 'Other')).toBe(0);
   });
 
-  it('belongs to the API key: the same idempotency key under another API key is another key', async () => {
+  test('belongs to the API key: the same idempotency key under another API key is another key', async ({ t }) => {
     const key = newKey();
     const other = await keyFor(t);
     const mine = await post(t, key, { name: 'Scoped', categoryId: 1 });
@@ -124,10 +124,13 @@ describe('Idempotency-Key on POST /v1/pets', () => {
     expect(theirs.json().id).not.toBe(mine.json().id);
     // And a different body under their key is theirs to send.
     expect((await post(t, newKey(), { name: 'Scoped', categoryId: 9 }, other)).statusCode).toBe(201);
-    expect(await countPets(t, 'Scoped')).toBe(3);
+    expect(await countPets(t.db, 'Scoped')).toBe(3);
   });
 
-  it('a request refused before it runs (400, 401, 403, 413, 415, 429) stores nothing: the key then runs normally', async () => {
+  test('a request refused before it runs (400, 401, 403, 413, 415, 429) stores nothing: the key then runs normally', async ({
+    t,
+    clock,
+  }) => {
     const key = newKey();
     expectError(await post(t, key, { name: '', categoryId: 1 }), 400, 'bad_request');
     expectError(await post(t, key, { name: 'Refused', categoryId: 1 }, { authorization: 'Bearer psk_wrong' }), 401, 'unauthorized');
@@ -144,7 +147,7 @@ describe('Idempotency-Key on POST /v1/pets', () => {
     const limited = await keyFor(t, { perMinute: 1 });
     expect((await t.app.inject({ url: '/v1/pets?limit=1', headers: limited })).statusCode).toBe(200);
     expectError(await post(t, key, { name: 'Refused', categoryId: 1 }, limited), 429, 'rate_limited');
-    clock += MINUTE;
+    clock.advance(MINUTE);
     const afterLimit = await post(t, key, { name: 'Refused later', categoryId: 1 }, limited);
     expect(afterLimit.statusCode).toBe(201);
     expect(afterLimit.headers['idempotent-replayed']).toBeUndefined();
@@ -152,10 +155,10 @@ describe('Idempotency-Key on POST /v1/pets', () => {
     const ran = await post(t, key, { name: 'Refused', categoryId: 1 });
     expect(ran.statusCode).toBe(201);
     expect(ran.headers['idempotent-replayed']).toBeUndefined();
-    expect(await countPets(t, 'Refused')).toBe(1);
+    expect(await countPets(t.db, 'Refused')).toBe(1);
   });
 
-  it('a request that fails with a 5xx stores nothing: its retry with the same key creates the pet', async () => {
+  test('a request that fails with a 5xx stores nothing: its retry with the same key creates the pet', async ({ t }) => {
     // A real failure inside the transaction: the database refuses this one name, then stops refusing.
     await t.db.query(`CREATE FUNCTION refuse_doomed() RETURNS trigger LANGUAGE plpgsql AS $$
       BEGIN IF NEW.name = 'Doomed' THEN RAISE EXCEPTION 'refused for the test'; END IF; RETURN NEW; END $$`);
@@ -172,12 +175,12 @@ describe('Idempotency-Key on POST /v1/pets', () => {
     const retried = await post(t, key, { name: 'Doomed', categoryId: 1 });
     expect(retried.statusCode).toBe(201);
     expect(retried.headers['idempotent-replayed']).toBeUndefined();
-    expect(await countPets(t, 'Doomed')).toBe(1);
+    expect(await countPets(t.db, 'Doomed')).toBe(1);
   });
 
-  it('a replay counts against the rate limit like any request', async () => {
+  test('a replay counts against the rate limit like any request', async ({ t, clock }) => {
     const auth = await keyFor(t, { perMinute: 3 });
-    clock += MINUTE;
+    clock.advance(MINUTE);
     const key = newKey();
     const first = await post(t, key, { name: 'Counted', categoryId: 1 }, auth);
     const replay = await post(t, key, { name: 'Counted', categoryId: 1 }, auth);
@@ -188,13 +191,13 @@ describe('Idempotency-Key on POST /v1/pets', () => {
     expectError(await post(t, key, { name: 'Counted', categoryId: 1 }, auth), 429, 'rate_limited');
   });
 
-  it('a key with no Idempotency-Key header creates a pet per request, as before', async () => {
+  test('a key with no Idempotency-Key header creates a pet per request, as before', async ({ t }) => {
     await post(t, undefined, { name: 'Twice', categoryId: 1 });
     await post(t, undefined, { name: 'Twice', categoryId: 1 });
-    expect(await countPets(t, 'Twice')).toBe(2);
+    expect(await countPets(t.db, 'Twice')).toBe(2);
   });
 
-  it('keys older than the retention are purged, in batches, and younger ones kept', async () => {
+  test('keys older than the retention are purged, in batches, and younger ones kept', async ({ t }) => {
     await addStoredKeys(t, 1_200, '25 hours', 'old');
     await addStoredKeys(t, 1, '23 hours', 'young');
     expect(await createIdempotencyKeysRepository(t.db).purge(24)).toBe(1_200);
@@ -204,75 +207,78 @@ describe('Idempotency-Key on POST /v1/pets', () => {
 });
 
 describe.skipIf(!POSTGRES_URL)('Idempotency-Key across two instances on PostgreSQL', () => {
-  let instances: Awaited<ReturnType<typeof buildTwoInstances>>;
-  beforeAll(async () => {
-    instances = await buildTwoInstances();
-  });
-  afterAll(() => instances.close());
-
-  it('twenty concurrent POSTs with one key, ten on each instance, create exactly one pet; the others replay it or are told to retry (409)', async () => {
-    const { a, b } = instances;
-    const key = newKey();
-    const responses = await Promise.all(
-      Array.from({ length: 20 }, (_, index) => post(index % 2 ? b : a, key, { name: 'Concurrent', categoryId: 7 }, a.auth)),
-    );
-    expect(await countPets(a, 'Concurrent')).toBe(1);
-    const created = responses.filter((response) => response.statusCode === 201);
-    expect(created.filter((response) => response.headers['idempotent-replayed'] === undefined)).toHaveLength(1);
-    expect(new Set(created.map((response) => response.body)).size).toBe(1);
-    for (const response of responses.filter((one) => one.statusCode !== 201)) {
-      expectError(response, 409, 'idempotency_key_in_use');
-      expect(response.headers['retry-after']).toBe('1');
-    }
-    // Every client that was told to retry gets the one pet when it does.
-    const retried = await post(b, key, { name: 'Concurrent', categoryId: 7 }, a.auth);
-    expect(retried.body).toBe(created[0]!.body);
-  });
-
-  it('409 idempotency_key_in_use while the first request is in flight on the other instance, then the replay', async () => {
-    const { a, b } = instances;
-    // The database takes a second over this one name, so the first request is surely in flight.
-    await a.db.query(`CREATE FUNCTION slow_pet() RETURNS trigger LANGUAGE plpgsql AS $$
-      BEGIN IF NEW.name = 'Slow' THEN PERFORM pg_sleep(1); END IF; RETURN NEW; END $$`);
-    await a.db.query('CREATE TRIGGER slow_pet BEFORE INSERT ON pets FOR EACH ROW EXECUTE FUNCTION slow_pet()');
-    try {
+  twoInstances(
+    'twenty concurrent POSTs with one key, ten on each instance, create exactly one pet; the others replay it or are told to retry (409)',
+    async ({ instances }) => {
+      const { a, b } = instances;
       const key = newKey();
-      const first = post(a, key, { name: 'Slow', categoryId: 1 });
-      await new Promise((resolve) => setTimeout(resolve, 300));
-      const during = await post(b, key, { name: 'Slow', categoryId: 1 }, a.auth);
-      expectError(during, 409, 'idempotency_key_in_use');
-      expect(during.headers['retry-after']).toBe('1');
-      expect((await first).statusCode).toBe(201);
-      const after = await post(b, key, { name: 'Slow', categoryId: 1 }, a.auth);
-      expect(after.headers['idempotent-replayed']).toBe('true');
-      expect(after.body).toBe((await first).body);
-    } finally {
-      await a.db.query('DROP TRIGGER slow_pet ON pets');
-      await a.db.query('DROP FUNCTION slow_pet()');
-    }
-  });
+      const responses = await Promise.all(
+        Array.from({ length: 20 }, (_, index) => post(index % 2 ? b : a, key, { name: 'Concurrent', categoryId: 7 }, a.auth)),
+      );
+      expect(await countPets(a.db, 'Concurrent')).toBe(1);
+      const created = responses.filter((response) => response.statusCode === 201);
+      expect(created.filter((response) => response.headers['idempotent-replayed'] === undefined)).toHaveLength(1);
+      expect(new Set(created.map((response) => response.body)).size).toBe(1);
+      for (const response of responses.filter((one) => one.statusCode !== 201)) {
+        expectError(response, 409, 'idempotency_key_in_use');
+        expect(response.headers['retry-after']).toBe('1');
+      }
+      // Every client that was told to retry gets the one pet when it does.
+      const retried = await post(b, key, { name: 'Concurrent', categoryId: 7 }, a.auth);
+      expect(retried.body).toBe(created[0]!.body);
+    },
+  );
 
-  it('a response stored on one instance is replayed by the other, and by an instance started afterwards', async () => {
-    const { a, b } = instances;
-    const key = newKey();
-    const first = await post(a, key, { name: 'Durable', categoryId: 4, status: 'pending' });
-    const elsewhere = await post(b, key, { name: 'Durable', categoryId: 4, status: 'pending' }, a.auth);
-    expect(elsewhere.headers['idempotent-replayed']).toBe('true');
-    expect(elsewhere.body).toBe(first.body);
-    const restarted = await buildTestApp({ DATABASE_URL: a.databaseUrl! });
-    try {
-      const later = await post(restarted, key, { name: 'Durable', categoryId: 4, status: 'pending' }, a.auth);
-      expect(later.statusCode).toBe(201);
-      expect(later.headers['idempotent-replayed']).toBe('true');
-      expect(later.body).toBe(first.body);
-      expect(later.headers.location).toBe(first.headers.location);
-    } finally {
-      await restarted.close();
-    }
-    expect(await countPets(a, 'Durable')).toBe(1);
-  });
+  twoInstances(
+    '409 idempotency_key_in_use while the first request is in flight on the other instance, then the replay',
+    async ({ instances }) => {
+      const { a, b } = instances;
+      // The database takes a second over this one name, so the first request is surely in flight.
+      await a.db.query(`CREATE FUNCTION slow_pet() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN IF NEW.name = 'Slow' THEN PERFORM pg_sleep(1); END IF; RETURN NEW; END $$`);
+      await a.db.query('CREATE TRIGGER slow_pet BEFORE INSERT ON pets FOR EACH ROW EXECUTE FUNCTION slow_pet()');
+      try {
+        const key = newKey();
+        const first = post(a, key, { name: 'Slow', categoryId: 1 });
+        await sleep(300);
+        const during = await post(b, key, { name: 'Slow', categoryId: 1 }, a.auth);
+        expectError(during, 409, 'idempotency_key_in_use');
+        expect(during.headers['retry-after']).toBe('1');
+        expect((await first).statusCode).toBe(201);
+        const after = await post(b, key, { name: 'Slow', categoryId: 1 }, a.auth);
+        expect(after.headers['idempotent-replayed']).toBe('true');
+        expect(after.body).toBe((await first).body);
+      } finally {
+        await a.db.query('DROP TRIGGER slow_pet ON pets');
+        await a.db.query('DROP FUNCTION slow_pet()');
+      }
+    },
+  );
 
-  it('a pet created with a key is seen at once by a listing on the instance that created it', async () => {
+  twoInstances(
+    'a response stored on one instance is replayed by the other, and by an instance started afterwards',
+    async ({ instances }) => {
+      const { a, b } = instances;
+      const key = newKey();
+      const first = await post(a, key, { name: 'Durable', categoryId: 4, status: 'pending' });
+      const elsewhere = await post(b, key, { name: 'Durable', categoryId: 4, status: 'pending' }, a.auth);
+      expect(elsewhere.headers['idempotent-replayed']).toBe('true');
+      expect(elsewhere.body).toBe(first.body);
+      const restarted = await buildTestApp({ DATABASE_URL: a.databaseUrl! });
+      try {
+        const later = await post(restarted, key, { name: 'Durable', categoryId: 4, status: 'pending' }, a.auth);
+        expect(later.statusCode).toBe(201);
+        expect(later.headers['idempotent-replayed']).toBe('true');
+        expect(later.body).toBe(first.body);
+        expect(later.headers.location).toBe(first.headers.location);
+      } finally {
+        await restarted.close();
+      }
+      expect(await countPets(a.db, 'Durable')).toBe(1);
+    },
+  );
+
+  twoInstances('a pet created with a key is seen at once by a listing on the instance that created it', async ({ instances }) => {
     const { a } = instances;
     // Fill the cache with the listing's last page, then create through the transactional path.
     const before = await a.app.inject({ url: '/v1/pets?limit=100&status=sold', headers: a.auth });
@@ -286,7 +292,7 @@ describe.skipIf(!POSTGRES_URL)('Idempotency-Key across two instances on PostgreS
     expect(page.json()).toContainEqual(created.json());
   });
 
-  it('a new instance purges expired keys once it is ready', async () => {
+  twoInstances('a new instance purges expired keys once it is ready', async ({ instances }) => {
     const { a } = instances;
     await addStoredKeys(a, 600, '25 hours', 'expired');
     const started = await buildTestApp({ DATABASE_URL: a.databaseUrl! });

@@ -1,65 +1,80 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { generateKey, hashKey } from '../src/api-key-format.js';
-import { buildTestApp, type TestApp } from './support/app.js';
+import { buildTestApp } from './support/app.js';
 import { POSTGRES_URL } from './support/databases.js';
 import { eventually } from './support/eventually.js';
+import { describeAppTest } from './support/fixtures.js';
+import { bearer, waitForKeyOnApp } from './support/keys.js';
+import { sleep } from './support/time.js';
 
 // Runs on PostgreSQL and on PGlite alike: the triggers are the same SQL, and so is every instance's handling of their notices.
 const DATABASE = POSTGRES_URL ? 'PostgreSQL' : 'PGlite';
-const bearer = (key: string) => ({ authorization: `Bearer ${key}` });
 
 describe(`notices of key changes (${DATABASE})`, () => {
-  let t: TestApp;
-  let notices: string[];
-  const everyPayload: string[] = [];
-  let stopListening: () => Promise<void>;
-  let marker: string;
-  beforeAll(async () => {
-    t = await buildTestApp();
-    marker = String((await t.app.apiKeysRepository.create({ plan: 'free', name: 'marker' })).id);
-    notices = [];
-    stopListening = await t.db.listen('api_key_changed', (payload) => notices.push(payload) && everyPayload.push(payload), () => {});
+  /**
+   * The block's app, and `noticesOf`, which runs a statement and answers the notices it sent, as
+   * a listener of the test's own on the app's database hears them; `everyPayload` is every notice
+   * it heard.
+   */
+  const test = describeAppTest().extend('watch', async ({ t }, { onCleanup }) => {
+    const marker = String((await t.app.apiKeysRepository.create({ plan: 'free', name: 'marker' })).id);
+    const notices: string[] = [];
+    const everyPayload: string[] = [];
+    const stopListening = await t.db.listen(
+      'api_key_changed',
+      (payload) => notices.push(payload) && everyPayload.push(payload),
+      () => {},
+    );
+    onCleanup(stopListening);
+
+    /** Until the notices of every statement so far have arrived: one more statement's notice marks the end. */
+    async function settle() {
+      const from = notices.length;
+      await t.db.query('UPDATE api_keys SET name = name WHERE id = $1', [Number(marker)]);
+      await eventually(async () => notices.indexOf(marker, from) !== -1, 2_000);
+    }
+
+    /** The notices one statement sends. */
+    async function noticesOf(sql: string): Promise<string[]> {
+      await settle();
+      notices.length = 0;
+      await t.db.query(sql);
+      await settle();
+      return notices.slice(0, -1);
+    }
+    return { noticesOf, everyPayload };
   });
-  afterAll(async () => {
-    await stopListening();
-    await t.close();
-  });
 
-  /** Until the notices of every statement so far have arrived: one more statement's notice marks the end. */
-  async function settle() {
-    const from = notices.length;
-    await t.db.query('UPDATE api_keys SET name = name WHERE id = $1', [Number(marker)]);
-    await eventually(async () => notices.indexOf(marker, from) !== -1, 2_000);
-  }
-
-  /** The notices one statement sends. */
-  async function noticesOf(sql: string): Promise<string[]> {
-    await settle();
-    notices.length = 0;
-    await t.db.query(sql);
-    await settle();
-    return notices.slice(0, -1);
-  }
-
-  it('is one per statement: the changed ids, "*" past 100, none when no row changed; never a hash', async () => {
-    const few = await noticesOf("INSERT INTO api_keys (plan, key_hash) SELECT 'free', sha256(('few ' || i)::bytea) FROM generate_series(1, 3) i");
+  test('is one per statement: the changed ids, "*" past 100, none when no row changed; never a hash', async ({
+    watch: { noticesOf, everyPayload },
+  }) => {
+    const few = await noticesOf(
+      "INSERT INTO api_keys (plan, key_hash) SELECT 'free', sha256(('few ' || i)::bytea) FROM generate_series(1, 3) i",
+    );
     expect(few).toHaveLength(1);
     const ids = few[0]!.split(',').map(Number);
     expect(ids).toHaveLength(3);
     expect(await noticesOf(`UPDATE api_keys SET name = 'renamed' WHERE id IN (${ids.join(',')})`)).toEqual([ids.join(',')]);
     expect(await noticesOf(`DELETE FROM api_keys WHERE id = ${ids[0]}`)).toEqual([String(ids[0])]);
     expect(await noticesOf("UPDATE api_keys SET name = 'nobody' WHERE id < 0")).toEqual([]);
-    expect(await noticesOf("INSERT INTO api_keys (plan, key_hash) SELECT 'free', sha256(('many ' || i)::bytea) FROM generate_series(1, 101) i")).toEqual(['*']);
+    expect(
+      await noticesOf("INSERT INTO api_keys (plan, key_hash) SELECT 'free', sha256(('many ' || i)::bytea) FROM generate_series(1, 101) i"),
+    ).toEqual(['*']);
     for (const payload of everyPayload) expect(payload).toMatch(/^(\*|\d+(,\d+)*)$/);
   });
 
-  it('an import of 50,000 keys in one statement is one notice, and the instance stays responsive and current', async () => {
+  test('an import of 50,000 keys in one statement is one notice, and the instance stays responsive and current', async ({
+    t,
+    watch: { noticesOf },
+  }) => {
     const { id, key } = await t.app.apiKeysRepository.create({ plan: 'pro' });
-    await eventually(async () => (await t.app.inject({ url: '/v1/pets?limit=1', headers: bearer(key) })).statusCode === 200);
-    const imported = await noticesOf("INSERT INTO api_keys (plan, key_hash) SELECT 'free', sha256(('imported ' || i)::bytea) FROM generate_series(1, 50000) i");
+    await waitForKeyOnApp(t.app, bearer(key));
+    const imported = await noticesOf(
+      "INSERT INTO api_keys (plan, key_hash) SELECT 'free', sha256(('imported ' || i)::bytea) FROM generate_series(1, 50000) i",
+    );
     expect(imported).toEqual(['*']);
     const fresh = await t.app.apiKeysRepository.create({ plan: 'pro' });
-    await eventually(async () => (await t.app.inject({ url: '/v1/pets?limit=1', headers: bearer(fresh.key) })).statusCode === 200, 1_000);
+    await waitForKeyOnApp(t.app, bearer(fresh.key), 1_000);
     await t.app.apiKeysRepository.revoke(id);
     await eventually(async () => (await t.app.inject({ url: '/v1/pets?limit=1', headers: bearer(key) })).statusCode === 401, 1_000);
   });
@@ -91,7 +106,7 @@ describe(`a transaction of many one-row changes while many keys are cached (${DA
         while (probing) {
           expect((await t.app.inject('/healthz')).statusCode).toBe(200);
           answered.push(performance.now());
-          await new Promise((resolve) => setTimeout(resolve, 10));
+          await sleep(10);
         }
       })();
       // An import written as a loop of INSERTs: one notice per statement, all delivered at the
@@ -119,7 +134,7 @@ describe(`a transaction of many one-row changes while many keys are cached (${DA
         sinceCommit(async () => (await get(fresh.key)).statusCode === 200),
       ]);
       expect((await get(keys[2]!)).statusCode).toBe(200);
-      await new Promise((resolve) => setTimeout(resolve, 100));
+      await sleep(100);
       probing = false;
       await probe;
       // The longest the instance went without answering /healthz, from the commit on.

@@ -1,10 +1,11 @@
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { test as base, describe, expect } from 'vitest';
 import { createTestDatabase, POSTGRES_URL } from './support/databases.js';
 import { eventually } from './support/eventually.js';
 import { runCommand, startServer } from './support/processes.js';
+import { bearer } from './support/keys.js';
 
 /** The command exactly as scripts call it (npm's own warnings about this machine's npmrc aside). */
 async function keys(args: string[], env: Record<string, string>) {
@@ -16,29 +17,27 @@ async function keys(args: string[], env: Record<string, string>) {
 const KEY = /^psk_[0-9A-Za-z]{49}$/;
 const lastLine = (text: string) => text.trimEnd().split('\n').at(-1)!;
 
-let env: Record<string, string>;
-let cleanup: () => Promise<void>;
-
-beforeAll(async () => {
+/** The settings of a database of the file's own, for the command; the compiled code is built first. */
+// eslint-disable-next-line no-empty-pattern -- vitest reads a fixture's dependencies from this pattern
+const test = base.extend('env', { scope: 'file' }, async ({}, { onCleanup }): Promise<Record<string, string>> => {
   // The command runs the compiled code: build what is being tested.
   expect((await runCommand('npm', ['run', '--silent', 'build'])).code).toBe(0);
   if (POSTGRES_URL) {
     const database = await createTestDatabase();
     await database.db.close();
-    env = { DATABASE_URL: database.url! };
-    cleanup = database.drop;
-  } else {
-    const dataDir = await mkdtemp(join(tmpdir(), 'pets-keys-'));
-    env = { DATABASE_URL: '', DATA_DIR: dataDir };
-    cleanup = () => rm(dataDir, { recursive: true, force: true });
+    onCleanup(database.drop);
+    return { DATABASE_URL: database.url! };
   }
+  const dataDir = await mkdtemp(join(tmpdir(), 'pets-keys-'));
+  onCleanup(() => rm(dataDir, { recursive: true, force: true }));
+  return { DATABASE_URL: '', DATA_DIR: dataDir };
 });
-afterAll(() => cleanup());
 
-const listJson = async () => JSON.parse((await keys(['list', '--json'], env)).stdout) as Array<Record<string, unknown>>;
+const listJson = async (env: Record<string, string>) =>
+  JSON.parse((await keys(['list', '--json'], env)).stdout) as Array<Record<string, unknown>>;
 
 describe('npm run --silent keys', () => {
-  it('create prints the key as the last line of stdout and exits 0', async () => {
+  test('create prints the key as the last line of stdout and exits 0', async ({ env }) => {
     const created = await keys(['create', '--plan', 'free', '--name', 'ci script'], env);
     expect(created).toMatchObject({ code: 0, stderr: '' });
     expect(lastLine(created.stdout)).toMatch(KEY);
@@ -48,24 +47,26 @@ describe('npm run --silent keys', () => {
     expect(lastLine(enterprise.stdout)).toMatch(KEY);
   });
 
-  it('list shows one line per key, id first, and never a key or a hash', async () => {
+  test('list shows one line per key, id first, and never a key or a hash', async ({ env }) => {
     const created = await keys(['create', '--plan', 'pro', '--name', 'listed'], env);
     const key = lastLine(created.stdout);
     const listed = await keys(['list'], env);
     expect(listed.code).toBe(0);
     const lines = listed.stdout.trimEnd().split('\n');
-    const records = await listJson();
+    const records = await listJson(env);
     expect(lines).toHaveLength(records.length);
     expect(lines.map((line) => Number(line.split('\t')[0]))).toEqual(records.map((record) => record.id));
-    expect(lines.find((line) => line.includes('listed'))).toMatch(/^\d+\tlisted\tpro\t300\/minute\t10000\/day\tread-write\t\S+\tno expiry\tactive$/);
+    expect(lines.find((line) => line.includes('listed'))).toMatch(
+      /^\d+\tlisted\tpro\t300\/minute\t10000\/day\tread-write\t\S+\tno expiry\tactive$/,
+    );
     for (const output of [listed.stdout, JSON.stringify(records)]) {
       expect(output).not.toContain(key);
       expect(output).not.toMatch(/psk_|[0-9a-f]{64}|hash/i);
     }
   });
 
-  it('list --json prints the same keys as a JSON array', async () => {
-    const records = await listJson();
+  test('list --json prints the same keys as a JSON array', async ({ env }) => {
+    const records = await listJson(env);
     expect(records.find((record) => record.plan === 'enterprise')).toMatchObject({
       id: expect.any(Number),
       name: '',
@@ -80,22 +81,25 @@ describe('npm run --silent keys', () => {
     });
   });
 
-  it('revoke marks the key revoked; an unknown id is an error', async () => {
-    const id = (await listJson())[0]!.id as number;
+  test('revoke marks the key revoked; an unknown id is an error', async ({ env }) => {
+    const id = (await listJson(env))[0]!.id as number;
     const revoked = await keys(['revoke', String(id)], env);
     expect(revoked.code).toBe(0);
-    expect((await listJson())[0]!.revokedAt).toEqual(expect.any(String));
+    expect((await listJson(env))[0]!.revokedAt).toEqual(expect.any(String));
     expect((await keys(['revoke', String(id)], env)).code).toBe(0);
     const missing = await keys(['revoke', '999999'], env);
     expect(missing.code).toBe(1);
     expect(missing.stderr).toContain('999999');
   });
 
-  it('create --expires-at and --read-only are listed with the key', async () => {
-    const created = await keys(['create', '--plan', 'free', '--name', 'reader', '--read-only', '--expires-at', '2099-01-31T12:00:00Z'], env);
+  test('create --expires-at and --read-only are listed with the key', async ({ env }) => {
+    const created = await keys(
+      ['create', '--plan', 'free', '--name', 'reader', '--read-only', '--expires-at', '2099-01-31T12:00:00Z'],
+      env,
+    );
     expect(created.code).toBe(0);
     expect(lastLine(created.stdout)).toMatch(KEY);
-    expect((await listJson()).find((record) => record.name === 'reader')).toMatchObject({
+    expect((await listJson(env)).find((record) => record.name === 'reader')).toMatchObject({
       readOnly: true,
       expiresAt: '2099-01-31T12:00:00.000Z',
     });
@@ -103,16 +107,24 @@ describe('npm run --silent keys', () => {
     expect(line).toMatch(/\tread-only\t\S+\texpires 2099-01-31T12:00:00.000Z\tactive$/);
   });
 
-  it('rotate prints a new key with the same plan, limits, name and scope, and lists which key replaced which', async () => {
+  test('rotate prints a new key with the same plan, limits, name and scope, and lists which key replaced which', async ({ env }) => {
     await keys(['create', '--plan', 'enterprise', '--per-minute', '7', '--per-day', '70', '--name', 'rolled', '--read-only'], env);
-    const old = (await listJson()).find((record) => record.name === 'rolled')!;
+    const old = (await listJson(env)).find((record) => record.name === 'rolled')!;
     const rotated = await keys(['rotate', String(old.id), '--overlap-seconds', '3600'], env);
     expect(rotated).toMatchObject({ code: 0, stderr: '' });
     expect(lastLine(rotated.stdout)).toMatch(KEY);
-    const records = await listJson();
+    const records = await listJson(env);
     const replaced = records.find((record) => record.id === old.id)!;
     const successor = records.find((record) => record.id === replaced.replacedBy)!;
-    expect(successor).toMatchObject({ name: 'rolled', plan: 'enterprise', perMinute: 7, perDay: 70, readOnly: true, expiresAt: null, revokedAt: null });
+    expect(successor).toMatchObject({
+      name: 'rolled',
+      plan: 'enterprise',
+      perMinute: 7,
+      perDay: 70,
+      readOnly: true,
+      expiresAt: null,
+      revokedAt: null,
+    });
     expect(Date.parse(replaced.expiresAt as string) - Date.now()).toBeGreaterThan(3_500_000);
     expect(replaced.revokedAt).toBeNull();
     const line = (await keys(['list'], env)).stdout.split('\n').find((text) => text.startsWith(`${String(old.id)}\t`));
@@ -121,11 +133,11 @@ describe('npm run --silent keys', () => {
     expect((await keys(['rotate', String(old.id)], env)).code).toBe(1);
     const now = await keys(['rotate', String(successor.id), '--overlap-seconds', '0'], env);
     expect(now.code).toBe(0);
-    expect((await listJson()).find((record) => record.id === successor.id)!.revokedAt).toEqual(expect.any(String));
+    expect((await listJson(env)).find((record) => record.id === successor.id)!.revokedAt).toEqual(expect.any(String));
     expect((await keys(['rotate', '999999'], env)).code).toBe(1);
   });
 
-  it('bad arguments: one line on stderr, exit 2, nothing written', { timeout: 180_000 }, async () => {
+  test('bad arguments: one line on stderr, exit 2, nothing written', { timeout: 180_000 }, async ({ env }) => {
     const cases = [
       [],
       ['rotate'],
@@ -157,7 +169,7 @@ describe('npm run --silent keys', () => {
       ['rotate', '1', '--read-only'],
       ['list', '--expires-at', '2030-01-01T00:00:00Z'],
     ];
-    const before = await listJson();
+    const before = await listJson(env);
     // Bad arguments are refused before the database is opened, so the cases can run side by side.
     for (let i = 0; i < cases.length; i += 4) {
       const batch = cases.slice(i, i + 4);
@@ -170,13 +182,13 @@ describe('npm run --silent keys', () => {
         expect(result.stderr, label).toMatch(/^keys: /);
       });
     }
-    expect(await listJson()).toEqual(before);
+    expect(await listJson(env)).toEqual(before);
   });
 });
 
 describe.runIf(!POSTGRES_URL)('on the embedded database', () => {
-  it('stops with a clear message while a server holds the data directory, and corrupts nothing', async () => {
-    const before = await listJson();
+  test('stops with a clear message while a server holds the data directory, and corrupts nothing', async ({ env }) => {
+    const before = await listJson(env);
     const server = await startServer({ env: { DATA_DIR: env.DATA_DIR! } });
     try {
       const result = await keys(['create', '--plan', 'free'], env);
@@ -186,18 +198,17 @@ describe.runIf(!POSTGRES_URL)('on the embedded database', () => {
     } finally {
       expect(await server.stop()).toBe(0);
     }
-    expect(await listJson()).toEqual(before);
+    expect(await listJson(env)).toEqual(before);
   });
 });
 
 describe.runIf(POSTGRES_URL)('two servers sharing one PostgreSQL', () => {
-  it('a key revoked through the command stops working on both within a second', async () => {
+  test('a key revoked through the command stops working on both within a second', async ({ env }) => {
     const servers = await Promise.all([startServer({ env }), startServer({ env })]);
     try {
       const key = lastLine((await keys(['create', '--plan', 'free', '--name', 'two servers'], env)).stdout);
-      const id = (await listJson()).find((record) => record.name === 'two servers')!.id as number;
-      const status = (origin: string) =>
-        fetch(`${origin}/v1/pets`, { headers: { authorization: `Bearer ${key}` } }).then((response) => response.status);
+      const id = (await listJson(env)).find((record) => record.name === 'two servers')!.id as number;
+      const status = (origin: string) => fetch(`${origin}/v1/pets`, { headers: bearer(key) }).then((response) => response.status);
       for (const server of servers) await eventually(async () => (await status(server.origin)) === 200);
 
       expect((await keys(['revoke', String(id)], env)).code).toBe(0);

@@ -1,14 +1,11 @@
-import { afterAll, beforeAll, expect, it } from 'vitest';
+import { expect } from 'vitest';
 import { migrate } from '../src/db/migrate.js';
-import { createTestDatabase } from './support/databases.js';
+import { databaseTest } from './support/fixtures.js';
 
-let target: Awaited<ReturnType<typeof createTestDatabase>>;
-beforeAll(async () => {
-  target = await createTestDatabase();
-});
-afterAll(() => target.drop());
+// An empty database: the test runs the migrations itself.
+const test = databaseTest({ migrated: false });
 
-it('applies every migration once, records it, and applies nothing on the next run', async () => {
+test('applies every migration once, records it, and applies nothing on the next run', async ({ database: target }) => {
   const first = await migrate(target.db);
   expect(first.length).toBeGreaterThan(0);
   expect(await migrate(target.db)).toEqual([]);

@@ -1,41 +1,38 @@
 import SwaggerParser from '@apidevtools/swagger-parser';
 import { Ajv } from 'ajv';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { buildTestApp, type TestApp } from './support/app.js';
+import { describe, expect } from 'vitest';
+import { appTest } from './support/fixtures.js';
 
-let t: TestApp;
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-let document: any;
-
-beforeAll(async () => {
-  t = await buildTestApp();
+/** The app, and the document it serves, read once for the file. */
+const test = appTest().extend('document', { scope: 'file' }, async ({ t }) => {
   const response = await t.app.inject('/v1/openapi.json');
   expect(response.statusCode).toBe(200);
-  document = response.json();
+  // Tests walk whatever the document holds.
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  return response.json<any>();
 });
-afterAll(() => t.close());
 
 describe('the OpenAPI document at /v1/openapi.json', () => {
-  it('is a valid OpenAPI 3 document', async () => {
+  test('is a valid OpenAPI 3 document', async ({ document }) => {
     await SwaggerParser.validate(structuredClone(document));
     expect(document.openapi).toMatch(/^3\./);
     expect(document.servers).toEqual([{ url: 'https://api.example.test/v1' }]);
   });
 
-  it('lists the three operations relative to the base URL, and nothing else', () => {
+  test('lists the three operations relative to the base URL, and nothing else', ({ document }) => {
     expect(Object.keys(document.paths).sort()).toEqual(['/pets', '/pets/{petId}']);
     expect(document.paths['/pets'].get.operationId).toBe('listPets');
     expect(document.paths['/pets'].post.operationId).toBe('createPet');
     expect(document.paths['/pets/{petId}'].get.operationId).toBe('getPet');
   });
 
-  it('marks getPet deprecated with its sunset', () => {
+  test('marks getPet deprecated with its sunset', ({ document }) => {
     const getPet = document.paths['/pets/{petId}'].get;
     expect(getPet.deprecated).toBe(true);
     expect(getPet.description).toContain('05 Dec 2030');
   });
 
-  it('documents the error responses with the Error shape', () => {
+  test('documents the error responses with the Error shape', ({ document }) => {
     const createPet = document.paths['/pets'].post;
     for (const status of ['400', '413', '415']) {
       const schema = createPet.responses[status].content['application/json'].schema;
@@ -44,7 +41,7 @@ describe('the OpenAPI document at /v1/openapi.json', () => {
     expect(document.paths['/pets/{petId}'].get.responses['404']).toBeDefined();
   });
 
-  it('describes real responses: each one validates against its documented schema', async () => {
+  test('describes real responses: each one validates against its documented schema', async ({ t, document }) => {
     const ajv = new Ajv({ strict: false });
     const schemaOf = (path: string, method: string, status: number) =>
       document.paths[path][method].responses[String(status)].content['application/json'].schema;
@@ -53,7 +50,12 @@ describe('the OpenAPI document at /v1/openapi.json', () => {
       expect(validate(body), JSON.stringify(validate.errors)).toBe(true);
     };
 
-    const created = await t.app.inject({ method: 'POST', url: '/v1/pets', payload: { name: 'Doc', categoryId: 2, status: 'sold' }, headers: t.auth });
+    const created = await t.app.inject({
+      method: 'POST',
+      url: '/v1/pets',
+      payload: { name: 'Doc', categoryId: 2, status: 'sold' },
+      headers: t.auth,
+    });
     check(schemaOf('/pets', 'post', 201), created.json());
     const bare = await t.app.inject({ method: 'POST', url: '/v1/pets', payload: { name: 'No status', categoryId: 2 }, headers: t.auth });
     check(schemaOf('/pets', 'post', 201), bare.json());
@@ -64,23 +66,27 @@ describe('the OpenAPI document at /v1/openapi.json', () => {
     check(schemaOf('/pets/{petId}', 'get', 404), (await t.app.inject({ url: '/v1/pets/999999', headers: t.auth })).json());
   });
 
-  it('serves interactive docs at /docs', async () => {
+  test('serves interactive docs at /docs', async ({ t }) => {
     const response = await t.app.inject('/docs/');
     expect(response.statusCode).toBe(200);
     expect(response.headers['content-type']).toMatch(/text\/html/);
   });
 });
 
-it('documents the deprecation headers on every response of getPet', () => {
+test('documents the deprecation headers on every response of getPet', ({ document }) => {
   const responses = document.paths['/pets/{petId}'].get.responses;
   for (const status of ['200', '400', '404', '410']) {
     expect(Object.keys(responses[status].headers)).toEqual(expect.arrayContaining(['deprecation', 'sunset', 'link']));
   }
 });
 
-it('requires bearer auth on every operation and documents the 401 with its header', () => {
+test('requires bearer auth on every operation and documents the 401 with its header', ({ document }) => {
   expect(document.components.securitySchemes.bearerAuth).toMatchObject({ type: 'http', scheme: 'bearer' });
-  for (const [path, method] of [['/pets', 'get'], ['/pets', 'post'], ['/pets/{petId}', 'get']] as const) {
+  for (const [path, method] of [
+    ['/pets', 'get'],
+    ['/pets', 'post'],
+    ['/pets/{petId}', 'get'],
+  ] as const) {
     const operation = document.paths[path][method];
     expect(operation.security).toEqual([{ bearerAuth: [] }]);
     expect(operation.responses['401'].headers['www-authenticate']).toBeDefined();
@@ -88,8 +94,12 @@ it('requires bearer auth on every operation and documents the 401 with its heade
   }
 });
 
-it('documents the rate-limit headers on every response, and the 429 with Retry-After', () => {
-  for (const [path, method] of [['/pets', 'get'], ['/pets', 'post'], ['/pets/{petId}', 'get']] as const) {
+test('documents the rate-limit headers on every response, and the 429 with Retry-After', ({ document }) => {
+  for (const [path, method] of [
+    ['/pets', 'get'],
+    ['/pets', 'post'],
+    ['/pets/{petId}', 'get'],
+  ] as const) {
     const { responses } = document.paths[path][method];
     expect(responses['429'].headers['retry-after']).toBeDefined();
     for (const [status, response] of Object.entries<{ headers: object }>(responses)) {
@@ -102,7 +112,7 @@ it('documents the rate-limit headers on every response, and the 429 with Retry-A
   for (const status of ['401', '429']) expect(getPet[status].headers.sunset).toBeDefined();
 });
 
-it('documents Idempotency-Key on createPet, with how long keys are kept, the replay header, 409 and 422', () => {
+test('documents Idempotency-Key on createPet, with how long keys are kept, the replay header, 409 and 422', ({ document }) => {
   const createPet = document.paths['/pets'].post;
   const parameter = createPet.parameters.find((one: { name: string }) => one.name === 'idempotency-key');
   expect(parameter).toMatchObject({ in: 'header', required: false, schema: { type: 'string' } });
@@ -116,10 +126,13 @@ it('documents Idempotency-Key on createPet, with how long keys are kept, the rep
   expect(createPet.responses['422'].description).toContain('idempotency_key_mismatch');
 });
 
-it('documents conditional reads: If-None-Match, the ETag and Cache-Control of a 200, and the 304 with no body', () => {
+test('documents conditional reads: If-None-Match, the ETag and Cache-Control of a 200, and the 304 with no body', ({ document }) => {
   for (const path of ['/pets', '/pets/{petId}']) {
     const operation = document.paths[path].get;
-    expect(operation.parameters.find((one: { name: string }) => one.name === 'if-none-match')).toMatchObject({ in: 'header', required: false });
+    expect(operation.parameters.find((one: { name: string }) => one.name === 'if-none-match')).toMatchObject({
+      in: 'header',
+      required: false,
+    });
     expect(Object.keys(operation.responses['200'].headers)).toEqual(expect.arrayContaining(['etag', 'cache-control']));
     const notModified = operation.responses['304'];
     expect(notModified.content).toBeUndefined();

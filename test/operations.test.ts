@@ -1,18 +1,16 @@
 import { buildMetricsServer } from '../src/metrics-server.js';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { buildTestApp, type TestApp } from './support/app.js';
+import { describe, expect } from 'vitest';
+import type { TestApp } from './support/app.js';
 import { POSTGRES_URL } from './support/databases.js';
 import { eventually } from './support/eventually.js';
-import { REDIS_URL } from './support/redis.js';
+import { describeAppTest } from './support/fixtures.js';
+import { REDIS_URL, redisStoreEnv } from './support/redis.js';
+import { sleep } from './support/time.js';
 
 describe('Prometheus metrics', () => {
-  let t: TestApp;
-  beforeAll(async () => {
-    t = await buildTestApp(REDIS_URL ? { REDIS_URL, REDIS_KEY_PREFIX: `test:${Date.now()}:metrics:` } : {});
-  });
-  afterAll(() => t.close());
+  const test = describeAppTest({ envAtBuild: () => (REDIS_URL ? redisStoreEnv() : {}) });
 
-  const scrape = async () => {
+  const scrape = async (t: TestApp) => {
     const response = await buildMetricsServer(t.app.metricsRegistry).inject('/metrics');
     expect(response.statusCode).toBe(200);
     expect(response.headers['content-type']).toMatch(/^text\/plain/);
@@ -20,15 +18,15 @@ describe('Prometheus metrics', () => {
   };
   const sample = (body: string, name: string) => Number(body.match(new RegExp(`^${name.replace(/[{}]/g, '\\$&')} (\\S+)$`, 'm'))?.[1]);
 
-  it('count and time real traffic by route, method and status, with rate-limit decisions', async () => {
-    const before = await scrape();
+  test('count and time real traffic by route, method and status, with rate-limit decisions', async ({ t }) => {
+    const before = await scrape(t);
     const listed = 'http_request_duration_seconds_count{method="GET",route="/v1/pets",status_code="200"}';
     const rejected = 'http_request_duration_seconds_count{method="GET",route="/v1/pets",status_code="400"}';
     const allowed = 'rate_limit_decisions_total{outcome="allowed"}';
     for (let i = 0; i < 7; i++) await t.app.inject({ url: '/v1/pets', headers: t.auth });
     for (let i = 0; i < 3; i++) await t.app.inject({ url: '/v1/pets?limit=500', headers: t.auth });
     await t.app.inject({ url: '/no/such/path/' + Math.random() });
-    const after = await scrape();
+    const after = await scrape(t);
     expect(sample(after, listed) - (sample(before, listed) || 0)).toBe(7);
     expect(sample(after, rejected) - (sample(before, rejected) || 0)).toBe(3);
     expect(sample(after, allowed) - (sample(before, allowed) || 0)).toBe(10);
@@ -37,32 +35,28 @@ describe('Prometheus metrics', () => {
     expect(after).toMatch(/^process_resident_memory_bytes \d+/m);
   });
 
-  it.runIf(POSTGRES_URL)('report the database pool', async () => {
-    expect(await scrape()).toMatch(/^db_pool_connections\{state="idle"\} \d+$/m);
-    expect(await scrape()).toMatch(/^db_pool_connections\{state="waiting"\} 0$/m);
+  test.runIf(POSTGRES_URL)('report the database pool', async ({ t }) => {
+    expect(await scrape(t)).toMatch(/^db_pool_connections\{state="idle"\} \d+$/m);
+    expect(await scrape(t)).toMatch(/^db_pool_connections\{state="waiting"\} 0$/m);
   });
 
-  it.runIf(REDIS_URL)('report whether rate limiting has fallen back from Redis', async () => {
-    expect(await scrape()).toMatch(/^rate_limit_redis_fallback 0$/m);
+  test.runIf(REDIS_URL)('report whether rate limiting has fallen back from Redis', async ({ t }) => {
+    expect(await scrape(t)).toMatch(/^rate_limit_redis_fallback 0$/m);
   });
 
-  it('are not served on the API port', async () => {
+  test('are not served on the API port', async ({ t }) => {
     expect((await t.app.inject('/metrics')).statusCode).toBe(404);
   });
 });
 
 describe('load shedding', () => {
-  let t: TestApp;
-  beforeAll(async () => {
-    t = await buildTestApp({ LOAD_SHED_EVENT_LOOP_DELAY_MS: '50' });
-  });
-  afterAll(() => t.close());
+  const test = describeAppTest({ env: { LOAD_SHED_EVENT_LOOP_DELAY_MS: '50' } });
 
-  it('answers 503 with Retry-After while the event loop lags, keeps liveness up, and recovers', async () => {
+  test('answers 503 with Retry-After while the event loop lags, keeps liveness up, and recovers', async ({ t }) => {
     expect((await t.app.inject({ url: '/v1/pets', headers: t.auth })).statusCode).toBe(200);
     const blockedUntil = Date.now() + 1_500;
     while (Date.now() < blockedUntil); // a real stall of the event loop
-    await new Promise((resolve) => setTimeout(resolve, 50));
+    await sleep(50);
 
     const shed = await t.app.inject({ url: '/v1/pets', headers: t.auth });
     expect(shed.statusCode).toBe(503);
@@ -77,18 +71,14 @@ describe('load shedding', () => {
 });
 
 describe.runIf(POSTGRES_URL)('load shedding on pool exhaustion', () => {
-  let t: TestApp;
-  beforeAll(async () => {
-    // Without the pets cache, so that every request below needs a connection.
-    t = await buildTestApp({ DB_POOL_SIZE: '1', LOAD_SHED_POOL_WAITING: '3', PETS_CACHE_MAX_BYTES: '0' });
-  });
-  afterAll(() => t.close());
+  // Without the pets cache, so that every request below needs a connection.
+  const test = describeAppTest({ env: { DB_POOL_SIZE: '1', LOAD_SHED_POOL_WAITING: '3', PETS_CACHE_MAX_BYTES: '0' } });
 
-  it('answers 503 once too many requests wait for a database connection, and recovers', async () => {
+  test('answers 503 once too many requests wait for a database connection, and recovers', async ({ t }) => {
     // The test key is in the key cache first (a lookup racing the notice of the key's creation
     // is not kept), so that only the listing queries below wait for a connection.
     for (let i = 0; i < 3; i++) await t.app.inject({ url: '/v1/pets?limit=1', headers: t.auth });
-    await new Promise((resolve) => setTimeout(resolve, 100));
+    await sleep(100);
     await t.app.inject({ url: '/v1/pets?limit=1', headers: t.auth });
     // Hold the only connection, then queue requests behind it.
     const holding = t.db.query('SELECT pg_sleep(2)');

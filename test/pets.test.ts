@@ -1,19 +1,33 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { buildTestApp, type TestApp } from './support/app.js';
-import { type HttpResponse, listen } from './support/http.js';
+import { describe, expect, vi } from 'vitest';
+import { eventually } from './support/eventually.js';
+import { appTest } from './support/fixtures.js';
+import { countPets } from './support/pets.js';
+import type { HttpResponse } from './support/http.js';
 
-let t: TestApp;
-let request: Awaited<ReturnType<typeof listen>>;
 const BASE = 'https://api.example.test/v1';
 
-beforeAll(async () => {
-  t = await buildTestApp();
-  request = await listen(t.app, t.auth);
-});
-afterAll(() => t.close());
-
-const create = (json: unknown) => request('POST', '/v1/pets', { json });
-const countPets = async () => (await t.db.query<{ n: number }>('SELECT count(*)::int AS n FROM pets'))[0]!.n;
+/** The app, with `create` (POST /v1/pets over HTTP) and `walk` (follows rel="next" links from a first page to the end). */
+const test = appTest()
+  .extend(
+    'create',
+    { scope: 'file' },
+    ({ request }) =>
+      (json: unknown) =>
+        request('POST', '/v1/pets', { json }),
+  )
+  .extend('walk', { scope: 'file' }, ({ request }) => async (firstPath: string, onPage?: () => Promise<void>) => {
+    const seen: number[] = [];
+    let path: string | undefined = firstPath;
+    while (path) {
+      const page = await request('GET', path);
+      expect(page.status).toBe(200);
+      seen.push(...page.body.map((pet: { id: number }) => pet.id));
+      const next = page.headers.get('link')?.match(/^<([^>]+)>; rel="next"$/)?.[1];
+      path = next?.slice(BASE.length - '/v1'.length);
+      await onPage?.();
+    }
+    return seen;
+  });
 
 function expectError(response: HttpResponse, status: number, code: string, mentions?: string) {
   expect(response.status).toBe(status);
@@ -22,23 +36,8 @@ function expectError(response: HttpResponse, status: number, code: string, menti
   if (mentions) expect(response.body.message).toContain(mentions);
 }
 
-/** Follows rel="next" links from a first page to the end. */
-async function walk(firstPath: string, onPage?: () => Promise<void>) {
-  const seen: number[] = [];
-  let path: string | undefined = firstPath;
-  while (path) {
-    const page = await request('GET', path);
-    expect(page.status).toBe(200);
-    seen.push(...page.body.map((pet: { id: number }) => pet.id));
-    const next = page.headers.get('link')?.match(/^<([^>]+)>; rel="next"$/)?.[1];
-    path = next?.slice(BASE.length - '/v1'.length);
-    await onPage?.();
-  }
-  return seen;
-}
-
 describe('POST /v1/pets', () => {
-  it('201: adds an animal and returns it with its id and Location', async () => {
+  test('201: adds an animal and returns it with its id and Location', async ({ request, create }) => {
     const response = await create({ name: 'Rex', categoryId: 7, status: 'available' });
     expect(response.status).toBe(201);
     expect(response.body).toEqual({ id: expect.any(Number), name: 'Rex', categoryId: 7, status: 'available' });
@@ -47,7 +46,7 @@ describe('POST /v1/pets', () => {
     expect(fetched.body).toEqual(response.body);
   });
 
-  it('201: a pet created without status has no status field and matches no status filter', async () => {
+  test('201: a pet created without status has no status field and matches no status filter', async ({ request, create, walk }) => {
     const { body } = await create({ name: 'Nameless status', categoryId: 1 });
     expect(body).not.toHaveProperty('status');
     expect((await request('GET', `/v1/pets/${body.id}`)).body).not.toHaveProperty('status');
@@ -58,20 +57,20 @@ describe('POST /v1/pets', () => {
     expect(await walk('/v1/pets?limit=100')).toContain(body.id);
   });
 
-  it('counts a name in characters: 255 emoji are fine', async () => {
+  test('counts a name in characters: 255 emoji are fine', async ({ create }) => {
     const response = await create({ name: '🐕'.repeat(255), categoryId: 1 });
     expect(response.status).toBe(201);
     expect(response.body.name).toBe('🐕'.repeat(255));
   });
 
-  it('accepts the edges: 255 characters, categoryId 2^53 - 1, unknown fields ignored', async () => {
+  test('accepts the edges: 255 characters, categoryId 2^53 - 1, unknown fields ignored', async ({ create }) => {
     const name = 'é'.repeat(250) + '😀 🐕';
     const response = await create({ name, categoryId: 9007199254740991, status: 'sold', color: 'brown', id: 1 });
     expect(response.status).toBe(201);
     expect(response.body).toEqual({ id: expect.any(Number), name, categoryId: 9007199254740991, status: 'sold' });
   });
 
-  it.each([
+  test.for([
     ['name missing', { categoryId: 1 }, 'body/name'],
     ['categoryId missing', { name: 'Rex' }, 'body/categoryId'],
     ['empty name', { name: '', categoryId: 1 }, 'body/name'],
@@ -90,34 +89,34 @@ describe('POST /v1/pets', () => {
     ['unknown status', { name: 'Rex', categoryId: 1, status: 'adopted' }, 'body/status'],
     ['an array', [{ name: 'Rex', categoryId: 1 }], 'body'],
     ['a string', 'Rex', 'body'],
-  ])('400 and nothing stored: %s', async (_case, json, field) => {
-    const before = await countPets();
+  ] as Array<[string, unknown, string]>)('400 and nothing stored: %s', async ([, json, field], { t, create }) => {
+    const before = await countPets(t.db);
     expectError(await create(json), 400, 'bad_request', field);
-    expect(await countPets()).toBe(before);
+    expect(await countPets(t.db)).toBe(before);
   });
 
-  it('400: missing, empty or malformed JSON body', async () => {
-    const before = await countPets();
+  test('400: missing, empty or malformed JSON body', async ({ t, request }) => {
+    const before = await countPets(t.db);
     expectError(await request('POST', '/v1/pets'), 400, 'bad_request', 'body');
     const json = { 'content-type': 'application/json' };
     expectError(await request('POST', '/v1/pets', { headers: json, body: '' }), 400, 'bad_request');
     expectError(await request('POST', '/v1/pets', { headers: json, body: '{"name": "Rex",' }), 400, 'bad_request');
-    expect(await countPets()).toBe(before);
+    expect(await countPets(t.db)).toBe(before);
   });
 
-  it('415: a content type other than JSON', async () => {
+  test('415: a content type other than JSON', async ({ request }) => {
     for (const type of ['text/plain', 'application/x-www-form-urlencoded', 'application/xml']) {
       const response = await request('POST', '/v1/pets', { headers: { 'content-type': type }, body: 'name=Rex&categoryId=1' });
       expectError(response, 415, 'unsupported_media_type');
     }
   });
 
-  it('413: a body over 16 KiB', async () => {
+  test('413: a body over 16 KiB', async ({ create }) => {
     const response = await create({ name: 'Rex', categoryId: 1, padding: 'x'.repeat(16 * 1024) });
     expectError(response, 413, 'payload_too_large');
   });
 
-  it('200 concurrent creates give 200 distinct ids, all stored', async () => {
+  test('200 concurrent creates give 200 distinct ids, all stored', async ({ t, create }) => {
     const responses = await Promise.all(
       Array.from({ length: 200 }, (_, i) => create({ name: `pet ${i}`, categoryId: 1 + (i % 5), status: 'pending' })),
     );
@@ -127,58 +126,95 @@ describe('POST /v1/pets', () => {
     const stored = await t.db.query<{ id: number }>('SELECT id FROM pets WHERE id = ANY($1)', [ids]);
     expect(stored).toHaveLength(200);
   });
+
+  test('one row the database refuses among 60 concurrent creates fails alone: 1 refused, 59 created', async ({ t, create }) => {
+    await t.db.query(`CREATE FUNCTION refuse_in_batch() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN IF NEW.name = 'Refused in a batch' THEN RAISE EXCEPTION 'refused for the test'; END IF; RETURN NEW; END $$`);
+    await t.db.query('CREATE TRIGGER refuse_in_batch BEFORE INSERT ON pets FOR EACH ROW EXECUTE FUNCTION refuse_in_batch()');
+    const creates = vi.spyOn(t.app.petsRepository, 'create');
+    try {
+      // A transaction locks the table until all 60 creates have reached the repository: the first
+      // two INSERTs wait on it (on PGlite, on its one connection) and the other 58, the refused
+      // one among them, queue for one multi-row INSERT, which the database fails as a whole.
+      let release!: () => void;
+      const released = new Promise<void>((resolve) => (release = resolve));
+      let locked!: () => void;
+      const isLocked = new Promise<void>((resolve) => (locked = resolve));
+      const holder = t.db.transaction(async (tx) => {
+        await tx.query('LOCK TABLE pets IN SHARE MODE');
+        locked();
+        await released;
+      });
+      await isLocked;
+      const names = Array.from({ length: 60 }, (_, i) => (i === 30 ? 'Refused in a batch' : `Batched ${i}`));
+      const responses = Promise.all(names.map((name) => create({ name, categoryId: 1 })));
+      try {
+        await eventually(async () => creates.mock.calls.length === 60);
+      } finally {
+        release();
+        await holder;
+      }
+      const statuses = (await responses).map(({ status }) => status);
+      expect(names.filter((_, i) => statuses[i] !== 201)).toEqual(['Refused in a batch']);
+      expectError((await responses)[30]!, 500, 'internal_error');
+      const stored = await t.db.query<{ name: string }>('SELECT name FROM pets WHERE name = ANY($1)', [names]);
+      expect(stored).toHaveLength(59);
+    } finally {
+      creates.mockRestore();
+      await t.db.query('DROP TRIGGER refuse_in_batch ON pets');
+      await t.db.query('DROP FUNCTION refuse_in_batch()');
+    }
+  });
 });
 
 describe('GET /v1/pets/{petId}', () => {
-  it('200: the animal', async () => {
+  test('200: the animal', async ({ request, create }) => {
     const { body } = await create({ name: 'Fetch me', categoryId: 2, status: 'pending' });
     const response = await request('GET', `/v1/pets/${body.id}`);
     expect(response.status).toBe(200);
     expect(response.body).toEqual(body);
   });
 
-  it('404: no animal with that identifier', async () => {
+  test('404: no animal with that identifier', async ({ request }) => {
     expectError(await request('GET', '/v1/pets/9007199254740991'), 404, 'not_found');
   });
 
-  it.each(['abc', '0', '-1', '1.5', '9007199254740992', '1e3', '%20'])('400: petId %s', async (petId) => {
+  test.for(['abc', '0', '-1', '1.5', '9007199254740992', '1e3', '%20'])('400: petId %s', async (petId, { request }) => {
     expectError(await request('GET', `/v1/pets/${petId}`), 400, 'bad_request', 'params/petId');
   });
 });
 
 describe('GET /v1/pets', () => {
-  it('200: default limit 20, in id order, with a next link', async () => {
+  test('200: default limit 20, in id order, with a next link', async ({ request, create }) => {
     for (let i = 0; i < 25; i++) await create({ name: `list ${i}`, categoryId: 3, status: 'available' });
     const response = await request('GET', '/v1/pets');
     expect(response.status).toBe(200);
     expect(response.body).toHaveLength(20);
     const ids = response.body.map((pet: { id: number }) => pet.id);
     expect(ids).toEqual([...ids].sort((a, b) => a - b));
-    expect(response.headers.get('link')).toMatch(
-      new RegExp(`^<${BASE}/pets\\?limit=20&cursor=[A-Za-z0-9_-]+>; rel="next"$`),
-    );
+    expect(response.headers.get('link')).toMatch(new RegExp(`^<${BASE}/pets\\?limit=20&cursor=[A-Za-z0-9_-]+>; rel="next"$`));
   });
 
-  it('200: limit 1 and 100, and the status filter', async () => {
+  test('200: limit 1 and 100, and the status filter', async ({ request }) => {
     expect((await request('GET', '/v1/pets?limit=1')).body).toHaveLength(1);
     const hundred = await request('GET', '/v1/pets?limit=100&status=available');
     expect(hundred.status).toBe(200);
     expect(hundred.body.length).toBeGreaterThan(20);
     expect(hundred.body.every((pet: { status: string }) => pet.status === 'available')).toBe(true);
     const filtered = await request('GET', '/v1/pets?limit=1&status=available');
-    expect(filtered.headers.get('link')).toMatch(new RegExp(`^<${BASE}/pets\\?limit=1&status=available&cursor=[A-Za-z0-9_-]+>; rel="next"$`));
+    expect(filtered.headers.get('link')).toMatch(
+      new RegExp(`^<${BASE}/pets\\?limit=1&status=available&cursor=[A-Za-z0-9_-]+>; rel="next"$`),
+    );
   });
 
-  it('pages reach every pet exactly once, and the last page has no next link', async () => {
+  test('pages reach every pet exactly once, and the last page has no next link', async ({ t, walk }) => {
     const all = (await t.db.query<{ id: number }>('SELECT id FROM pets ORDER BY id')).map((row) => row.id);
     expect(await walk('/v1/pets?limit=7')).toEqual(all);
-    const available = (await t.db.query<{ id: number }>("SELECT id FROM pets WHERE status = 'available' ORDER BY id")).map(
-      (row) => row.id,
-    );
+    const available = (await t.db.query<{ id: number }>("SELECT id FROM pets WHERE status = 'available' ORDER BY id")).map((row) => row.id);
     expect(await walk('/v1/pets?limit=3&status=available')).toEqual(available);
   });
 
-  it('no pet is skipped or repeated while another client inserts', async () => {
+  test('no pet is skipped or repeated while another client inserts', async ({ t, create, walk }) => {
     const before = (await t.db.query<{ id: number }>('SELECT id FROM pets ORDER BY id')).map((row) => row.id);
     let inserted = 0;
     const seen = await walk('/v1/pets?limit=9', async () => {
@@ -189,15 +225,15 @@ describe('GET /v1/pets', () => {
     expect(seen.length).toBeGreaterThan(before.length);
   });
 
-  it.each(['0', '101', '-1', '1.5', 'abc', '', '20&limit=30'])('400: limit=%s', async (limit) => {
+  test.for(['0', '101', '-1', '1.5', 'abc', '', '20&limit=30'])('400: limit=%s', async (limit, { request }) => {
     expectError(await request('GET', `/v1/pets?limit=${limit}`), 400, 'bad_request', 'querystring/limit');
   });
 
-  it('400: unknown status', async () => {
+  test('400: unknown status', async ({ request }) => {
     expectError(await request('GET', '/v1/pets?status=adopted'), 400, 'bad_request', 'querystring/status');
   });
 
-  it('400: a malformed cursor, or one made for another status filter', async () => {
+  test('400: a malformed cursor, or one made for another status filter', async ({ request }) => {
     for (const cursor of ['garbage!', 'Zm9vYmFy', Buffer.from(':0').toString('base64url'), 'x'.repeat(300)]) {
       expectError(await request('GET', `/v1/pets?cursor=${cursor}`), 400, 'bad_request', 'cursor');
     }
@@ -210,12 +246,12 @@ describe('GET /v1/pets', () => {
 });
 
 describe('every other request gets an Error body', () => {
-  it('404: unknown routes', async () => {
+  test('404: unknown routes', async ({ request }) => {
     expectError(await request('GET', '/v1/orders'), 404, 'not_found');
     expectError(await request('GET', '/pets'), 404, 'not_found');
   });
 
-  it('405: unsupported methods, with Allow', async () => {
+  test('405: unsupported methods, with Allow', async ({ request }) => {
     const onList = await request('DELETE', '/v1/pets');
     expectError(onList, 405, 'method_not_allowed');
     expect(onList.headers.get('allow')).toBe('GET, POST, HEAD');
@@ -224,7 +260,7 @@ describe('every other request gets an Error body', () => {
     expect(onPet.headers.get('allow')).toBe('GET, HEAD');
   });
 
-  it('logs one line per request with id, method, route, status and duration', async () => {
+  test('logs one line per request with id, method, route, status and duration', async ({ t, request }) => {
     await request('GET', '/v1/pets?limit=2');
     const line = t.logs.entries().findLast((entry) => entry.msg === 'request');
     expect(line).toMatchObject({ reqId: expect.any(String), method: 'GET', route: '/v1/pets', status: 200, ms: expect.any(Number) });

@@ -1,41 +1,38 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { MemoryStore } from '../src/plugins/rate-limit/memory-store.js';
-import { buildTestApp, type TestApp } from './support/app.js';
-import { createTestDatabase, POSTGRES_URL } from './support/databases.js';
+import { POSTGRES_URL } from './support/databases.js';
 import { eventually } from './support/eventually.js';
+import { databaseTest as databaseFixtures, describeAppTest } from './support/fixtures.js';
 import { startServer } from './support/processes.js';
+import { bearer, waitForKey } from './support/keys.js';
 import { RATE_LIMIT_STORES, REDIS_URL, redisStoreEnv } from './support/redis.js';
+import { DAY, MINUTE, sleep, SUNSET, T0 } from './support/time.js';
 
-const MINUTE = 60_000;
-const DAY = 86_400_000;
-/** 10:00:00 UTC on a Sunday: the start of a minute, 14 hours before the day ends. */
-const T0 = Date.UTC(2026, 10, 22, 10, 0, 0);
-const SUNSET = Date.UTC(2030, 11, 5);
+// T0 is 10:00:00 UTC on a Sunday: the start of a minute, 14 hours before the day ends.
 
 describe.each(RATE_LIMIT_STORES)('rate limiting with the $name store', (store) => {
-  let t: TestApp;
-  let clock = T0;
-  const keyOf = async (perMinute: number, perDay: number) => {
-    const { key } = await t.app.apiKeysRepository.create({ plan: 'enterprise', limits: { perMinute, perDay } });
-    const headers = { authorization: `Bearer ${key}` };
-    // The new key reaches the keyring by NOTIFY; wait without spending its quota (a 401 costs the address).
-    await eventually(async () => {
-      clock += DAY;
-      return (await t.app.inject({ url: '/v1/pets/0', headers })).statusCode === 400;
-    });
-    clock = (Math.floor(clock / DAY) + 1) * DAY + 10 * 60 * MINUTE;
-    return headers;
-  };
-  const get = (url: string, headers: Record<string, string> = {}) => t.app.inject({ url, headers });
-
-  beforeAll(async () => {
-    if (store.usesRedis && !REDIS_URL) return;
-    t = await buildTestApp(store.env(), { now: () => clock });
-  });
-  afterAll(() => t?.close());
+  const test = describeAppTest({ clock: T0, envAtBuild: store.env })
+    /** A key with the limits given, usable, and the clock at 10:00 on the next day. */
+    .extend('keyOf', ({ t, clock }) => async (perMinute: number, perDay: number) => {
+      const { key } = await t.app.apiKeysRepository.create({ plan: 'enterprise', limits: { perMinute, perDay } });
+      const headers = bearer(key);
+      // Each try a day later, so that waiting spends none of the quota the test then counts.
+      await waitForKey(async () => {
+        clock.advance(DAY);
+        return (await t.app.inject({ url: '/v1/pets/0', headers })).statusCode;
+      });
+      clock.set((Math.floor(clock.now() / DAY) + 1) * DAY + 10 * 60 * MINUTE);
+      return headers;
+    })
+    .extend(
+      'get',
+      ({ t }) =>
+        (url: string, headers: Record<string, string> = {}) =>
+          t.app.inject({ url, headers }),
+    );
 
   describe.skipIf(store.usesRedis && !REDIS_URL)('', () => {
-    it('every /v1 response carries the headers: 200, 201, 400, 401, 404, 405, 410, 429 and 500', async () => {
+    test('every /v1 response carries the headers: 200, 201, 400, 401, 404, 405, 410, 429 and 500', async ({ t, clock, keyOf, get }) => {
       const auth = await keyOf(1000, 100_000);
       const responses = {
         200: await get('/v1/pets', auth),
@@ -46,9 +43,9 @@ describe.each(RATE_LIMIT_STORES)('rate limiting with the $name store', (store) =
         '404 route': await get('/v1/orders', auth),
         405: await t.app.inject({ method: 'DELETE', url: '/v1/pets', headers: auth }),
       } as Record<string, Awaited<ReturnType<typeof get>>>;
-      clock = SUNSET;
+      clock.set(SUNSET);
       responses[410] = await get('/v1/pets/1', auth);
-      clock = T0 + 5 * DAY;
+      clock.set(T0 + 5 * DAY);
       await t.db.query('ALTER TABLE pets RENAME TO pets_away');
       responses[500] = await get('/v1/pets', auth);
       await t.db.query('ALTER TABLE pets_away RENAME TO pets');
@@ -66,29 +63,29 @@ describe.each(RATE_LIMIT_STORES)('rate limiting with the $name store', (store) =
       }
     });
 
-    it('describes the binding window: fewer left wins, the minute on a tie, the day once spent', async () => {
+    test('describes the binding window: fewer left wins, the minute on a tie, the day once spent', async ({ clock, keyOf, get }) => {
       const auth = await keyOf(5, 8);
-      const minuteStart = clock - (clock % MINUTE);
-      const dayEnd = (clock - (clock % DAY) + DAY) / 1000;
+      const minuteStart = clock.now() - (clock.now() % MINUTE);
+      const dayEnd = (clock.now() - (clock.now() % DAY) + DAY) / 1000;
       const expectHeaders = (response: Awaited<ReturnType<typeof get>>, limit: number, remaining: number, reset: number) => {
         expect(response.headers['x-ratelimit-limit']).toBe(String(limit));
         expect(response.headers['x-ratelimit-remaining']).toBe(String(remaining));
         expect(response.headers['x-ratelimit-reset']).toBe(String(reset));
       };
-      clock = minuteStart + 30_000;
+      clock.set(minuteStart + 30_000);
       const first = await get('/v1/pets', auth);
       expectHeaders(first, 5, 4, (minuteStart + MINUTE) / 1000);
       expect(first.headers['ratelimit-policy']).toBe('"minute";q=5;w=60, "day";q=8;w=86400');
-      expect(first.headers.ratelimit).toBe(`"minute";r=4;t=30, "day";r=7;t=${dayEnd - clock / 1000}`);
+      expect(first.headers.ratelimit).toBe(`"minute";r=4;t=30, "day";r=7;t=${dayEnd - clock.now() / 1000}`);
       await get('/v1/pets', auth);
       await get('/v1/pets', auth);
 
-      clock = minuteStart + MINUTE;
+      clock.set(minuteStart + MINUTE);
       expectHeaders(await get('/v1/pets', auth), 5, 4, (minuteStart + 2 * MINUTE) / 1000); // 4 and 4: a tie
       await get('/v1/pets', auth);
       await get('/v1/pets', auth);
 
-      clock = minuteStart + 2 * MINUTE;
+      clock.set(minuteStart + 2 * MINUTE);
       expectHeaders(await get('/v1/pets', auth), 8, 1, dayEnd); // minute 4, day 1
       expectHeaders(await get('/v1/pets', auth), 8, 0, dayEnd); // the day is spent
 
@@ -96,32 +93,37 @@ describe.each(RATE_LIMIT_STORES)('rate limiting with the $name store', (store) =
       expect(refused.statusCode).toBe(429);
       expect(refused.json()).toEqual({ code: 'rate_limited', message: expect.stringContaining('per day'), status: 429 });
       expectHeaders(refused, 8, 0, dayEnd);
-      expect(refused.headers['retry-after']).toBe(String(dayEnd - clock / 1000));
+      expect(refused.headers['retry-after']).toBe(String(dayEnd - clock.now() / 1000));
 
-      clock = (dayEnd + 1) * 1000;
+      clock.set((dayEnd + 1) * 1000);
       expect((await get('/v1/pets', auth)).statusCode).toBe(200);
     });
 
-    it('refused requests count in neither window', async () => {
+    test('refused requests count in neither window', async ({ clock, keyOf, get }) => {
       const auth = await keyOf(3, 100);
       for (let i = 0; i < 3; i++) expect((await get('/v1/pets', auth)).statusCode).toBe(200);
-      clock += 15_000;
+      clock.advance(15_000);
       for (let i = 0; i < 5; i++) {
         const refused = await get('/v1/pets', auth);
         expect(refused.statusCode).toBe(429);
         expect(refused.headers['x-ratelimit-remaining']).toBe('0');
-        expect(Number(refused.headers['retry-after'])).toBe(Math.ceil((MINUTE - (clock % MINUTE)) / 1000));
+        expect(Number(refused.headers['retry-after'])).toBe(Math.ceil((MINUTE - (clock.now() % MINUTE)) / 1000));
       }
-      clock += MINUTE;
+      clock.advance(MINUTE);
       const next = await get('/v1/pets', auth);
       expect(next.statusCode).toBe(200);
       expect(next.headers['x-ratelimit-remaining']).toBe('2');
       expect(next.headers.ratelimit).toMatch(/"day";r=96;/);
     });
 
-    it('bans a key that keeps sending after its 429, for the ban duration, even after its windows reset', async () => {
+    test('bans a key that keeps sending after its 429, for the ban duration, even after its windows reset', async ({
+      t,
+      clock,
+      keyOf,
+      get,
+    }) => {
       const auth = await keyOf(2, 1000);
-      const start = clock;
+      const start = clock.now();
       await get('/v1/pets', auth);
       await get('/v1/pets', auth);
       for (let i = 0; i < 30; i++) expect((await get('/v1/pets', auth)).json().code).toBe('rate_limited');
@@ -134,30 +136,30 @@ describe.each(RATE_LIMIT_STORES)('rate limiting with the $name store', (store) =
       const logged = t.logs.entries().find((entry) => entry.msg === 'rate limit ban');
       expect(logged).toMatchObject({ keyId: expect.any(Number), until: new Date(start + 900_000).toISOString() });
 
-      clock = start + 5 * MINUTE;
+      clock.set(start + 5 * MINUTE);
       const later = await get('/v1/pets', auth);
       expect(later.json().code).toBe('api_key_banned');
       expect(later.headers['retry-after']).toBe('600');
-      clock = start + 900_000;
+      clock.set(start + 900_000);
       expect((await get('/v1/pets', auth)).statusCode).toBe(200);
     });
 
-    it('never bans a client that backs off as Retry-After says', async () => {
+    test('never bans a client that backs off as Retry-After says', async ({ clock, keyOf, get }) => {
       const auth = await keyOf(2, 10_000);
       const statuses: Record<string, number> = {};
       for (let i = 0; i < 300; i++) {
         const response = await get('/v1/pets', auth);
         const code = response.statusCode === 200 ? 'ok' : response.json().code;
         statuses[code] = (statuses[code] ?? 0) + 1;
-        clock += response.statusCode === 429 ? Number(response.headers['retry-after']) * 1000 : 1_000;
+        clock.advance(response.statusCode === 429 ? Number(response.headers['retry-after']) * 1000 : 1_000);
       }
       expect(statuses.api_key_banned).toBeUndefined();
       expect(statuses.ok).toBeGreaterThan(150);
       expect(statuses.rate_limited).toBeGreaterThan(50);
     });
 
-    it('limits callers without a valid key by address, as the Free plan', async () => {
-      clock = T0 + 30 * DAY;
+    test('limits callers without a valid key by address, as the Free plan', async ({ clock, get }) => {
+      clock.set(T0 + 30 * DAY);
       for (let i = 0; i < 60; i++) {
         const response = await get('/v1/pets', { authorization: `Bearer psk_${'x'.repeat(43)}`, 'x-forwarded-for': `10.0.0.${i}` });
         expect(response.statusCode).toBe(401);
@@ -168,7 +170,7 @@ describe.each(RATE_LIMIT_STORES)('rate limiting with the $name store', (store) =
       expect(refused.json().code).toBe('rate_limited');
     });
 
-    it('does not limit health and readiness', async () => {
+    test('does not limit health and readiness', async ({ get }) => {
       for (let i = 0; i < 100; i++) {
         for (const path of ['/healthz', '/readyz']) {
           const response = await get(path);
@@ -181,13 +183,9 @@ describe.each(RATE_LIMIT_STORES)('rate limiting with the $name store', (store) =
 });
 
 describe('behind a trusted proxy', () => {
-  let t: TestApp;
-  beforeAll(async () => {
-    t = await buildTestApp({ TRUST_PROXY: '127.0.0.1, 10.0.0.0/8' }, { now: () => T0 });
-  });
-  afterAll(() => t.close());
+  const test = describeAppTest({ env: { TRUST_PROXY: '127.0.0.1, 10.0.0.0/8' }, clock: T0 });
 
-  it('limits each client address from X-Forwarded-For separately', async () => {
+  test('limits each client address from X-Forwarded-For separately', async ({ t }) => {
     const send = (address: string) =>
       t.app.inject({ url: '/v1/pets', headers: { 'x-forwarded-for': address }, remoteAddress: '127.0.0.1' });
     for (let i = 0; i < 60; i++) expect((await send('203.0.113.7')).statusCode).toBe(401);
@@ -209,27 +207,33 @@ describe('memory stays bounded', () => {
   });
 });
 
+// The servers below open it and run the migrations themselves.
+const databaseTest = databaseFixtures({ migrated: false });
+
 describe.skipIf(!REDIS_URL || !POSTGRES_URL)('several instances sharing Redis', () => {
-  it('three server processes behind round robin enforce one Free key exactly: 100 requests, 60 successes', async () => {
-    const database = await createTestDatabase();
-    const env = { DATABASE_URL: database.url!, ...redisStoreEnv() };
-    const servers = await Promise.all([startServer({ env }), startServer({ env }), startServer({ env })]);
-    try {
-      const { key } = await (await import('../src/repositories/api-keys.js')).createApiKeysRepository(database.db).create({ plan: 'free' });
-      const headers = { authorization: `Bearer ${key}` };
-      await Promise.all(servers.map((server) => eventually(async () => (await fetch(`${server.origin}/healthz`)).ok)));
-      // Wait for the key to reach every instance through NOTIFY without spending it: keyring checks cost nothing.
-      await new Promise((resolve) => setTimeout(resolve, 500));
-      // All 100 requests must fall in one minute window.
-      if (Date.now() % MINUTE > 45_000) await new Promise((resolve) => setTimeout(resolve, MINUTE - (Date.now() % MINUTE) + 100));
-      const statuses = await Promise.all(
-        Array.from({ length: 100 }, (_, i) => fetch(`${servers[i % 3]!.origin}/v1/pets`, { headers }).then((r) => r.status)),
-      );
-      expect(statuses.filter((status) => status === 200)).toHaveLength(60);
-      expect(statuses.filter((status) => status === 429)).toHaveLength(40);
-    } finally {
-      await Promise.all(servers.map((server) => server.stop()));
-      await database.drop();
-    }
-  });
+  databaseTest(
+    'three server processes behind round robin enforce one Free key exactly: 100 requests, 60 successes',
+    async ({ database }) => {
+      const env = { DATABASE_URL: database.url!, ...redisStoreEnv() };
+      const servers = await Promise.all([startServer({ env }), startServer({ env }), startServer({ env })]);
+      try {
+        const { key } = await (
+          await import('../src/repositories/api-keys.js')
+        )
+          .createApiKeysRepository(database.db)
+          .create({ plan: 'free' });
+        const headers = bearer(key);
+        await Promise.all(servers.map((server) => eventually(async () => (await fetch(`${server.origin}/healthz`)).ok)));
+        // All 100 requests must fall in one minute window.
+        if (Date.now() % MINUTE > 45_000) await sleep(MINUTE - (Date.now() % MINUTE) + 100);
+        const statuses = await Promise.all(
+          Array.from({ length: 100 }, (_, i) => fetch(`${servers[i % 3]!.origin}/v1/pets`, { headers }).then((r) => r.status)),
+        );
+        expect(statuses.filter((status) => status === 200)).toHaveLength(60);
+        expect(statuses.filter((status) => status === 429)).toHaveLength(40);
+      } finally {
+        await Promise.all(servers.map((server) => server.stop()));
+      }
+    },
+  );
 });

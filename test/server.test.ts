@@ -1,20 +1,16 @@
 import { once } from 'node:events';
-import { mkdtemp, rm } from 'node:fs/promises';
 import { createServer, type AddressInfo } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect } from 'vitest';
+import { tempDirTest } from './support/fixtures.js';
 import { developmentKey, run, startServer } from './support/processes.js';
 import { freePort } from './support/free-port.js';
+import { bearer } from './support/keys.js';
 
-let dataDir: string;
-beforeAll(async () => {
-  dataDir = await mkdtemp(join(tmpdir(), 'pets-data-'));
-});
-afterAll(() => rm(dataDir, { recursive: true, force: true }));
+// The embedded database's data directory, kept across the restarts of one test.
+const test = tempDirTest('pets-data-');
 
 describe('the server process', () => {
-  it('refuses a bad setting with one line naming the variable, and a non-zero exit', async () => {
+  test('refuses a bad setting with one line naming the variable, and a non-zero exit', async () => {
     for (const [name, value] of [
       ['PORT', 'eighty'],
       ['LOG_LEVEL', 'loud'],
@@ -29,7 +25,7 @@ describe('the server process', () => {
     }
   });
 
-  it('stops before serving anything, with one line naming the setting, when a port is taken', async () => {
+  test('stops before serving anything, with one line naming the setting, when a port is taken', async () => {
     const taken = createServer().listen(0, '127.0.0.1');
     await once(taken, 'listening');
     const port = String((taken.address() as AddressInfo).port);
@@ -50,7 +46,9 @@ describe('the server process', () => {
     }
   });
 
-  it('serves the API on the embedded database without any install, keeps data across restarts, and stops cleanly', async () => {
+  test('serves the API on the embedded database without any install, keeps data across restarts, and stops cleanly', async ({
+    dir: dataDir,
+  }) => {
     const first = await startServer({ env: { DATA_DIR: dataDir } });
     const key = await developmentKey(first);
     const authorization = `Bearer ${key}`;
@@ -71,15 +69,18 @@ describe('the server process', () => {
     expect(await second.stop('SIGINT')).toBe(0);
   });
 
-  it('prints a development key with a curl line on first embedded start, never into the log', async () => {
+  test('prints a development key with a curl line on first embedded start, never into the log', async () => {
     const server = await startServer({ env: { DATA_DIR: 'memory://' } });
     const key = await developmentKey(server);
     const curl = server.output().match(/curl -H 'Authorization: Bearer (psk_\S+)' (\S+)/);
     expect(curl?.[1]).toBe(key);
     expect(curl?.[2]).toBe(`${server.origin}/v1/pets`);
-    const response = await fetch(curl![2]!, { headers: { authorization: `Bearer ${key}` } });
+    const response = await fetch(curl![2]!, { headers: bearer(key) });
     expect(response.status).toBe(200);
-    const logLines = server.output().split('\n').filter((line) => line.startsWith('{'));
+    const logLines = server
+      .output()
+      .split('\n')
+      .filter((line) => line.startsWith('{'));
     expect(logLines.length).toBeGreaterThan(0);
     expect(logLines.join('\n')).not.toContain(key);
     expect(await server.stop()).toBe(0);

@@ -79,7 +79,8 @@ function parse(argv: string[]): Command {
     const id = positiveInteger('the key id', positionals[0]!, Number.MAX_SAFE_INTEGER);
     if (name === 'revoke') return { name, id };
     const overlap = values['overlap-seconds'];
-    const overlapSeconds = overlap === undefined ? DEFAULT_OVERLAP_SECONDS : overlap === '0' ? 0 : positiveInteger('--overlap-seconds', overlap);
+    const overlapSeconds =
+      overlap === undefined ? DEFAULT_OVERLAP_SECONDS : overlap === '0' ? 0 : positiveInteger('--overlap-seconds', overlap);
     return { name, id, overlapSeconds, expiresAt };
   }
   if (positionals.length > 0) throw new UsageError(`unexpected argument '${positionals[0]}'`);
@@ -89,7 +90,8 @@ function parse(argv: string[]): Command {
   if (plan === undefined) throw new UsageError(`--plan is required (${PLANS.join(', ')})`);
   if (!isPlan(plan)) throw new UsageError(`--plan must be one of ${PLANS.join(', ')}`);
   const keyName = values.name ?? '';
-  if (keyName.length > 200 || /\p{Cc}/u.test(keyName)) throw new UsageError('--name must be at most 200 characters, without control characters');
+  if (keyName.length > 200 || /\p{Cc}/u.test(keyName))
+    throw new UsageError('--name must be at most 200 characters, without control characters');
   const perMinute = values['per-minute'];
   const perDay = values['per-day'];
   const lifecycle = { expiresAt, readOnly: values['read-only'] ?? false };
@@ -141,7 +143,9 @@ async function execute(command: Command, keys: ApiKeysRepository): Promise<numbe
         return 1;
       }
       const until = command.overlapSeconds === 0 ? 'it was revoked at once' : `it keeps working for ${command.overlapSeconds} s`;
-      console.log(`Rotated API key ${command.id} into key ${rotated.id} (same plan, limits, name, scope and quota); ${until}. The new key is shown only this once:`);
+      console.log(
+        `Rotated API key ${command.id} into key ${rotated.id} (same plan, limits, name, scope and quota); ${until}. The new key is shown only this once:`,
+      );
       console.log(rotated.key);
       return 0;
     }

@@ -1,20 +1,36 @@
 import pg from 'pg';
 import { DatabaseUnavailableError, type Database, type Statement, type Transaction } from './database.js';
 
+/**
+ * Bounded waits, so that a half-dead connection cannot hang a request: for a connection, for an
+ * answer, and TCP keep-alive so a silently dropped peer (a failover, a NAT) is noticed.
+ */
+const CONNECTION_TIMEOUTS = { connectionTimeoutMillis: 5_000, keepAlive: true, keepAliveInitialDelayMillis: 10_000 };
+const POOL_TIMEOUTS = { ...CONNECTION_TIMEOUTS, query_timeout: 10_000, idleTimeoutMillis: 30_000 };
+
 // Identifiers are bigint; every value the API stores fits in 2^53 - 1, so a JS number is exact.
 const types = new pg.TypeOverrides();
 types.setTypeParser(pg.types.builtins.INT8, Number);
 
 export interface PostgresOptions {
   connectionString: string;
+  /** LISTEN's own session; by default connectionString. */
+  listenConnectionString?: string;
+  /** Named statements (prepared once per connection); off, every statement is unnamed, as a transaction pooler needs. */
+  preparedStatements?: boolean;
   max?: number;
 }
 
-export function createPostgresDatabase({ connectionString, max = 10 }: PostgresOptions): Database & { pool: pg.Pool } {
-  // Bounded waits: for a connection, and for an answer, so no request outlives the request timeout.
-  const pool = new pg.Pool({ connectionString, max, types, connectionTimeoutMillis: 5_000, query_timeout: 10_000 });
+export function createPostgresDatabase({
+  connectionString,
+  listenConnectionString = connectionString,
+  preparedStatements = true,
+  max = 10,
+}: PostgresOptions): Database & { pool: pg.Pool } {
+  const pool = new pg.Pool({ connectionString, max, types, ...POOL_TIMEOUTS });
   // An idle client losing its connection (database restart) must not crash the process.
   pool.on('error', () => {});
+  const run = preparedStatements ? runNamed : runUnnamed;
 
   return {
     kind: 'postgres',
@@ -24,6 +40,9 @@ export function createPostgresDatabase({ connectionString, max = 10 }: PostgresO
       const client = await pool.connect().catch((error: unknown) => {
         throw unavailableOr(error);
       });
+      // The pool stops listening to a client it hands out: a connection lost between two
+      // statements (a failover, a pooler's restart) would be an uncaught error. The next statement fails instead.
+      client.on('error', ignoreError);
       const committed: Array<() => void> = [];
       let result: Awaited<ReturnType<typeof work>>;
       try {
@@ -42,24 +61,27 @@ export function createPostgresDatabase({ connectionString, max = 10 }: PostgresO
           () => true,
           () => false,
         );
+        client.removeListener('error', ignoreError);
         client.release(!rolledBack);
         throw error;
       }
+      client.removeListener('error', ignoreError);
       client.release();
       for (const callback of committed) callback();
       return result;
     },
-    listen: (channel, onNotify, onResubscribe) => listen({ connectionString, types }, channel, onNotify, onResubscribe),
+    listen: (channel, onNotify, onResubscribe) =>
+      listen({ connectionString: listenConnectionString, types, ...CONNECTION_TIMEOUTS }, channel, onNotify, onResubscribe),
     close: () => pool.end(),
     poolStats: () => ({ total: pool.totalCount, idle: pool.idleCount, waiting: pool.waitingCount }),
   };
 }
 
-async function run<Row>(
-  target: pg.Pool | pg.PoolClient,
-  statement: Statement | string,
-  params: readonly unknown[] = [],
-): Promise<Row[]> {
+type Target = pg.Pool | pg.PoolClient;
+
+const ignoreError = () => {};
+
+async function runNamed<Row>(target: Target, statement: Statement | string, params: readonly unknown[] = []): Promise<Row[]> {
   const { name, text, rowMode }: Statement = typeof statement === 'string' ? { text: statement } : statement;
   try {
     const result = await target.query<Row & pg.QueryResultRow>({ name, text, rowMode, values: params as unknown[] } as pg.QueryConfig);
@@ -68,6 +90,9 @@ async function run<Row>(
     throw unavailableOr(error);
   }
 }
+
+const runUnnamed = <Row>(target: Target, statement: Statement | string, params?: readonly unknown[]) =>
+  runNamed<Row>(target, typeof statement === 'string' ? statement : { text: statement.text, rowMode: statement.rowMode }, params);
 
 const unavailableOr = (error: unknown) => (isUnavailable(error) ? new DatabaseUnavailableError({ cause: error }) : error);
 
@@ -79,7 +104,9 @@ function isUnavailable(error: unknown): boolean {
   const { code, message } = error as { code?: string; message?: string };
   if (code && (UNAVAILABLE_SQLSTATE.test(code) || UNAVAILABLE_SOCKET.has(code))) return true;
   // pg reports a lost connection and an exhausted wait for one only in words.
-  return /Connection terminated|timeout exceeded when trying to connect|Query read timeout|Client has encountered a connection error/.test(message ?? '');
+  return /Connection terminated|timeout exceeded when trying to connect|Query read timeout|Client has encountered a connection error/.test(
+    message ?? '',
+  );
 }
 
 /** How soon a lost listening connection is tried again. */

@@ -1,8 +1,10 @@
+import { randomUUID } from 'node:crypto';
 import { STATUS_CODES } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { sendError } from '../errors.js';
 import type { ErrorCode } from '../schemas/error.js';
+import { REQUEST_ID_HEADER } from './request-id.js';
 import { SECURITY_HEADERS } from './security-headers.js';
 
 /**
@@ -23,7 +25,10 @@ export function clientErrorHandler(error: Error & { code?: string }, socket: Dup
         ? [408, 'request_timeout', 'The request took too long to arrive']
         : [400, 'bad_request', 'Malformed HTTP request'];
   const body = JSON.stringify({ code, message, status });
-  const headers = Object.entries(SECURITY_HEADERS).map(([name, value]) => `${name}: ${value}\r\n`);
+  // No request exists, so nothing was logged under this id; it is there because every response has one.
+  const headers = Object.entries({ ...SECURITY_HEADERS, [REQUEST_ID_HEADER]: randomUUID() }).map(
+    ([name, value]) => `${name}: ${value}\r\n`,
+  );
   socket.end(
     `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nConnection: close\r\nContent-Type: application/json; charset=utf-8\r\n` +
       `${headers.join('')}Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
@@ -36,6 +41,11 @@ export function clientErrorHandler(error: Error & { code?: string }, socket: Dup
  * such as `*` or `http:x`): answered as an Error, never with the framework's own body, which
  * would echo the URL. Malformed paths and long parameters do not get here (see app.ts).
  */
-export function frameworkErrors(_error: FastifyError, _request: FastifyRequest, reply: FastifyReply) {
-  sendError(reply.headers(SECURITY_HEADERS), 400, 'bad_request', 'The request target is not a valid URL path');
+export function frameworkErrors(_error: FastifyError, request: FastifyRequest, reply: FastifyReply) {
+  sendError(
+    reply.headers(SECURITY_HEADERS).header(REQUEST_ID_HEADER, request.id),
+    400,
+    'bad_request',
+    'The request target is not a valid URL path',
+  );
 }

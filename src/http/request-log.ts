@@ -1,4 +1,5 @@
 import { LogController, type FastifyReply, type FastifyRequest } from 'fastify';
+import { roundMs } from '../log-output.js';
 
 /** One line per request, when it completes, with what an operator needs to find it again. */
 export class RequestLog extends LogController {
@@ -9,7 +10,7 @@ export class RequestLog extends LogController {
       method: request.method,
       route: request.routeOptions.url,
       status: reply.statusCode,
-      ms: reply.elapsedTime,
+      ms: roundMs(reply.elapsedTime),
       keyId: request.apiKey?.id,
     };
     if (error) reply.log.error({ ...line, err: error }, 'request failed');

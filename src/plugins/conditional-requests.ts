@@ -1,9 +1,7 @@
 import fp from 'fastify-plugin';
 import { hash } from 'node:crypto';
-import type { TSchema } from '@sinclair/typebox';
-import { Type } from '@sinclair/typebox';
-import { IfNoneMatch } from '../schemas/headers.js';
-import { withHeaders, withRequestHeaders, type ResponseSchemas } from '../schemas/responses.js';
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import { Lru } from '../lib/lru.js';
 
 /**
  * A client may keep what it read and must ask again before each use (a 304 is cheap); no shared
@@ -11,22 +9,35 @@ import { withHeaders, withRequestHeaders, type ResponseSchemas } from '../schema
  */
 export const REVALIDATE = 'private, no-cache';
 
-const CACHING_HEADERS = {
+/** On the 200 and 304 of a read (documented by routes/v1/contract.ts). */
+export const CACHING_HEADERS = {
   etag: { type: 'string', description: 'Strong entity tag of the body: it changes exactly when the body does' },
-  'cache-control': { type: 'string', description: `\`${REVALIDATE}\`: a client may keep the response and revalidate it with If-None-Match` },
+  'cache-control': {
+    type: 'string',
+    description: `\`${REVALIDATE}\`: a client may keep the response and revalidate it with If-None-Match`,
+  },
 } as const;
 
 const ENTITY_TAG = /(?:W\/)?("[^"]*")/g;
 
-/** If-None-Match's weak comparison (RFC 9110 13.1.2): any listed tag with the same opaque value, or `*`. */
-function matches(ifNoneMatch: string | undefined, etag: string): boolean {
+/** Whether If-None-Match lists a tag with the same opaque value (RFC 9110 13.1.2's weak comparison). */
+function listsTag(ifNoneMatch: string | undefined, etag: string): boolean {
   if (ifNoneMatch === undefined) return false;
-  if (ifNoneMatch.trim() === '*') return true;
   for (const [, opaque] of ifNoneMatch.matchAll(ENTITY_TAG)) if (opaque === etag) return true;
   return false;
 }
 
-const readsOnly = (method: string | string[]) => [method].flat().every((one) => one === 'GET' || one === 'HEAD');
+/** If-None-Match's condition: a listed tag matches, or `*`, which matches any current representation. */
+const matches = (ifNoneMatch: string | undefined, etag: string) => ifNoneMatch?.trim() === '*' || listsTag(ifNoneMatch, etag);
+
+/**
+ * Whether a response is a revalidation of a copy the client holds: a 304 for a tag it presented.
+ * Only that is free (GitHub's rule); `*` holds no copy, so its 304 counts like the read it is.
+ */
+export const revalidatesHeldCopy = (ifNoneMatch: string | undefined, statusCode: number, etag: unknown) =>
+  statusCode === 304 && typeof etag === 'string' && listsTag(ifNoneMatch, etag);
+
+export const readsOnly = (method: string | string[]) => [method].flat().every((one) => one === 'GET' || one === 'HEAD');
 
 export interface ConditionalRequestsOptions {
   /**
@@ -35,7 +46,6 @@ export interface ConditionalRequestsOptions {
    * before the handler runs: nothing is read, serialised or digested.
    */
   dataVersion?: { current: () => number; ttlMs: number };
-  now: () => number;
 }
 
 /** The tag of what a URL answered, while the data it was read from has not changed. */
@@ -52,97 +62,82 @@ const MAX_KNOWN_TAGS = 10_000;
 const MAX_KNOWN_URL_LENGTH = 512;
 
 declare module 'fastify' {
-  interface FastifyRequest {
-    /** The data version when the handler began: a tag computed from its answer is current for that version. */
-    readAtVersion?: number;
-    /**
-     * Set when the request revalidates a tag known to be current: it is answered 304 before its
-     * handler, and the rate limiter, knowing it will cost nothing, counts nothing.
-     */
-    notModified?: KnownTag;
+  interface FastifyInstance {
+    conditionalRequests: ConditionalRequests;
   }
 }
 
+export interface ConditionalRequests {
+  /**
+   * Whether this GET of an authenticated caller revalidates a tag known to be current: it will be
+   * answered 304 before its handler (see answerKnown), so the limiter need not count it.
+   */
+  knownCurrent(request: FastifyRequest): boolean;
+  /** Before the handler: answers 304 for a known-current tag (true), or notes the data version the handler reads at. */
+  answerKnown(request: FastifyRequest, reply: FastifyReply): boolean;
+  /** Once answered: the ETag of a 200, a 304 when If-None-Match matches it; `free` when the answer revalidates a copy the client holds. */
+  finish(request: FastifyRequest, reply: FastifyReply, payload: unknown): { payload: unknown; free: boolean };
+}
+
 /**
- * Conditional GETs on the reading routes of its context: every 200 carries a strong ETag, a
- * digest of its body, so two instances give one body one tag; an If-None-Match that matches it
- * gets 304 with the same headers and no body. Registered before rate limiting and deprecation,
- * so that the 304 it documents gets their headers documented too.
+ * Conditional GETs: every 200 of a read carries a strong ETag, a digest of its body, so two
+ * instances give one body one tag; an If-None-Match that matches it gets 304 with the same
+ * headers and no body.
  */
 export default fp<ConditionalRequestsOptions>(
-  async function conditionalRequests(app, { dataVersion, now }) {
-    const known = new Map<string, KnownTag>();
+  async function conditionalRequests(app, { dataVersion }) {
+    const known = new Lru<string, KnownTag>(MAX_KNOWN_TAGS);
     const remember = (url: string, tag: KnownTag) => {
-      if (url.length > MAX_KNOWN_URL_LENGTH) return;
-      known.delete(url);
-      known.set(url, tag);
-      if (known.size > MAX_KNOWN_TAGS) known.delete(known.keys().next().value!);
+      if (url.length <= MAX_KNOWN_URL_LENGTH) known.set(url, tag);
     };
-    app.decorateRequest('readAtVersion', undefined);
-    app.decorateRequest('notModified', undefined);
+    /** Requests found to revalidate a known-current tag, and the data version a revalidating read began at. */
+    const notModified = new WeakMap<FastifyRequest, KnownTag>();
+    const readAtVersion = new WeakMap<FastifyRequest, number>();
 
-    app.addHook('onRoute', (route) => {
-      if (!readsOnly(route.method) || !route.schema || route.schema.hide) return;
-      route.schema.headers = withRequestHeaders(route.schema.headers as TSchema | undefined, { 'if-none-match': IfNoneMatch });
-      const responses = route.schema.response as ResponseSchemas;
-      route.schema.response = {
-        ...responses,
-        ...withHeaders({ 200: responses[200]! }, CACHING_HEADERS),
-        // Every header of the 200 (RFC 9110 15.4.5: a 304 repeats what a 200 would carry), no body.
-        304: {
-          ...Type.Null({ description: 'Not Modified: the ETag matched If-None-Match; the client\'s copy is current. No body, and not counted against the rate limit' }),
-          headers: { ...responses[200]!.headers, ...CACHING_HEADERS },
-        },
-      };
-    });
-
-    // Known before the rate limiter decides (so that it counts nothing), answered where only the
-    // handler is left to skip: after authentication, validation and the sunset, which still refuse.
-    // HEAD is left to the handler, whose 304 carries the length of the body it would have had.
-    if (dataVersion) {
-      // Callback hooks where no promise is needed: they run on every request of the context.
-      app.addHook('onRequest', (request, _reply, done) => {
+    app.decorate('conditionalRequests', {
+      knownCurrent(request) {
         const ifNoneMatch = request.headers['if-none-match'];
         // Only for a caller already known to be let in: anyone else is refused, and counted, as usual.
-        if (request.method === 'GET' && ifNoneMatch !== undefined && request.apiKey) {
-          const tag = known.get(request.url);
-          if (tag && tag.version === dataVersion.current() && tag.expiresAt > now() && matches(ifNoneMatch, tag.etag)) request.notModified = tag;
-        }
-        done();
-      });
-      app.addHook('preHandler', (request, reply, done) => {
-        const tag = request.notModified;
+        // HEAD is left to the handler, whose 304 carries the length of the body it would have had.
+        if (!dataVersion || request.method !== 'GET' || ifNoneMatch === undefined || !request.apiKey) return false;
+        const tag = known.get(request.url);
+        if (!tag || tag.version !== dataVersion.current() || tag.expiresAt <= app.now() || !listsTag(ifNoneMatch, tag.etag)) return false;
+        notModified.set(request, tag);
+        return true;
+      },
+
+      answerKnown(request, reply) {
+        const tag = notModified.get(request);
         if (!tag) {
-          if (request.method === 'GET' && request.headers['if-none-match'] !== undefined) request.readAtVersion = dataVersion.current();
-          return done();
+          if (dataVersion && request.method === 'GET' && request.headers['if-none-match'] !== undefined) {
+            readAtVersion.set(request, dataVersion.current());
+          }
+          return false;
         }
-        // Answered here: the handler and the hooks after this one do not run.
         reply.code(304).headers({ etag: tag.etag, 'cache-control': REVALIDATE, ...(tag.link && { link: tag.link }) });
         reply.send();
-      });
-    }
+        return true;
+      },
 
-    app.addHook('onSend', (request, reply, payload, done) => {
-      if (reply.statusCode !== 200 || typeof payload !== 'string' || !readsOnly(request.method)) return done(null, payload);
-      const etag = `"${hash('sha1', payload, 'base64url')}"`;
-      reply.header('etag', etag).header('cache-control', REVALIDATE);
-      const ifNoneMatch = request.headers['if-none-match'];
-      // Remembered only for clients that revalidate: plain reads (most) pay nothing for it.
-      if (dataVersion && request.readAtVersion !== undefined && ifNoneMatch !== undefined) {
-        const link = reply.getHeader('link');
-        remember(request.url, {
-          etag,
-          ...(typeof link === 'string' && { link }),
-          version: request.readAtVersion,
-          expiresAt: now() + dataVersion.ttlMs,
-        });
-      }
-      if (!matches(ifNoneMatch, etag)) return done(null, payload);
-      reply.code(304).removeHeader('content-type');
-      // HEAD's own handler, which runs after this one, drops the body and sends its length, as a
-      // 304 may (RFC 9110 8.6); for GET there is no body and no length.
-      done(null, request.method === 'HEAD' ? payload : null);
-    });
+      finish(request, reply, payload) {
+        const ifNoneMatch = request.headers['if-none-match'];
+        const free = () => revalidatesHeldCopy(ifNoneMatch, reply.statusCode, reply.getHeader('etag'));
+        if (reply.statusCode !== 200 || typeof payload !== 'string' || !readsOnly(request.method)) return { payload, free: free() };
+        const etag = `"${hash('sha1', payload, 'base64url')}"`;
+        reply.header('etag', etag).header('cache-control', REVALIDATE);
+        // Remembered only for clients that revalidate: plain reads (most) pay nothing for it.
+        const version = readAtVersion.get(request);
+        if (dataVersion && version !== undefined && ifNoneMatch !== undefined) {
+          const link = reply.getHeader('link');
+          remember(request.url, { etag, ...(typeof link === 'string' && { link }), version, expiresAt: app.now() + dataVersion.ttlMs });
+        }
+        if (!matches(ifNoneMatch, etag)) return { payload, free: false };
+        reply.code(304).removeHeader('content-type');
+        // HEAD's own handler, which runs after this one, drops the body and sends its length, as a
+        // 304 may (RFC 9110 8.6); for GET there is no body and no length.
+        return { payload: request.method === 'HEAD' ? payload : null, free: free() };
+      },
+    } satisfies ConditionalRequests);
   },
-  { name: 'conditional-requests', dependencies: ['auth'] },
+  { name: 'conditional-requests' },
 );

@@ -1,6 +1,5 @@
 import fp from 'fastify-plugin';
-import { ApiError } from '../errors.js';
-import { withHeaders, type ResponseSchemas } from '../schemas/responses.js';
+import { errors } from '../errors.js';
 
 export interface Deprecation {
   /** When the operation was deprecated (RFC 9745 Deprecation). */
@@ -13,6 +12,13 @@ export interface Deprecation {
   documentation: string;
 }
 
+/** On every response of a deprecated operation (documented by routes/v1/contract.ts). */
+export const DEPRECATION_HEADERS = {
+  deprecation: { type: 'string', description: 'RFC 9745: @<unix seconds> when the operation was deprecated' },
+  sunset: { type: 'string', description: 'RFC 8594: when the operation is removed; from then on it answers 410' },
+  link: { type: 'string', description: 'rel="successor-version" and rel="deprecation" links' },
+} as const;
+
 declare module 'fastify' {
   interface FastifyContextConfig {
     deprecation?: Deprecation;
@@ -21,12 +27,10 @@ declare module 'fastify' {
 
 /**
  * Any route whose config names a deprecation announces it on every response and is gone after
- * its sunset. The clock is injectable so the sunset can be tested. Registered after auth and
- * rate limiting (its dependencies), so that the responses they add are documented with these
- * headers too.
+ * its sunset (on the app's clock, which tests move).
  */
-export default fp<{ now: () => number }>(
-  async function deprecation(app, { now }) {
+export default fp(
+  async function deprecation(app) {
     app.addHook('onRoute', (route) => {
       const deprecation = route.config?.deprecation;
       if (!deprecation) return;
@@ -36,13 +40,6 @@ export default fp<{ now: () => number }>(
         link: `<${deprecation.successor}>; rel="successor-version", <${deprecation.documentation}>; rel="deprecation"`,
       };
       const sunsetAt = deprecation.sunset.getTime();
-      if (route.schema) {
-        route.schema.response = withHeaders(route.schema.response as ResponseSchemas, {
-          deprecation: { type: 'string', description: 'RFC 9745: @<unix seconds> when the operation was deprecated' },
-          sunset: { type: 'string', description: 'RFC 8594: when the operation is removed; from then on it answers 410' },
-          link: { type: 'string', description: 'rel="successor-version" and rel="deprecation" links' },
-        });
-      }
       route.onSend = [
         ...[route.onSend ?? []].flat(),
         async (_request, reply, payload) => {
@@ -55,12 +52,12 @@ export default fp<{ now: () => number }>(
       route.preValidation = [
         ...[route.preValidation ?? []].flat(),
         async () => {
-          if (now() >= sunsetAt) {
-            throw new ApiError(410, 'gone', `This operation was removed on ${headers.sunset}; use ${deprecation.successor}`);
+          if (app.now() >= sunsetAt) {
+            throw errors.gone(headers.sunset, deprecation.successor);
           }
         },
       ];
     });
   },
-  { name: 'deprecation', dependencies: ['auth', 'rate-limit'] },
+  { name: 'deprecation' },
 );

@@ -1,7 +1,8 @@
+import { STATUS_CODES } from 'node:http';
 import fp from 'fastify-plugin';
 import type { FastifyError } from 'fastify';
 import { DatabaseUnavailableError } from '../db/database.js';
-import { ApiError, notFoundHandler, sendError } from '../errors.js';
+import { ApiError, errors, notFoundHandler, sendApiError, sendError } from '../errors.js';
 import type { ErrorCode } from '../schemas/error.js';
 
 /** Fastify's own client errors, by code, as our stable codes and messages. */
@@ -17,6 +18,7 @@ const FRAMEWORK_ERRORS: Record<string, [number, ErrorCode, string]> = {
 const CODE_BY_STATUS: Record<number, ErrorCode> = {
   400: 'bad_request',
   401: 'unauthorized',
+  403: 'forbidden',
   404: 'not_found',
   405: 'method_not_allowed',
   410: 'gone',
@@ -34,11 +36,11 @@ export default fp(
   async function errorHandler(app) {
     app.setErrorHandler((error: FastifyError, request, reply) => {
       if (error instanceof ApiError) {
-        return sendError(reply.headers(error.headers), error.statusCode, error.code, error.message);
+        return sendApiError(reply, error);
       }
       if (error instanceof DatabaseUnavailableError) {
         request.log.warn({ err: error.cause }, 'database unavailable');
-        return sendError(reply.header('retry-after', '5'), 503, 'service_unavailable', 'The database is unreachable; retry later');
+        return sendApiError(reply, errors.unavailable('The database is unreachable; retry later'));
       }
       if (error.validation) {
         return sendError(reply, 400, 'bad_request', error.message);
@@ -48,12 +50,13 @@ export default fp(
       if (error.name === 'SyntaxError' && error.statusCode === 400) {
         return sendError(reply, 400, 'bad_request', 'Request body is not valid JSON');
       }
+      // A client error keeps its status (a static file refused is a 403, never a 500), with our code
+      // and the status's own words: its message may quote the request or name a file.
       const status = error.statusCode ?? 500;
-      const code = CODE_BY_STATUS[status];
-      if (status < 500 && code) return sendError(reply, status, code, error.message);
+      if (status >= 400 && status < 500) return sendError(reply, status, CODE_BY_STATUS[status] ?? 'bad_request', STATUS_CODES[status]!);
 
       request.log.error({ err: error }, 'unexpected error');
-      return sendError(reply, 500, 'internal_error', `Internal server error; quote request id ${request.id}`);
+      return sendApiError(reply, errors.internal());
     });
 
     app.setNotFoundHandler(notFoundHandler);

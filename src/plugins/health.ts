@@ -1,7 +1,7 @@
 import fp from 'fastify-plugin';
 import { ErrorBody } from '../schemas/error.js';
 import { Type } from '@sinclair/typebox';
-import { sendError } from '../errors.js';
+import { errors, sendApiError } from '../errors.js';
 import { ALWAYS_ANSWER } from './load-shedding.js';
 
 const Status = Type.Object({ status: Type.String() });
@@ -18,18 +18,22 @@ export default fp(
       '/readyz',
       { schema: { hide: true, response: { 200: Status, 503: ErrorBody } }, config: { public: true } },
       async (request, reply) => {
+        // First, on SIGTERM: balancers stop sending here while the instance still serves what comes.
+        if (app.shutdown.draining) {
+          return sendApiError(reply, errors.unavailable('The server is shutting down'));
+        }
         if (app.isUnderPressure()) {
-          return sendError(reply.header('retry-after', '5'), 503, 'service_unavailable', 'The service is overloaded');
+          return sendApiError(reply, errors.unavailable('The service is overloaded'));
         }
         try {
           await app.db.query('SELECT 1');
           return { status: 'ready' };
         } catch (error) {
           request.log.warn({ err: error }, 'readiness check failed: database unreachable');
-          return sendError(reply.header('retry-after', '5'), 503, 'service_unavailable', 'Database is unreachable');
+          return sendApiError(reply, errors.unavailable('Database is unreachable'));
         }
       },
     );
   },
-  { name: 'health', dependencies: ['database', 'load-shedding'] },
+  { name: 'health', dependencies: ['database', 'load-shedding', 'shutdown'] },
 );

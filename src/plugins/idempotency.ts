@@ -2,13 +2,10 @@ import fp from 'fastify-plugin';
 import { hash } from 'node:crypto';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { TSchema } from '@sinclair/typebox';
-import { Value } from '@sinclair/typebox/value';
 import type { Transaction } from '../db/database.js';
-import { ApiError } from '../errors.js';
+import { errors } from '../errors.js';
 import { createIdempotencyKeysRepository, type IdempotentOutcome, type StoredResponse } from '../repositories/idempotency-keys.js';
-import { ErrorBody } from '../schemas/error.js';
-import { IdempotencyKey, idempotencyKeyOf } from '../schemas/headers.js';
-import { withHeaders, withRequestHeaders, type ResponseSchemas } from '../schemas/responses.js';
+import { idempotencyKeyOf } from '../schemas/headers.js';
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -35,7 +32,7 @@ export interface IdempotencyOptions {
 }
 
 const PURGE_EVERY_MS = 60_000;
-const IN_USE_RETRY_SECONDS = '1';
+const IN_USE_RETRY_SECONDS = 1;
 
 /**
  * A digest of what makes two requests the same: the operation and the body as validated, with
@@ -43,9 +40,26 @@ const IN_USE_RETRY_SECONDS = '1';
  * formats its JSON differently is still the same request.
  */
 function requestHash(request: FastifyRequest): string {
-  const bodySchema = request.routeOptions.schema?.body as TSchema | undefined;
-  const body = bodySchema ? Value.Clean(bodySchema, Value.Clone(request.body)) : request.body;
+  const body = declaredPart(request.routeOptions.schema?.body as TSchema | undefined, request.body);
   return hash('sha256', `${request.method} ${request.routeOptions.url} ${canonicalJson(body)}`, 'base64url');
+}
+
+/**
+ * What the schema declares of a validated value, never looking into undeclared fields: they may
+ * nest as deep as the body limit allows, and walking them would overflow the stack.
+ */
+function declaredPart(schema: TSchema | undefined, value: unknown): unknown {
+  if (schema?.type === 'object' && typeof value === 'object' && value !== null && !Array.isArray(value)) {
+    const properties = (schema.properties ?? {}) as Record<string, TSchema>;
+    const fields = value as Record<string, unknown>;
+    return Object.fromEntries(
+      Object.keys(properties)
+        .filter((name) => name in fields)
+        .map((name) => [name, declaredPart(properties[name], fields[name])]),
+    );
+  }
+  if (schema?.type === 'array' && Array.isArray(value)) return value.map((item) => declaredPart(schema.items as TSchema, item));
+  return value;
 }
 
 function canonicalJson(value: unknown): string {
@@ -59,8 +73,8 @@ function canonicalJson(value: unknown): string {
 
 /**
  * Idempotency-Key on the routes whose config says `idempotent` (draft-ietf-httpapi-idempotency-
- * key-header-07, and Stripe's rules where the draft is open). Registered before rate limiting and
- * deprecation, so that the responses it documents get their headers documented too.
+ * key-header-07, and Stripe's rules where the draft is open). The route contract
+ * (routes/v1/contract.ts) documents the header, 409 and 422.
  */
 export default fp<IdempotencyOptions>(
   async function idempotency(app, { retentionHours }) {
@@ -86,35 +100,10 @@ export default fp<IdempotencyOptions>(
       await purging;
     });
 
-    app.addHook('onRoute', (route) => {
-      if (!route.config?.idempotent || !route.schema) return;
-      route.schema.headers = withRequestHeaders(route.schema.headers as TSchema | undefined, {
-        'idempotency-key': {
-          ...IdempotencyKey,
-          description: `${IdempotencyKey.description} Keys are kept for ${retentionHours} hours, then forgotten.`,
-        },
-      });
-      const responses = route.schema.response as ResponseSchemas;
-      const succeeded = Object.fromEntries(Object.entries(responses).filter(([status]) => status.startsWith('2')));
-      route.schema.response = {
-        ...responses,
-        ...withHeaders(succeeded, {
-          'idempotent-replayed': { type: 'string', description: '`true` when this is the stored response of an earlier request with the same Idempotency-Key' },
-        }),
-        409: {
-          ...ErrorBody,
-          description: 'A request with this Idempotency-Key is still in progress (`idempotency_key_in_use`); retry after Retry-After',
-          headers: { 'retry-after': { type: 'integer', description: 'Seconds to wait before retrying' } },
-        },
-        422: { ...ErrorBody, description: 'This Idempotency-Key was used with a different request body (`idempotency_key_mismatch`)' },
-      };
-    });
-
-    app.decorate('idempotently', async function idempotently<Body, Status extends number>(
-      request: FastifyRequest,
-      reply: FastifyReply,
-      work: (tx?: Transaction) => Promise<StoredResponse<Body, Status>>,
-    ) {
+    app.decorate('idempotently', async function idempotently<
+      Body,
+      Status extends number,
+    >(request: FastifyRequest, reply: FastifyReply, work: (tx?: Transaction) => Promise<StoredResponse<Body, Status>>) {
       const header = request.headers['idempotency-key'];
       if (typeof header !== 'string' || !request.apiKey) return work();
       const claim = { apiKeyId: request.apiKey.id, key: idempotencyKeyOf(header), requestHash: requestHash(request) };
@@ -127,17 +116,11 @@ export default fp<IdempotencyOptions>(
           reply.header('idempotent-replayed', 'true');
           return outcome.response;
         case 'in-use':
-          throw new ApiError(409, 'idempotency_key_in_use', 'A request with this Idempotency-Key is still in progress; retry after the Retry-After delay', {
-            'retry-after': IN_USE_RETRY_SECONDS,
-          });
+          throw errors.idempotencyKeyInUse(IN_USE_RETRY_SECONDS);
         case 'mismatch':
-          throw new ApiError(
-            422,
-            'idempotency_key_mismatch',
-            'This Idempotency-Key was already used with a different request body; send a new key for a new request',
-          );
+          throw errors.idempotencyKeyMismatch();
       }
     });
   },
-  { name: 'idempotency', dependencies: ['database', 'auth'] },
+  { name: 'idempotency', dependencies: ['database'] },
 );

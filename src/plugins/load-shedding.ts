@@ -1,14 +1,11 @@
 import underPressure from '@fastify/under-pressure';
 import fp from 'fastify-plugin';
-import { sendError } from '../errors.js';
+import { errors, sendApiError } from '../errors.js';
 
 export interface LoadSheddingOptions {
   maxEventLoopDelayMs: number;
   maxPoolWaiting: number;
 }
-
-/** How long an overloaded instance asks clients to wait. */
-const RETRY_AFTER_SECONDS = 5;
 
 /** Route config that keeps a route answering under pressure. */
 export const ALWAYS_ANSWER = { pressureHandler: () => undefined };
@@ -25,7 +22,7 @@ export default fp<LoadSheddingOptions>(
       healthCheck: async () => (app.db.poolStats?.().waiting ?? 0) <= maxPoolWaiting,
       healthCheckInterval: 500,
       pressureHandler: (_request, reply) => {
-        sendError(reply.header('retry-after', String(RETRY_AFTER_SECONDS)), 503, 'service_unavailable', 'The service is overloaded; retry later');
+        sendApiError(reply, errors.unavailable('The service is overloaded; retry later'));
       },
     });
   },

@@ -20,7 +20,6 @@ declare module 'fastify' {
 export interface RepositoriesOptions {
   /** Bytes the pets cache may hold; 0 turns it off. */
   petsCacheMaxBytes: number;
-  now: () => number;
 }
 
 /**
@@ -47,7 +46,7 @@ function parseChange(payload: string): PetsChange {
  * every other instance's through PostgreSQL notices, keep current.
  */
 export default fp<RepositoriesOptions>(
-  async function repositories(app, { petsCacheMaxBytes, now }) {
+  async function repositories(app, { petsCacheMaxBytes }) {
     const pets = createPetsRepository(app.db);
     app.decorate('apiKeysRepository', createApiKeysRepository(app.db));
     if (petsCacheMaxBytes === 0) {
@@ -64,7 +63,7 @@ export default fp<RepositoriesOptions>(
     const cached = cachedPetsRepository(pets, {
       maxBytes: petsCacheMaxBytes,
       ttlMs: PETS_CACHE_TTL_MS,
-      now,
+      now: app.now,
       onLookup: (kind, outcome) => lookups.inc({ kind, outcome }),
     });
     new Gauge({

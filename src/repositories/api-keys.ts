@@ -130,7 +130,13 @@ export function createApiKeysRepository(db: Database) {
         if (old.replaced_by !== null) throw new RotationError(`API key ${id} was already rotated into key ${old.replaced_by}`);
         const created = await insert(
           tx,
-          { plan: old.plan, name: old.name, limits: old.plan === 'enterprise' ? limitsOf(old) : undefined, readOnly: old.read_only, expiresAt },
+          {
+            plan: old.plan,
+            name: old.name,
+            limits: old.plan === 'enterprise' ? limitsOf(old) : undefined,
+            readOnly: old.read_only,
+            expiresAt,
+          },
           old.quota_id ?? old.id,
         );
         await tx.query(statements.retire, [id, created.id, overlapSeconds]);

@@ -1,3 +1,5 @@
+import { Lru } from '../lib/lru.js';
+import { SingleFlight } from '../lib/single-flight.js';
 import type { Pet, PetStatus } from '../schemas/pet.js';
 import type { ListPage, ListQuery, PetsRepository } from './pets.js';
 
@@ -63,7 +65,7 @@ function firstAfter(pets: Pet[], id: number): number {
  * A change invalidates only the runs whose ids it falls among; the run that reached the end of
  * the listing merely learns that it no longer does, so the pages already known, up to the end,
  * survive a stream of creates. Against races, a
- * write bumps its filters' generations, and a read that began in an older generation is neither
+ * write invalidates its filters' reads under way, and a read that began before it is neither
  * joined by later requests nor kept: after a 201, no request on this instance is answered from a
  * read that began before the commit.
  *
@@ -77,24 +79,29 @@ export function cachedPetsRepository(repository: PetsRepository, options: PetsCa
   /** Runs of each listing, ordered by afterId, never overlapping. */
   const runs = new Map<string, Run[]>();
   const pets = new Map<number, { pet: Pet; expiresAt: number }>();
-  /** Everything held, oldest first: what goes when the bytes run out. */
-  const age = new Set<Run | Pet>();
-  const flights = new Map<string, { promise: Promise<unknown>; generation: number }>();
-  const generations = new Map<string, number>();
-  let bytes = 0;
+  /**
+   * Everything held, weighed in estimated bytes, oldest first: what goes when the bytes run out.
+   * Reads answered from it leave the order as it was, sparing the hot path.
+   */
+  const age = new Lru<Run | Pet, undefined>(maxBytes, {
+    onEvict: (oldest) => ('afterId' in oldest ? unlist(oldest) : pets.delete(oldest.id)),
+  });
+  /** Reads under way, scoped by filter (PETS for pets by id). */
+  const flights = new SingleFlight<string>();
   /** Counts every change that may make a read answer differently: creates, notices, flushes. */
   let version = 0;
 
-  const generationOf = (filter: string) => generations.get(filter) ?? 0;
   const runsOf = (filter: string) => runs.get(filter) ?? [];
 
-  function forgetRun(filter: string, run: Run) {
-    const list = runsOf(filter);
+  function unlist(run: Run) {
+    const list = runsOf(run.filter);
     const at = list.indexOf(run);
-    if (at === -1) return;
-    list.splice(at, 1);
+    if (at !== -1) list.splice(at, 1);
+  }
+
+  function forgetRun(run: Run) {
+    unlist(run);
     age.delete(run);
-    bytes -= run.bytes;
   }
 
   function forgetPet(id: number) {
@@ -102,15 +109,6 @@ export function cachedPetsRepository(repository: PetsRepository, options: PetsCa
     if (!held) return;
     pets.delete(id);
     age.delete(held.pet);
-    bytes -= ENTRY_OVERHEAD + petBytes(held.pet);
-  }
-
-  function makeRoom(size: number) {
-    for (const oldest of age) {
-      if (bytes + size <= maxBytes) return;
-      if ('afterId' in oldest) forgetRun(oldest.filter, oldest);
-      else forgetPet(oldest.id);
-    }
   }
 
   /** Adds what a page read learned, merged with the runs it meets or touches. */
@@ -120,7 +118,7 @@ export function cachedPetsRepository(repository: PetsRepository, options: PetsCa
     for (const other of [...list]) {
       const meets = other.afterId <= (run.toEnd ? Infinity : run.lastId) && run.afterId <= (other.toEnd ? Infinity : other.lastId);
       if (!meets) continue;
-      forgetRun(filter, other);
+      forgetRun(other);
       const [first, second] = other.afterId <= run.afterId ? [other, run] : [run, other];
       const later = second.lastId >= first.lastId ? second : first;
       run = {
@@ -128,20 +126,21 @@ export function cachedPetsRepository(repository: PetsRepository, options: PetsCa
         afterId: first.afterId,
         lastId: later.lastId,
         toEnd: later.toEnd,
-        pets: [...first.pets.slice(0, firstAfter(first.pets, second.afterId)), ...second.pets, ...first.pets.slice(firstAfter(first.pets, second.lastId))],
+        pets: [
+          ...first.pets.slice(0, firstAfter(first.pets, second.afterId)),
+          ...second.pets,
+          ...first.pets.slice(firstAfter(first.pets, second.lastId)),
+        ],
         bytes: 0,
         expiresAt: Math.min(first.expiresAt, second.expiresAt),
       };
     }
     run.bytes = ENTRY_OVERHEAD + run.pets.reduce((sum, pet) => sum + petBytes(pet), 0);
-    if (run.bytes > maxBytes) return;
-    makeRoom(run.bytes);
+    if (!age.set(run, undefined, run.bytes)) return;
     const updated = runsOf(filter);
     const before = updated.findIndex((other) => other.afterId > run.afterId);
     updated.splice(before === -1 ? updated.length : before, 0, run);
     runs.set(filter, updated);
-    age.add(run);
-    bytes += run.bytes;
   }
 
   /** The page from what is known, or undefined when the runs cannot tell. */
@@ -149,7 +148,7 @@ export function cachedPetsRepository(repository: PetsRepository, options: PetsCa
     const run = runsOf(filter).find((candidate) => candidate.afterId <= afterId && (candidate.toEnd || afterId < candidate.lastId));
     if (!run) return undefined;
     if (run.expiresAt <= now()) {
-      forgetRun(filter, run);
+      forgetRun(run);
       return undefined;
     }
     const from = firstAfter(run.pets, afterId);
@@ -161,26 +160,6 @@ export function cachedPetsRepository(repository: PetsRepository, options: PetsCa
     return run.toEnd ? { pets: run.pets.slice(from) } : undefined;
   }
 
-  /** Single flight: one read per key at a time, joined only by requests of the same generation; kept only if no write came meanwhile. */
-  function read<T>(key: string, filter: string, load: () => Promise<T>, keep: (value: T) => void): Promise<T> {
-    const generation = generationOf(filter);
-    const flight = flights.get(key);
-    if (flight && flight.generation === generation) return flight.promise as Promise<T>;
-    const promise: Promise<T> = load().then(
-      (value) => {
-        if (flights.get(key)?.promise === promise) flights.delete(key);
-        if (generationOf(filter) === generation) keep(value);
-        return value;
-      },
-      (error: unknown) => {
-        if (flights.get(key)?.promise === promise) flights.delete(key);
-        throw error;
-      },
-    );
-    flights.set(key, { promise, generation });
-    return promise;
-  }
-
   function invalidate(change: PetsChange) {
     version++;
     if (change === 'everything') {
@@ -189,12 +168,12 @@ export function cachedPetsRepository(repository: PetsRepository, options: PetsCa
     }
     const filters = new Set([ALL, ...change.statuses.filter((status): status is PetStatus => status !== null)]);
     for (const filter of filters) {
-      generations.set(filter, generationOf(filter) + 1);
+      flights.invalidate(filter);
       for (const run of [...runsOf(filter)]) {
         if (change.maxId <= run.afterId) continue;
         // Pets added after all a run knows leave what it knows true, but it no longer reaches the end.
         if (change.minId > run.lastId) run.toEnd = false;
-        else forgetRun(filter, run);
+        else forgetRun(run);
       }
     }
   }
@@ -205,9 +184,7 @@ export function cachedPetsRepository(repository: PetsRepository, options: PetsCa
     runs.clear();
     pets.clear();
     age.clear();
-    bytes = 0;
-    for (const filter of [ALL, 'available', 'pending', 'sold', PETS]) generations.set(filter, generationOf(filter) + 1);
-    flights.clear();
+    flights.invalidateAll();
   }
 
   return {
@@ -228,18 +205,15 @@ export function cachedPetsRepository(repository: PetsRepository, options: PetsCa
       }
       if (held) forgetPet(id);
       onLookup('pet', 'miss');
-      // Pets never change, so no create makes a found pet stale: one generation for all of them.
-      return read(
+      // Pets never change, so no create makes a found pet stale: one scope for all of them, which only a flush invalidates.
+      return flights.run(
         `pet:${id}`,
-        PETS,
         () => repository.findById(id),
         (pet) => {
-          if (!pet || pets.has(id)) return;
-          makeRoom(ENTRY_OVERHEAD + petBytes(pet));
-          pets.set(id, { pet, expiresAt: now() + ttlMs });
-          age.add(pet);
-          bytes += ENTRY_OVERHEAD + petBytes(pet);
+          if (pet && !pets.has(id) && age.set(pet, undefined, ENTRY_OVERHEAD + petBytes(pet)))
+            pets.set(id, { pet, expiresAt: now() + ttlMs });
         },
+        PETS,
       );
     },
 
@@ -251,8 +225,11 @@ export function cachedPetsRepository(repository: PetsRepository, options: PetsCa
       if (known) return known;
       // The repository reads one row more than the page to learn whether more follow; the page
       // and that answer are what this read learns.
-      return read(`list:${filter}:${afterId}:${limit}`, filter, () => repository.list(query), (page) =>
-        learn(filter, afterId, page.pets, page.nextAfterId === undefined),
+      return flights.run(
+        `list:${filter}:${afterId}:${limit}`,
+        () => repository.list(query),
+        (page) => learn(filter, afterId, page.pets, page.nextAfterId === undefined),
+        filter,
       );
     },
 
@@ -261,7 +238,7 @@ export function cachedPetsRepository(repository: PetsRepository, options: PetsCa
     /** Moves on whenever a read may answer differently; equal values mean every answer in between was the same. */
     version: () => version,
     /** Runs and pets held now, and their estimated bytes. */
-    size: () => ({ entries: age.size, bytes }),
+    size: () => ({ entries: age.size, bytes: age.weight }),
   };
 }
 

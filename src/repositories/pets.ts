@@ -1,4 +1,5 @@
 import { DatabaseUnavailableError, type Queryable, type Transaction } from '../db/database.js';
+import { groupCommit } from '../lib/group-commit.js';
 import type { NewPet, Pet, PetStatus } from '../schemas/pet.js';
 
 /** The columns of COLUMNS, in order: rows come back as arrays, mapped straight to Pets. */
@@ -70,54 +71,22 @@ export function createPetsRepository(db: Queryable) {
     return rows.sort((a, b) => a[0] - b[0]).map(toPet);
   }
 
-  /**
-   * Group commit: creates that arrive while INSERTs are under way wait for one to finish, then go
-   * together in one multi-row INSERT and one commit. Alone, a create goes at once; under load,
-   * many share a round trip. Each caller gets its own pet only after the commit, and a row that
-   * fails its batch is tried again on its own, so it never fails the others.
-   */
-  interface Waiting {
-    pet: NewPet;
-    resolve: (pet: Pet) => void;
-    reject: (error: unknown) => void;
-    timer: NodeJS.Timeout;
-  }
-  const waiting: Waiting[] = [];
-  let inFlight = 0;
-  async function sendBatch(): Promise<void> {
-    if (inFlight >= MAX_INSERTS_IN_FLIGHT || waiting.length === 0) return;
-    const batch = waiting.splice(0, MAX_BATCH);
-    for (const { timer } of batch) clearTimeout(timer);
-    inFlight++;
-    try {
-      const created = await insert(batch.map(({ pet }) => pet));
-      batch.forEach(({ resolve }, position) => resolve(created[position]!));
-    } catch (error) {
-      if (batch.length === 1 || error instanceof DatabaseUnavailableError) batch.forEach(({ reject }) => reject(error));
-      else await Promise.all(batch.map(({ pet, resolve, reject }) => insert([pet]).then(([created]) => resolve(created!), reject)));
-    } finally {
-      inFlight--;
-      void sendBatch();
-    }
-  }
+  // Creates outside a transaction share multi-row INSERTs, each one commit. A row is retried
+  // alone when its batch fails, unless the database is unavailable: it would refuse each again.
+  const insertGrouped = groupCommit({
+    send: (pets: NewPet[]) => insert(pets),
+    maxBatch: MAX_BATCH,
+    maxInFlight: MAX_INSERTS_IN_FLIGHT,
+    maxWaitMs: MAX_WAIT_MS,
+    timedOut: () => new DatabaseUnavailableError({ cause: new Error(`no INSERT could leave within ${MAX_WAIT_MS} ms`) }),
+    final: (error) => error instanceof DatabaseUnavailableError,
+  });
 
   return {
     /** Within a transaction, the pet is inserted there and then; otherwise it joins the next batch. */
     async create(pet: NewPet, tx?: Transaction): Promise<Pet> {
       if (tx) return (await insert([pet], tx))[0]!;
-      return new Promise((resolve, reject) => {
-        const entry: Waiting = {
-          pet,
-          resolve,
-          reject,
-          timer: setTimeout(() => {
-            waiting.splice(waiting.indexOf(entry), 1);
-            reject(new DatabaseUnavailableError({ cause: new Error(`no INSERT could leave within ${MAX_WAIT_MS} ms`) }));
-          }, MAX_WAIT_MS),
-        };
-        waiting.push(entry);
-        void sendBatch();
-      });
+      return insertGrouped(pet);
     },
 
     async findById(id: number): Promise<Pet | undefined> {

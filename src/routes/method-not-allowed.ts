@@ -1,5 +1,5 @@
 import type { FastifyInstance } from 'fastify';
-import { ApiError } from '../errors.js';
+import { errors } from '../errors.js';
 
 const METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'];
 
@@ -9,13 +9,12 @@ const METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'];
  */
 export function refuseOtherMethods(app: FastifyInstance, url: string, allowed: string[]) {
   const allow = allowed.includes('GET') ? [...allowed, 'HEAD'] : allowed;
-  const message = `Only ${allow.join(', ')} are supported on this path`;
   app.route({
     method: METHODS.filter((method) => !allow.includes(method)),
     url,
     schema: { hide: true },
     handler: async () => {
-      throw new ApiError(405, 'method_not_allowed', message, { allow: allow.join(', ') });
+      throw errors.methodNotAllowed(allow);
     },
   });
 }

@@ -22,9 +22,7 @@ export const ERROR_CODES = [
 
 export const ErrorBody = Type.Object(
   {
-    code: Type.Unsafe<(typeof ERROR_CODES)[number]>(
-      Type.String({ enum: [...ERROR_CODES], description: 'Machine-readable error code' }),
-    ),
+    code: Type.Unsafe<(typeof ERROR_CODES)[number]>(Type.String({ enum: [...ERROR_CODES], description: 'Machine-readable error code' })),
     message: Type.String({ description: 'Human-readable description' }),
     status: Type.Integer({ description: 'The HTTP status code, repeated' }),
   },

@@ -20,5 +20,6 @@ export const idempotencyKeyOf = (header: string) => (header.startsWith('"') ? he
 
 /** If-None-Match (RFC 9110): `*`, or a list of entity tags. */
 export const IfNoneMatch = Type.String({
-  description: 'Entity tags of representations the client holds, or `*`; when one matches the current `ETag`, the answer is 304 without a body',
+  description:
+    'Entity tags of representations the client holds, or `*`; when one matches the current `ETag`, the answer is 304 without a body',
 });

@@ -3,9 +3,12 @@ import { Type, type Static } from '@sinclair/typebox';
 /** JSON numbers are exact only up to 2^53 - 1, so that is the documented ceiling of every int64 field. */
 export const MAX_ID = Number.MAX_SAFE_INTEGER;
 
+/** The statuses, listed once: the schema, its error message and the cursor format are built from them. */
+export const PET_STATUSES = ['available', 'pending', 'sold'] as const;
+
 export const PetStatus = Type.Union(
-  [Type.Literal('available'), Type.Literal('pending'), Type.Literal('sold')],
-  { description: 'Availability of the animal', 'x-error-message': 'must be one of available, pending, sold' },
+  PET_STATUSES.map((status) => Type.Literal(status)),
+  { description: 'Availability of the animal', 'x-error-message': `must be one of ${PET_STATUSES.join(', ')}` },
 );
 export type PetStatus = Static<typeof PetStatus>;
 

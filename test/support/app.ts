@@ -3,7 +3,7 @@ import { buildApp, type AppDependencies } from '../../src/app.js';
 import { loadConfig } from '../../src/config.js';
 import type { Database } from '../../src/db/database.js';
 import { createScratchDatabase, POSTGRES_URL } from './databases.js';
-import { eventually } from './eventually.js';
+import { bearer, waitForKeyOnApp } from './keys.js';
 import { captureLogs } from './logs.js';
 
 export interface TestApp {
@@ -34,12 +34,12 @@ export async function buildTestApp(env: Record<string, string> = {}, deps: AppDe
   const app = await buildApp(config, { logStream: logs.stream, ...deps });
   await app.ready();
   const { key } = await app.apiKeysRepository.create({ plan: 'enterprise', name: 'tests', limits: { perMinute: 1e9, perDay: 2e9 } });
-  await eventually(async () => (await app.inject({ url: '/v1/pets?limit=1', headers: { authorization: `Bearer ${key}` } })).statusCode === 200);
+  await waitForKeyOnApp(app, bearer(key));
   return {
     app,
     db: app.db,
     databaseUrl: config.DATABASE_URL,
-    auth: { authorization: `Bearer ${key}` },
+    auth: bearer(key),
     logs,
     close: async () => {
       await app.close();

@@ -1,4 +1,5 @@
 import type { FastifyInstance } from 'fastify';
+import type { AddressInfo } from 'node:net';
 
 export interface HttpResponse {
   status: number;
@@ -7,11 +8,15 @@ export interface HttpResponse {
   body: any; // eslint-disable-line @typescript-eslint/no-explicit-any
 }
 
-/** Listens on a free loopback port and returns a client that speaks real HTTP to it, sending defaultHeaders. */
+/** The loopback port the app listens on, listening on a free one first unless it already does. */
+export async function portOf(app: FastifyInstance): Promise<number> {
+  if (!app.server.listening) await app.listen({ port: 0, host: '127.0.0.1' });
+  return (app.server.address() as AddressInfo).port;
+}
+
+/** A client that speaks real HTTP to the app on a loopback port (see portOf), sending defaultHeaders. */
 export async function listen(app: FastifyInstance, defaultHeaders: Record<string, string> = {}) {
-  await app.listen({ port: 0, host: '127.0.0.1' });
-  const address = app.server.address();
-  const origin = `http://127.0.0.1:${typeof address === 'object' && address ? address.port : 0}`;
+  const origin = `http://127.0.0.1:${await portOf(app)}`;
   return async function request(
     method: string,
     path: string,

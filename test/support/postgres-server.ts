@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { freePort } from './free-port.js';
+import { sleep } from './time.js';
 
 /**
  * A private PostgreSQL server for fault-injection tests: its own data directory and port, so a
@@ -36,6 +37,16 @@ function serverUser(): { uid: number; gid: number } | undefined | null {
 }
 
 const BIN_DIR = findBinDir();
+
+/** How a private server runs: a test database on loopback, not a durable one. */
+export const TEST_SERVER_SETTINGS = [
+  'listen_addresses=127.0.0.1',
+  'fsync=off',
+  'synchronous_commit=off',
+  'full_page_writes=off',
+  'shared_buffers=16MB',
+  'max_connections=60',
+];
 const USER = serverUser();
 
 /** True when this machine can run a private PostgreSQL server (binaries, and a non-root user). */
@@ -110,7 +121,7 @@ export async function startPostgresServer(): Promise<PostgresServer> {
 
   async function start() {
     if (child) throw new Error('already running');
-    const settings = ['listen_addresses=127.0.0.1', 'fsync=off', 'synchronous_commit=off', 'full_page_writes=off', 'shared_buffers=16MB', 'max_connections=60'];
+    const settings = [...TEST_SERVER_SETTINGS];
     const args = ['-D', dataDir, '-p', String(port), '-k', dir, ...settings.flatMap((setting) => ['-c', setting])];
     const started = spawn(join(BIN_DIR!, 'postgres'), args, { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'], ...(USER ?? {}) });
     child = started;
@@ -133,7 +144,7 @@ export async function startPostgresServer(): Promise<PostgresServer> {
         return;
       } catch (error) {
         if (Date.now() > deadline) throw new Error(`postgres did not accept connections within 30 s\n${output}`, { cause: error });
-        await new Promise((resolve) => setTimeout(resolve, 100));
+        await sleep(100);
       } finally {
         await client.end().catch(() => {});
       }

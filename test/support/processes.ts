@@ -3,10 +3,10 @@ import { randomUUID } from 'node:crypto';
 import { closeSync, mkdtempSync, openSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { eventually } from './eventually.js';
 import { freePort } from './free-port.js';
+import { sleep } from './time.js';
 
 /** The repository root: servers and commands run from it, as `npm start` runs the service. */
 export const ROOT = fileURLToPath(new URL('../..', import.meta.url));
@@ -69,6 +69,8 @@ export async function startServer(spec: ServerSpec = {}): Promise<ServerProcess>
       LOG_LEVEL: 'info',
       // Key ids repeat across databases; their rate-limit counts in a shared Redis must not.
       REDIS_KEY_PREFIX: `test:${randomUUID()}:`,
+      // No balancer to wait for: a SIGTERM closes at once, unless a test of the drain sets it.
+      SHUTDOWN_DRAIN_MS: '0',
       ...spec.env,
     },
     stdio: ['ignore', log, log],
@@ -87,7 +89,10 @@ export async function startServer(spec: ServerSpec = {}): Promise<ServerProcess>
   for (;;) {
     if (exitCode !== undefined) throw failure(`exited with ${exitCode} before it was ready`);
     if (Date.now() > deadline) throw failure(`was not ready within ${START_TIMEOUT_MS / 1000} s`);
-    const ready = await fetch(origin + (spec.readyPath ?? '/healthz')).then((response) => response.ok, () => false);
+    const ready = await fetch(origin + (spec.readyPath ?? '/healthz')).then(
+      (response) => response.ok,
+      () => false,
+    );
     if (ready) break;
     await sleep(50);
   }

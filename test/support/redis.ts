@@ -64,7 +64,12 @@ export async function startRedis() {
   let child: ChildProcess | undefined;
   const start = async () => {
     child = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });
-    await eventually(() => assertRedisUp(url).then(() => true, () => false));
+    await eventually(() =>
+      assertRedisUp(url).then(
+        () => true,
+        () => false,
+      ),
+    );
   };
   const stop = async () => {
     const exited = new Promise((resolve) => child!.once('exit', resolve));

@@ -1,18 +1,24 @@
 import type { FastifyBaseLogger } from 'fastify';
 import type { Limits } from '../../plans.js';
 import type { MemoryStore } from './memory-store.js';
+import { pingAll } from './redis-connection.js';
 import type { RedisStore } from './redis-store.js';
 import type { Decision, RateLimitStore } from './store.js';
 
+/** While on memory, how often Redis is asked whether it answers again: the bound on how long counting stays local after it does. */
+export const REDIS_PROBE_MS = 1_000;
+
 /**
  * Redis while it answers; this instance's memory while it does not, so no request fails because
- * of Redis. Each switch is logged once; ioredis reconnects by itself and Redis takes over again.
+ * of Redis. An outage is one switch to memory and one back, each logged once: the first failed
+ * decision switches, and from then on every decision is made in memory until a probe finds
+ * every node decisions may reach (each master of a cluster) answering again.
  */
 export class FallbackStore implements RateLimitStore {
   readonly #redis: RedisStore;
   readonly #memory: MemoryStore;
   readonly #log: FastifyBaseLogger;
-  #onMemory = false;
+  #probe: NodeJS.Timeout | undefined;
 
   constructor(redis: RedisStore, memory: MemoryStore, log: FastifyBaseLogger) {
     this.#redis = redis;
@@ -22,7 +28,7 @@ export class FallbackStore implements RateLimitStore {
 
   /** True while decisions come from this instance's memory. */
   get degraded() {
-    return this.#onMemory;
+    return this.#probe !== undefined;
   }
 
   consume(subject: string, limits: Limits, now: number): Promise<Decision> {
@@ -34,36 +40,46 @@ export class FallbackStore implements RateLimitStore {
   }
 
   async #decide(ask: (store: RateLimitStore) => Promise<Decision>): Promise<Decision> {
-    if (this.#redis.ready) {
-      try {
-        const decision = await ask(this.#redis);
-        if (this.#onMemory) {
-          this.#onMemory = false;
-          this.#log.info('rate limiting: Redis is back; counting across all instances again');
+    if (!this.degraded) {
+      if (this.#redis.ready) {
+        try {
+          return await ask(this.#redis);
+        } catch (error) {
+          this.#switchToMemory(error);
         }
-        return decision;
-      } catch (error) {
-        this.#switchToMemory(error);
+      } else {
+        this.#switchToMemory(new Error(`Redis connection is ${this.#redis.redis.status}`));
       }
-    } else {
-      this.#switchToMemory(new Error(`Redis connection is ${this.#redis.redis.status}`));
     }
     return ask(this.#memory);
   }
 
   /** To the store that counted the request, as far as can be told: a refund lost with Redis is only a request counted. */
   async refund(subject: string, decision: Decision) {
-    if (this.#onMemory || !this.#redis.ready) return this.#memory.refund(subject, decision);
+    if (this.degraded) return this.#memory.refund(subject, decision);
     await this.#redis.refund(subject, decision).catch((error: unknown) => this.#switchToMemory(error));
   }
 
   #switchToMemory(error: unknown) {
-    if (this.#onMemory) return;
-    this.#onMemory = true;
+    if (this.degraded) return;
     this.#log.warn({ err: error }, 'rate limiting: Redis unreachable; limiting per instance from memory until it is back');
+    let probing = false;
+    this.#probe = setInterval(() => {
+      if (probing) return;
+      probing = true;
+      pingAll(this.#redis.redis)
+        .then(() => {
+          clearInterval(this.#probe);
+          this.#probe = undefined;
+          this.#log.info('rate limiting: Redis is back; counting across all instances again');
+        })
+        .catch(() => {})
+        .finally(() => (probing = false));
+    }, REDIS_PROBE_MS).unref();
   }
 
   async close() {
+    clearInterval(this.#probe);
     await Promise.all([this.#redis.close(), this.#memory.close()]);
   }
 }

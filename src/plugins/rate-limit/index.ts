@@ -1,21 +1,20 @@
 import fp from 'fastify-plugin';
 import { Counter, Gauge } from 'prom-client';
-import type { FastifyReply } from 'fastify';
-import { ApiError } from '../../errors.js';
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import { errors, secondsUntil, type ApiError } from '../../errors.js';
 import { PLAN_LIMITS, type Limits } from '../../plans.js';
-import { ErrorBody } from '../../schemas/error.js';
-import { withHeaders, type ResponseSchemas } from '../../schemas/responses.js';
 import { FallbackStore } from './fallback-store.js';
 import { MemoryStore } from './memory-store.js';
+import { createRedisClient, type RedisCredentials, type RedisTarget } from './redis-connection.js';
 import { RedisStore } from './redis-store.js';
 import type { BanPolicy, Decision, RateLimitStore, WindowUsage } from './store.js';
 
 export interface RateLimitOptions {
   ban: BanPolicy;
   /** Shared counters for any number of instances; without it, this instance counts alone. */
-  redisUrl?: string;
+  redis?: RedisTarget;
+  redisCredentials: RedisCredentials;
   redisKeyPrefix: string;
-  now: () => number;
 }
 
 /** Callers without a valid key are limited by address, as the Free plan, so keys cannot be guessed at speed. */
@@ -28,7 +27,8 @@ const ANONYMOUS: Limits = PLAN_LIMITS.free;
  */
 const LOOKUPS: Limits = { perMinute: 60, perDay: 10_000 };
 
-const RATE_LIMIT_HEADERS = {
+/** On every response under /v1 (documented by routes/v1/contract.ts). */
+export const RATE_LIMIT_HEADERS = {
   'x-ratelimit-limit': { type: 'integer', description: 'Requests allowed in the binding window' },
   'x-ratelimit-remaining': { type: 'integer', description: 'Requests left in the binding window' },
   'x-ratelimit-reset': { type: 'integer', description: 'Unix time (seconds) when the binding window resets, or a ban ends' },
@@ -36,26 +36,47 @@ const RATE_LIMIT_HEADERS = {
   ratelimit: { type: 'string', description: 'What is left of both windows and seconds until each resets' },
 } as const;
 
-const seconds = (ms: number) => Math.max(1, Math.ceil(ms / 1000));
+interface Charge {
+  subject: string;
+  limits: Limits;
+  decision: Decision;
+  now: number;
+  /** False for a request admitted uncounted, as a sure free revalidation. */
+  counted: boolean;
+}
 
 declare module 'fastify' {
-  interface FastifyRequest {
-    /** What the limiter counted this request against, so that a 304 can be taken back. */
-    rateLimitCharge?: { subject: string; limits: Limits; decision: Decision; now: number; counted: boolean };
+  interface FastifyInstance {
+    rateLimit: RateLimiter;
   }
 }
 
+export interface RateLimiter {
+  /**
+   * Whether a key this instance has not seen may be looked up for this address now: not while the
+   * address is banned (its request is refused as the address), and at most LOOKUPS per address.
+   */
+  mayLookUp(address: string, now: number): Promise<{ lookUp: true } | { lookUp: false; refusal?: ApiError }>;
+  /**
+   * Decides the request of its caller (request.apiKey, else its address), sets the headers, and
+   * throws its 429. A request sure to be a free revalidation is only checked against the limits.
+   */
+  admit(request: FastifyRequest, reply: FastifyReply, now: number, { free }: { free: boolean }): Promise<void>;
+  /** Once answered: takes back a counted request that turned out free, or counts an uncounted one that did not. */
+  settle(request: FastifyRequest, reply: FastifyReply, { free }: { free: boolean }): void;
+}
+
 /**
- * Per-plan limits on every request of the context it is registered in, before validation, so
+ * Per-plan limits on every request of the context whose pipeline calls it, before validation, so
  * every response (400s and 401s included) carries the headers and counts; 429s do not count.
  */
 export default fp<RateLimitOptions>(
   async function rateLimit(app, options) {
-    const memory = new MemoryStore(options.ban, { now: options.now });
-    const lookups = new MemoryStore({ threshold: Number.MAX_SAFE_INTEGER, durationMs: 0 }, { now: options.now });
+    const memory = new MemoryStore(options.ban, { now: app.now });
+    const lookups = new MemoryStore({ threshold: Number.MAX_SAFE_INTEGER, durationMs: 0 }, { now: app.now });
     let store: RateLimitStore = memory;
-    if (options.redisUrl) {
-      const redis = new RedisStore(options.redisUrl, options.ban, options.redisKeyPrefix);
+    if (options.redis) {
+      const redis = new RedisStore(createRedisClient(options.redis, options.redisCredentials), options.ban, options.redisKeyPrefix);
       await redis.connect().catch((error) => app.log.warn({ err: error }, 'rate limiting: Redis unreachable at start'));
       store = new FallbackStore(redis, memory, app.log);
     }
@@ -80,82 +101,58 @@ export default fp<RateLimitOptions>(
       await Promise.all([store.close(), lookups.close()]);
     });
 
-    app.addHook('onRoute', (route) => {
-      if (!route.schema || route.schema.hide) return;
-      route.schema.response = withHeaders(
-        {
-          ...(route.schema.response as ResponseSchemas),
-          429: {
-            ...ErrorBody,
-            description: 'Rate limit exceeded (`rate_limited`), or the caller is banned for a while (`api_key_banned`)',
-            headers: { 'retry-after': { type: 'integer', description: 'Seconds to wait before retrying' } },
-          },
-        },
-        RATE_LIMIT_HEADERS,
-      );
-    });
+    const charges = new WeakMap<FastifyRequest, Charge>();
 
-    app.decorateRequest('rateLimitCharge', undefined);
+    app.decorate('rateLimit', {
+      async mayLookUp(address, now) {
+        if ((await store.check(`ip:${address}`, ANONYMOUS, now)).outcome === 'banned') return { lookUp: false };
+        const budget = await lookups.consume(`lookup:${address}`, LOOKUPS, now);
+        if (budget.outcome === 'allowed') return { lookUp: true };
+        const window = budget.day.used >= budget.day.limit ? budget.day : budget.minute;
+        return { lookUp: false, refusal: errors.tooManyUnknownKeys(secondsUntil(window.resetAt - now)) };
+      },
 
-    // GitHub's rule: a revalidation that finds the client's copy current (304) costs nothing. The
-    // request was admitted like any other, so a caller over its limit still got its 429.
-    // A callback hook: it runs on every request, and needs no promise.
-    app.addHook('onSend', (request, reply, payload, done) => {
-      const charge = request.rateLimitCharge;
-      if (!charge || (reply.statusCode === 304) !== charge.counted) return done(null, payload);
-      request.rateLimitCharge = undefined;
-      // Not awaited: on this instance's one connection, either reaches Redis before any later decision.
-      if (charge.counted) {
-        void store.refund(charge.subject, charge.decision);
-        const uncount = (window: WindowUsage) => ({ ...window, used: Math.max(0, window.used - 1) });
-        setHeaders(reply, { ...charge.decision, minute: uncount(charge.decision.minute), day: uncount(charge.decision.day) }, charge.now);
-      } else {
-        // Admitted uncounted as a sure 304, it was refused further on (a sunset meanwhile): it counts.
-        void store.consume(charge.subject, charge.limits, charge.now);
-      }
-      done(null, payload);
-    });
+      async admit(request, reply, now, { free }) {
+        const key = request.apiKey;
+        const subject = key ? `key:${key.quotaId}` : `ip:${request.ip}`;
+        const limits = key ?? ANONYMOUS;
+        const checked = free ? await store.check(subject, limits, now) : undefined;
+        const decision = checked?.outcome === 'allowed' ? checked : await store.consume(subject, limits, now);
+        const binding = setHeaders(reply, decision, now);
+        decisions.inc({ outcome: decision.outcome });
+        switch (decision.outcome) {
+          case 'allowed':
+            charges.set(request, { subject, limits, decision, now, counted: decision !== checked });
+            return;
+          case 'banned': {
+            const until = new Date(decision.bannedUntil).toISOString();
+            if (decision.banStarted) request.log.warn({ keyId: key?.id, address: key ? undefined : request.ip, until }, 'rate limit ban');
+            throw errors.banned(until, secondsUntil(decision.bannedUntil - now));
+          }
+          case 'limited':
+            throw errors.rateLimited(binding.limit, binding === decision.day ? 'day' : 'minute', secondsUntil(binding.resetAt - now));
+        }
+      },
 
-    app.addHook('onRequest', async (request, reply) => {
-      const now = options.now();
-      let lookupRefused: Decision | undefined;
-      if (request.keyToLookUp !== undefined) {
-        const lookup = await lookups.consume(`lookup:${request.ip}`, LOOKUPS, now);
-        if (lookup.outcome === 'allowed') await app.resolveKey(request);
-        else lookupRefused = lookup;
-      }
-      const key = request.apiKey;
-      const subject = key ? `key:${key.quotaId}` : `ip:${request.ip}`;
-      const limits = key ?? ANONYMOUS;
-      // A 304 known beforehand costs nothing: checked against the limits, counted only when refused.
-      const checked = request.notModified ? await store.check(subject, limits, now) : undefined;
-      const decision = checked?.outcome === 'allowed' ? checked : await store.consume(subject, limits, now);
-      const binding = setHeaders(reply, decision, now);
-      if (decision.outcome === 'allowed') request.rateLimitCharge = { subject, limits, decision, now, counted: decision !== checked };
-      if (lookupRefused && decision.outcome === 'allowed') {
-        const window = lookupRefused.day.used >= lookupRefused.day.limit ? lookupRefused.day : lookupRefused.minute;
-        throw new ApiError(429, 'rate_limited', 'Too many unknown API keys from this address; retry after the Retry-After delay', {
-          'retry-after': String(seconds(window.resetAt - now)),
-        });
-      }
-      decisions.inc({ outcome: decision.outcome });
-      if (decision.outcome === 'allowed') return;
-
-      if (decision.outcome === 'banned') {
-        const until = new Date(decision.bannedUntil!).toISOString();
-        if (decision.banStarted) request.log.warn({ keyId: key?.id, address: key ? undefined : request.ip, until }, 'rate limit ban');
-        throw new ApiError(429, 'api_key_banned', `Too many requests after being rate limited; banned until ${until}`, {
-          'retry-after': String(seconds(decision.bannedUntil! - now)),
-        });
-      }
-      const window = binding === decision.day ? 'day' : 'minute';
-      throw new ApiError(429, 'rate_limited', `Rate limit of ${binding.limit} requests per ${window} exceeded; retry after the Retry-After delay`, {
-        'retry-after': String(seconds(binding.resetAt - now)),
-      });
-    });
+      // GitHub's rule: a revalidation that finds the client's copy current (304 for a tag it sent)
+      // costs nothing. The request was admitted like any other, so a caller over its limit still got its 429.
+      settle(request, reply, { free }) {
+        const charge = charges.get(request);
+        if (!charge || free !== charge.counted) return;
+        charges.delete(request);
+        // Not awaited: on this instance's one connection, either reaches Redis before any later decision.
+        if (charge.counted) {
+          void store.refund(charge.subject, charge.decision);
+          const uncount = (window: WindowUsage) => ({ ...window, used: Math.max(0, window.used - 1) });
+          setHeaders(reply, { ...charge.decision, minute: uncount(charge.decision.minute), day: uncount(charge.decision.day) }, charge.now);
+        } else {
+          // Admitted uncounted as a sure 304, it was refused further on (a sunset meanwhile): it counts.
+          void store.consume(charge.subject, charge.limits, charge.now);
+        }
+      },
+    } satisfies RateLimiter);
   },
-  // After those two: what they document gets the limiter's headers, and the 304 is final by the time the refund looks.
-  { name: 'rate-limit', dependencies: ['auth', 'metrics', 'idempotency', 'conditional-requests'] },
+  { name: 'rate-limit', dependencies: ['metrics'] },
 );
 
 /**
@@ -171,9 +168,9 @@ function setHeaders(reply: FastifyReply, decision: Decision, now: number): Windo
   reply.headers({
     'x-ratelimit-limit': binding.limit,
     'x-ratelimit-remaining': banned ? 0 : remaining(binding),
-    'x-ratelimit-reset': Math.ceil((banned ? decision.bannedUntil! : binding.resetAt) / 1000),
+    'x-ratelimit-reset': Math.ceil((banned ? decision.bannedUntil : binding.resetAt) / 1000),
     'ratelimit-policy': `"minute";q=${minute.limit};w=60, "day";q=${day.limit};w=86400`,
-    ratelimit: `"minute";r=${banned ? 0 : remaining(minute)};t=${seconds(minute.resetAt - now)}, "day";r=${banned ? 0 : remaining(day)};t=${seconds(day.resetAt - now)}`,
+    ratelimit: `"minute";r=${banned ? 0 : remaining(minute)};t=${secondsUntil(minute.resetAt - now)}, "day";r=${banned ? 0 : remaining(day)};t=${secondsUntil(day.resetAt - now)}`,
   });
   return binding;
 }

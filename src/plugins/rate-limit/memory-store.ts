@@ -1,5 +1,16 @@
+import { Lru } from '../../lib/lru.js';
 import type { Limits } from '../../plans.js';
-import { DAY_MS, decideWithout, MINUTE_MS, usage, windowsOf, windowStart, type BanPolicy, type Decision, type RateLimitStore } from './store.js';
+import {
+  DAY_MS,
+  decideWithout,
+  MINUTE_MS,
+  usage,
+  windowsOf,
+  windowStart,
+  type BanPolicy,
+  type Decision,
+  type RateLimitStore,
+} from './store.js';
 
 interface Counters {
   minute: number;
@@ -19,14 +30,13 @@ export const MAX_SUBJECTS = 100_000;
  * ban are over; the cap bounds memory however many distinct keys or addresses arrive.
  */
 export class MemoryStore implements RateLimitStore {
-  readonly #subjects = new Map<string, Counters>();
+  readonly #subjects: Lru<string, Counters>;
   readonly #ban: BanPolicy;
-  readonly #maxSubjects: number;
   readonly #sweeper: NodeJS.Timeout;
 
   constructor(ban: BanPolicy, { maxSubjects = MAX_SUBJECTS, now = Date.now } = {}) {
     this.#ban = ban;
-    this.#maxSubjects = maxSubjects;
+    this.#subjects = new Lru(maxSubjects);
     this.#sweeper = setInterval(() => this.sweep(now()), MINUTE_MS).unref();
   }
 
@@ -46,7 +56,12 @@ export class MemoryStore implements RateLimitStore {
     if (counters.day !== day) Object.assign(counters, { day, dayUsed: 0 });
 
     if (counters.bannedUntil > now) {
-      return { outcome: 'banned', ...usage(limits, now, counters.minuteUsed, counters.dayUsed), bannedUntil: counters.bannedUntil };
+      return {
+        outcome: 'banned',
+        ...usage(limits, now, counters.minuteUsed, counters.dayUsed),
+        bannedUntil: counters.bannedUntil,
+        banStarted: false,
+      };
     }
     if (counters.minuteUsed < limits.perMinute && counters.dayUsed < limits.perDay) {
       counters.minuteUsed += 1;
@@ -64,7 +79,7 @@ export class MemoryStore implements RateLimitStore {
   }
 
   async check(subject: string, limits: Limits, now: number): Promise<Decision> {
-    const counters = this.#subjects.get(subject);
+    const counters = this.#subjects.peek(subject);
     if (!counters) return decideWithout(limits, now, 0, 0, 0);
     const minuteUsed = counters.minute === windowStart(now, MINUTE_MS) ? counters.minuteUsed : 0;
     const dayUsed = counters.day === windowStart(now, DAY_MS) ? counters.dayUsed : 0;
@@ -72,7 +87,7 @@ export class MemoryStore implements RateLimitStore {
   }
 
   async refund(subject: string, decision: Decision) {
-    const counters = this.#subjects.get(subject);
+    const counters = this.#subjects.peek(subject);
     if (!counters) return;
     const { minute, day } = windowsOf(decision);
     if (counters.minute === minute && counters.minuteUsed > 0) counters.minuteUsed -= 1;
@@ -82,7 +97,7 @@ export class MemoryStore implements RateLimitStore {
   /** Forgets subjects whose day window and ban are both over: nothing of them matters any more. */
   sweep(now: number) {
     const day = windowStart(now, DAY_MS);
-    for (const [subject, counters] of this.#subjects) {
+    for (const [subject, counters] of this.#subjects.entries()) {
       if (counters.day !== day && counters.bannedUntil <= now) this.#subjects.delete(subject);
     }
   }
@@ -93,10 +108,10 @@ export class MemoryStore implements RateLimitStore {
 
   /** The subject's counters, moved to the most recently seen end; the least recent go past the cap. */
   #take(subject: string, minute: number, day: number): Counters {
-    const counters = this.#subjects.get(subject) ?? { minute, minuteUsed: 0, day, dayUsed: 0, refused: 0, bannedUntil: 0 };
-    this.#subjects.delete(subject);
-    this.#subjects.set(subject, counters);
-    if (this.#subjects.size > this.#maxSubjects) this.#subjects.delete(this.#subjects.keys().next().value!);
-    return counters;
+    const counters = this.#subjects.get(subject);
+    if (counters) return counters;
+    const fresh = { minute, minuteUsed: 0, day, dayUsed: 0, refused: 0, bannedUntil: 0 };
+    this.#subjects.set(subject, fresh);
+    return fresh;
   }
 }

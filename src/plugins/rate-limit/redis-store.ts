@@ -1,6 +1,16 @@
-import { Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 import type { Limits } from '../../plans.js';
-import { DAY_MS, decideWithout, MINUTE_MS, usage, windowsOf, windowStart, type BanPolicy, type Decision, type RateLimitStore } from './store.js';
+import {
+  DAY_MS,
+  decideWithout,
+  MINUTE_MS,
+  usage,
+  windowsOf,
+  windowStart,
+  type BanPolicy,
+  type Decision,
+  type RateLimitStore,
+} from './store.js';
 
 /**
  * The whole decision in one atomic round trip: the ban, both windows, the refusal count.
@@ -49,24 +59,19 @@ declare module 'ioredis' {
   }
 }
 
-const OUTCOMES = ['limited', 'allowed', 'banned', 'banned'] as const;
+/** DECIDE's first result: 0 when limited, else one of these (BAN_STARTED: banned by this very request). */
+const ALLOWED = 1;
+const BANNED = 2;
+const BAN_STARTED = 3;
 
 /** Counters shared by every instance through Redis: one count per subject, however many instances. */
 export class RedisStore implements RateLimitStore {
-  readonly redis: Redis;
+  readonly redis: Redis | Cluster;
   readonly #ban: BanPolicy;
   readonly #prefix: string;
 
-  constructor(url: string, ban: BanPolicy, prefix: string) {
-    // Fail fast instead of queueing while Redis is away: the caller then decides from memory.
-    // Decisions of concurrent requests leave in one write (auto-pipelining), not one each.
-    this.redis = new Redis(url, {
-      enableOfflineQueue: false,
-      maxRetriesPerRequest: 0,
-      commandTimeout: 500,
-      lazyConnect: true,
-      enableAutoPipelining: true,
-    });
+  constructor(redis: Redis | Cluster, ban: BanPolicy, prefix: string) {
+    this.redis = redis;
     this.redis.on('error', () => {});
     this.redis.defineCommand('decideRateLimit', { numberOfKeys: 4, lua: DECIDE });
     this.redis.defineCommand('refundRateLimit', { numberOfKeys: 2, lua: REFUND });
@@ -103,10 +108,9 @@ export class RedisStore implements RateLimitStore {
       2 * MINUTE_MS,
       2 * DAY_MS,
     );
-    const decision: Decision = { outcome: OUTCOMES[code]!, ...usage(limits, now, minuteUsed, dayUsed) };
-    if (code >= 2) decision.bannedUntil = bannedUntil;
-    if (code === 3) decision.banStarted = true;
-    return decision;
+    const windows = usage(limits, now, minuteUsed, dayUsed);
+    if (code === BANNED || code === BAN_STARTED) return { outcome: 'banned', ...windows, bannedUntil, banStarted: code === BAN_STARTED };
+    return { outcome: code === ALLOWED ? 'allowed' : 'limited', ...windows };
   }
 
   async check(subject: string, limits: Limits, now: number): Promise<Decision> {

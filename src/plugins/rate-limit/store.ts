@@ -12,15 +12,17 @@ export interface WindowUsage {
   resetAt: number;
 }
 
-export interface Decision {
-  outcome: 'allowed' | 'limited' | 'banned';
+interface Windows {
   minute: WindowUsage;
   day: WindowUsage;
-  /** For 'banned': when the ban ends, in ms since the epoch. */
-  bannedUntil?: number;
-  /** This request is the one that started the ban. */
-  banStarted?: boolean;
 }
+
+/** What a store decided for one request, with both windows as they stand after it. */
+export type Decision =
+  | ({ outcome: 'allowed' } & Windows)
+  | ({ outcome: 'limited' } & Windows)
+  /** `bannedUntil`: when the ban ends, in ms since the epoch; `banStarted`: this request started it. */
+  | ({ outcome: 'banned'; bannedUntil: number; banStarted: boolean } & Windows);
 
 export interface BanPolicy {
   /** More refused requests than this within one minute window start a ban. */
@@ -56,7 +58,7 @@ export const windowsOf = (decision: Decision) => ({ minute: decision.minute.rese
 /** The decision on counts as they stand, without counting anything. */
 export function decideWithout(limits: Limits, now: number, minuteUsed: number, dayUsed: number, bannedUntil: number): Decision {
   const windows = usage(limits, now, minuteUsed, dayUsed);
-  if (bannedUntil > now) return { outcome: 'banned', ...windows, bannedUntil };
+  if (bannedUntil > now) return { outcome: 'banned', ...windows, bannedUntil, banStarted: false };
   return { outcome: minuteUsed < limits.perMinute && dayUsed < limits.perDay ? 'allowed' : 'limited', ...windows };
 }
 

@@ -3,34 +3,68 @@ import auth from '../../plugins/auth.js';
 import conditionalRequests from '../../plugins/conditional-requests.js';
 import deprecation from '../../plugins/deprecation.js';
 import idempotency from '../../plugins/idempotency.js';
-import { notFoundHandler } from '../../errors.js';
+import keyCache from '../../plugins/key-cache.js';
+import { notFoundHandler, type ApiError } from '../../errors.js';
 import rateLimit, { type RateLimitOptions } from '../../plugins/rate-limit/index.js';
+import { documentOperation } from './contract.js';
 import pets from './pets.js';
 
 export const API_PREFIX = '/v1';
 
 export interface V1Options {
-  /** The clock of authentication (key expiry), rate limiting and deprecation, in ms since the epoch. */
-  now: () => number;
   keyCacheMaxEntries: number;
   idempotencyKeyRetentionHours: number;
-  rateLimit: Omit<RateLimitOptions, 'now'>;
+  rateLimit: RateLimitOptions;
 }
 
 /**
- * Everything under /v1: auth identifies the caller, the rate limiter counts every request
- * (unknown paths too, through this context's own not-found handler), then the operations.
- * Each plugin adds to the documentation of every route as it is declared (onRoute), in this
- * order, which their plugin dependencies enforce: the limiter's headers go on the responses the
- * ones before it add (auth's 401, idempotency's 409 and 422, the 304 of conditional requests),
- * and deprecation's headers on all of them.
+ * Everything under /v1, and the order one request takes through it, in one place:
+ *
+ *   onRequest   identify the caller from memory; a key not known here is looked up only if the
+ *               limiter lets its address spend a lookup; the limiter decides (429 ends here), then
+ *               auth refuses (401, 403): every request is counted, refused ones too
+ *   validation  the operation's schemas (400); a deprecated operation past its sunset is a 410
+ *   preHandler  a revalidation of a tag known current is answered 304 here, before the handler
+ *   handler     routes/v1/pets.ts
+ *   onSend      ETag and 304; the limiter takes back a free revalidation
+ *
+ * Unknown paths pass the same pipeline through this context's own not-found handler.
  */
-const v1: FastifyPluginAsync<V1Options> = async (app, { now, keyCacheMaxEntries, idempotencyKeyRetentionHours, rateLimit: limits }) => {
-  await app.register(auth, { keyCacheMaxEntries, now });
-  await app.register(idempotency, { retentionHours: idempotencyKeyRetentionHours });
-  await app.register(conditionalRequests, { dataVersion: app.petsVersion, now });
-  await app.register(rateLimit, { ...limits, now });
-  await app.register(deprecation, { now });
+const v1: FastifyPluginAsync<V1Options> = async (app, options) => {
+  await app.register(keyCache, { maxEntries: options.keyCacheMaxEntries });
+  await app.register(auth);
+  await app.register(rateLimit, options.rateLimit);
+  await app.register(idempotency, { retentionHours: options.idempotencyKeyRetentionHours });
+  await app.register(conditionalRequests, { dataVersion: app.petsVersion });
+  await app.register(deprecation);
+
+  app.addHook('onRoute', (route) => documentOperation(route, options));
+
+  app.addHook('onRequest', async (request, reply) => {
+    const now = app.now();
+    let credential = app.auth.identify(request);
+    let lookupRefusal: ApiError | undefined;
+    if (credential.kind === 'unverified') {
+      const budget = credential.recheck ? { lookUp: true as const } : await app.rateLimit.mayLookUp(request.ip, now);
+      if (budget.lookUp) credential = await app.auth.verify(credential);
+      else lookupRefusal = budget.refusal;
+    }
+    if (credential.kind === 'key') request.apiKey = credential.key;
+    await app.rateLimit.admit(request, reply, now, { free: app.conditionalRequests.knownCurrent(request) });
+    const refusal = lookupRefusal ?? app.auth.refusal(credential, request.routeOptions.config);
+    if (refusal) throw refusal;
+  });
+
+  // Callback hooks: they run on every request, and need no promise.
+  app.addHook('preHandler', (request, reply, done) => {
+    if (!app.conditionalRequests.answerKnown(request, reply)) done();
+  });
+  app.addHook('onSend', (request, reply, payload, done) => {
+    const answer = app.conditionalRequests.finish(request, reply, payload);
+    app.rateLimit.settle(request, reply, { free: answer.free });
+    done(null, answer.payload);
+  });
+
   app.setNotFoundHandler(notFoundHandler);
   app.get('/openapi.json', { schema: { hide: true }, config: { public: true } }, async () => app.swagger());
   await app.register(pets);

@@ -1,5 +1,5 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
-import { notFound } from '../../errors.js';
+import { errors } from '../../errors.js';
 import { refuseOtherMethods } from '../method-not-allowed.js';
 import { decodeCursor, encodeCursor } from '../../pagination.js';
 import { ErrorBody } from '../../schemas/error.js';
@@ -19,8 +19,7 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
         operationId: 'listPets',
         tags: ['pets'],
         summary: 'List animals in id order, one page at a time',
-        description:
-          'When more animals follow, the response has a `Link: <...>; rel="next"` header whose URL continues the listing.',
+        description: 'When more animals follow, the response has a `Link: <...>; rel="next"` header whose URL continues the listing.',
         querystring: ListPetsQuery,
         response: {
           200: { ...Pets, headers: { link: { type: 'string', description: 'RFC 8288 rel="next" link, when more results exist' } } },
@@ -88,7 +87,7 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
     },
     async (request) => {
       const pet = await app.petsRepository.findById(request.params.petId);
-      if (!pet) throw notFound(`No pet with id ${request.params.petId}`);
+      if (!pet) throw errors.notFound(`No pet with id ${request.params.petId}`);
       return pet;
     },
   );

@@ -1,0 +1,93 @@
+import { Cluster, Redis, type ClusterOptions, type RedisOptions } from 'ioredis';
+
+/** Where the shared rate-limit counters live: one Redis, a Redis Cluster, or a master that Sentinels name. */
+export type RedisTarget =
+  | { mode: 'single'; url: string }
+  | { mode: 'cluster'; nodes: Array<{ host: string; port: number }> }
+  | { mode: 'sentinel'; sentinels: Array<{ host: string; port: number }>; masterName: string };
+
+/** AUTH and TLS for the cluster and Sentinel modes; a single Redis takes both from its URL (`rediss://user:pass@...`). */
+export interface RedisCredentials {
+  username?: string;
+  password?: string;
+  /** Sentinels' own password, when they require one. */
+  sentinelPassword?: string;
+  tls: boolean;
+}
+
+/** How long one decision may wait for Redis before this instance decides from memory instead. */
+export const COMMAND_TIMEOUT_MS = 500;
+
+// Fail fast instead of queueing while Redis is away: the caller then decides from memory.
+const FAIL_FAST: RedisOptions = {
+  enableOfflineQueue: false,
+  maxRetriesPerRequest: 0,
+  commandTimeout: COMMAND_TIMEOUT_MS,
+  lazyConnect: true,
+};
+
+/**
+ * A cluster's failover takes up to cluster-node-timeout (15 s by default) and a few seconds more:
+ * ioredis keeps following redirections for retryDelayOnFailover x maxRedirections (20 s), so it
+ * learns the new topology by itself; meanwhile each decision gives up after COMMAND_TIMEOUT_MS.
+ */
+const CLUSTER_FAILOVER: Pick<
+  ClusterOptions,
+  'retryDelayOnFailover' | 'maxRedirections' | 'retryDelayOnClusterDown' | 'retryDelayOnTryAgain'
+> = {
+  retryDelayOnFailover: 400,
+  maxRedirections: 50,
+  retryDelayOnClusterDown: 400,
+  retryDelayOnTryAgain: 200,
+};
+
+/** Reconnects after a READONLY reply: the node was demoted (a failover the client has not noticed yet). */
+const reconnectIfDemoted = (error: Error) => (error.message.startsWith('READONLY') ? 2 : false);
+
+/** A client for the target, not yet connected; every mode fails fast rather than queueing. */
+export function createRedisClient(target: RedisTarget, credentials: RedisCredentials): Redis | Cluster {
+  const auth = { username: credentials.username, password: credentials.password, ...(credentials.tls && { tls: {} }) };
+  switch (target.mode) {
+    case 'single':
+      // Concurrent decisions leave in one write (auto-pipelining), not one each.
+      return new Redis(target.url, { ...FAIL_FAST, enableAutoPipelining: true, reconnectOnError: reconnectIfDemoted });
+    case 'cluster':
+      // No auto-pipelining: a pipeline that meets MOVED during a resharding or failover fails as a
+      // whole (ioredis #2075), where single commands follow the redirection.
+      return new Cluster(target.nodes, {
+        ...CLUSTER_FAILOVER,
+        enableOfflineQueue: false,
+        lazyConnect: true,
+        scaleReads: 'master',
+        slotsRefreshTimeout: 2_000,
+        // Managed clusters (ElastiCache) announce names whose TLS certificates match them as given.
+        ...(credentials.tls && { dnsLookup: (address, callback) => callback(null, address) }),
+        redisOptions: { ...FAIL_FAST, ...auth, reconnectOnError: reconnectIfDemoted },
+      });
+    case 'sentinel':
+      return new Redis({
+        ...FAIL_FAST,
+        ...auth,
+        sentinels: target.sentinels,
+        name: target.masterName,
+        role: 'master',
+        sentinelPassword: credentials.sentinelPassword,
+        enableTLSForSentinelMode: credentials.tls,
+        // Subscribes to the Sentinels' +switch-master and moves at once, instead of at the next error.
+        failoverDetector: true,
+        enableAutoPipelining: true,
+        reconnectOnError: reconnectIfDemoted,
+      });
+  }
+}
+
+/** Whether every node decisions may reach answers now: each master of a cluster, or the one Redis. */
+export async function pingAll(client: Redis | Cluster): Promise<void> {
+  if (client instanceof Cluster) {
+    const masters = client.nodes('master');
+    if (masters.length === 0) throw new Error('no Redis Cluster master known');
+    await Promise.all(masters.map((node) => node.ping()));
+  } else {
+    await client.ping();
+  }
+}

@@ -1,0 +1,113 @@
+import { Type, type TSchema } from '@sinclair/typebox';
+import type { RouteOptions } from 'fastify';
+import { SECURITY_SCHEME } from '../../plugins/auth.js';
+import { CACHING_HEADERS, readsOnly } from '../../plugins/conditional-requests.js';
+import { DEPRECATION_HEADERS } from '../../plugins/deprecation.js';
+import { RATE_LIMIT_HEADERS } from '../../plugins/rate-limit/index.js';
+import { REQUEST_ID_HEADER } from '../../http/request-id.js';
+import { ErrorBody } from '../../schemas/error.js';
+import { IdempotencyKey, IfNoneMatch } from '../../schemas/headers.js';
+import { withHeaders, withRequestHeaders, type ResponseSchemas } from '../../schemas/responses.js';
+
+const REQUEST_ID = {
+  [REQUEST_ID_HEADER]: {
+    type: 'string',
+    description:
+      "This request's id, as logged and as quoted in every 5xx message: the `X-Request-Id` a trusted proxy sent " +
+      '(1 to 128 characters of `A-Z a-z 0-9 . _ : -`), else a new UUID',
+  },
+} as const;
+
+const RETRY_AFTER = { 'retry-after': { type: 'integer', description: 'Seconds to wait before retrying' } } as const;
+
+/**
+ * Everything the pipeline under /v1 adds to what an operation declares (routes/v1/pets.ts): with
+ * that file, this one tells every status and header each operation can answer. Applied to each
+ * route as it is declared, in the order the concerns act, so that each concern's headers are
+ * documented on the responses the ones before it add.
+ */
+export function documentOperation(route: RouteOptions, { idempotencyKeyRetentionHours }: { idempotencyKeyRetentionHours: number }) {
+  const schema = route.schema;
+  if (!schema || schema.hide) return;
+  const config = route.config ?? {};
+  let responses = schema.response as ResponseSchemas;
+  let headers = schema.headers as TSchema | undefined;
+
+  // Authentication: a bearer key, unless public; read-only keys may not write.
+  if (!config.public) {
+    schema.security = [{ [SECURITY_SCHEME]: [] }];
+    responses = {
+      ...responses,
+      401: {
+        ...ErrorBody,
+        description: 'API key missing, invalid, revoked or expired',
+        headers: { 'www-authenticate': { type: 'string', description: 'Bearer realm="pets" (RFC 6750)' } },
+      },
+      ...(config.writes && { 403: { ...ErrorBody, description: 'The API key is read-only (`forbidden`)' } }),
+    };
+  }
+
+  // Safe retries: the Idempotency-Key, its replay, and the two ways a key is refused.
+  if (config.idempotent) {
+    headers = withRequestHeaders(headers, {
+      'idempotency-key': {
+        ...IdempotencyKey,
+        description: `${IdempotencyKey.description} Keys are kept for ${idempotencyKeyRetentionHours} hours, then forgotten.`,
+      },
+    });
+    const succeeded = Object.fromEntries(Object.entries(responses).filter(([status]) => status.startsWith('2')));
+    responses = {
+      ...responses,
+      ...withHeaders(succeeded, {
+        'idempotent-replayed': {
+          type: 'string',
+          description: '`true` when this is the stored response of an earlier request with the same Idempotency-Key',
+        },
+      }),
+      409: {
+        ...ErrorBody,
+        description: 'A request with this Idempotency-Key is still in progress (`idempotency_key_in_use`); retry after Retry-After',
+        headers: RETRY_AFTER,
+      },
+      422: { ...ErrorBody, description: 'This Idempotency-Key was used with a different request body (`idempotency_key_mismatch`)' },
+    };
+  }
+
+  // Conditional reads: ETag on the 200, and a 304 with every header of the 200 (RFC 9110 15.4.5), no body.
+  if (readsOnly(route.method)) {
+    headers = withRequestHeaders(headers, { 'if-none-match': IfNoneMatch });
+    responses = {
+      ...responses,
+      ...withHeaders({ 200: responses[200]! }, CACHING_HEADERS),
+      304: {
+        ...Type.Null({
+          description:
+            "Not Modified: the ETag matched If-None-Match; the client's copy is current. No body; not counted against the rate limit when it matched a tag the client sent",
+        }),
+        headers: { ...responses[200]!.headers, ...CACHING_HEADERS },
+      },
+    };
+  }
+
+  // Rate limiting: the headers on every response, and the 429.
+  responses = withHeaders(
+    {
+      ...responses,
+      429: {
+        ...ErrorBody,
+        description: 'Rate limit exceeded (`rate_limited`), or the caller is banned for a while (`api_key_banned`)',
+        headers: RETRY_AFTER,
+      },
+    },
+    RATE_LIMIT_HEADERS,
+  );
+
+  // Deprecation: its headers on every response (the 410 after the sunset is the operation's own).
+  if (config.deprecation) responses = withHeaders(responses, DEPRECATION_HEADERS);
+
+  // The request id, on every response of the service (app.ts).
+  responses = withHeaders(responses, REQUEST_ID);
+
+  schema.response = responses;
+  if (headers) schema.headers = headers;
+}

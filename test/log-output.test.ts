@@ -1,0 +1,97 @@
+import { spawn } from 'node:child_process';
+import { Writable } from 'node:stream';
+import pino from 'pino';
+import { describe, expect, it } from 'vitest';
+import { logFormat, logOutput, roundMs } from '../src/log-output.js';
+import { appTest } from './support/fixtures.js';
+import { ROOT } from './support/processes.js';
+import { eventually } from './support/eventually.js';
+
+const test = appTest();
+
+describe('log format', () => {
+  it('auto: pretty on a terminal, JSON when stdout is not one (a pipe, a file, a log driver)', () => {
+    expect(logFormat('auto', true)).toBe('pretty');
+    expect(logFormat('auto', false)).toBe('json');
+    expect(logFormat('auto', undefined)).toBe('json');
+    expect(logFormat('json', true)).toBe('json');
+    expect(logFormat('pretty', undefined)).toBe('pretty');
+  });
+
+  it('pretty lines are for people: level, message and fields, no JSON', async () => {
+    let written = '';
+    const sink = new Writable({
+      write(chunk: Buffer, _encoding, done) {
+        written += chunk.toString();
+        done();
+      },
+    });
+    const output = await logOutput('pretty', sink);
+    pino(output.stream).info({ reqId: 'r-1', ms: 1.25, status: 200 }, 'request');
+    output.flush();
+    await eventually(async () => written.includes('request'));
+    const plain = written.replace(new RegExp(String.raw`\x1b\[[0-9;]*m`, 'g'), '');
+    expect(plain).toMatch(/^\[\d{2}:\d{2}:\d{2}\.\d{3}\] INFO: request\n/);
+    expect(plain).toContain('reqId: "r-1"');
+    expect(plain).not.toContain('"level"');
+  });
+});
+
+describe('durations', () => {
+  it('are milliseconds rounded to two decimals (10 µs)', () => {
+    expect(roundMs(1.23456)).toBe(1.23);
+    expect(roundMs(0.126)).toBe(0.13);
+    expect(roundMs(0.004)).toBe(0);
+    expect(roundMs(250)).toBe(250);
+    expect(roundMs(31.9999)).toBe(32);
+  });
+
+  test("the request line's ms has at most two decimals", async ({ t, request }) => {
+    for (let i = 0; i < 5; i++) await request('GET', '/v1/pets');
+    const lines = t.logs.entries().filter((entry) => entry.msg === 'request');
+    expect(lines.length).toBeGreaterThanOrEqual(5);
+    for (const { ms } of lines) {
+      expect(typeof ms).toBe('number');
+      expect(String(ms)).toMatch(/^\d+(\.\d{1,2})?$/);
+    }
+  });
+});
+
+/** Runs the server until it says it is ready, under a pseudo-terminal (script(1)) or with stdout piped; resolves with what it printed. */
+function runServer(tty: boolean): Promise<string> {
+  const node = [process.execPath, '--import', 'tsx', 'src/server.ts'];
+  const [command, ...args] = tty ? ['script', '-qfec', node.map((arg) => `'${arg}'`).join(' '), '/dev/null'] : node;
+  const child = spawn(command!, args, {
+    cwd: ROOT,
+    detached: true,
+    stdio: ['pipe', 'pipe', 'pipe'],
+    env: { ...process.env, DATABASE_URL: '', DATA_DIR: 'memory://', PORT: '0', METRICS_PORT: '0', LOG_LEVEL: 'info', LOG_FORMAT: 'auto' },
+  });
+  let output = '';
+  child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => finish(new Error(`not ready within 60 s:\n${output}`)), 60_000);
+    const finish = (error?: Error) => {
+      clearTimeout(timer);
+      child.stdout.removeAllListeners('data');
+      // The whole group: script(1) and the server under it.
+      child.once('exit', () => (error ? reject(error) : resolve(output)));
+      process.kill(-child.pid!, 'SIGTERM');
+    };
+    child.stdout.on('data', () => {
+      if (output.includes('pet store ready')) finish();
+    });
+    child.once('error', reject);
+  });
+}
+
+describe('the server', () => {
+  it('prints pretty lines on a terminal, JSON lines when its output is piped', { timeout: 120_000 }, async () => {
+    const [onTerminal, piped] = await Promise.all([runServer(true), runServer(false)]);
+    expect(onTerminal).toMatch(/INFO.*pet store ready/);
+    expect(onTerminal).not.toContain('"msg":"pet store ready"');
+    const ready = piped.split('\n').find((line) => line.includes('pet store ready'))!;
+    expect(JSON.parse(ready)).toMatchObject({ level: 30, msg: 'pet store ready' });
+  });
+});

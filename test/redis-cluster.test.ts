@@ -1,0 +1,88 @@
+import { randomUUID } from 'node:crypto';
+import { Redis } from 'ioredis';
+import { describe, expect } from 'vitest';
+import { POSTGRES_URL } from './support/databases.js';
+import { eventually } from './support/eventually.js';
+import { startRedisCluster, type RedisCluster } from './support/engines/index.js';
+import { fallbackGauge, freeKeyRun, twoInstancesOn } from './support/scale.js';
+import { MINUTE, sleep } from './support/time.js';
+
+// The limiter on a real Redis Cluster (REDIS_CLUSTER_NODES, issue #20), with AUTH as managed
+// clusters require: 3 masters and their replicas on loopback. Two instances share the counters,
+// so they share a PostgreSQL database: this runs in the PostgreSQL suite.
+
+const PASSWORD = `pw-${randomUUID()}`;
+
+const test = twoInstancesOn(
+  () => startRedisCluster({ masters: 3, replicasPerMaster: 1, nodeTimeoutMs: 1_000, password: PASSWORD }),
+  (cluster) => ({ REDIS_CLUSTER_NODES: cluster.seeds, REDIS_PASSWORD: PASSWORD, REDIS_KEY_PREFIX: `test:${randomUUID()}:` }),
+);
+
+/** A new Free key whose rate-limit subject hashes to a slot of each master, by master port. */
+async function freeKeysOnEachMaster(cluster: RedisCluster, create: () => Promise<{ id: number; key: string }>) {
+  const masters = await cluster.masters();
+  const probe = new Redis({ host: masters[0]!.host, port: masters[0]!.port, password: PASSWORD, lazyConnect: true });
+  await probe.connect();
+  const found = new Map<number, string>();
+  try {
+    while (found.size < masters.length) {
+      const { id, key } = await create();
+      const slot = Number(await probe.call('CLUSTER', 'KEYSLOT', `key:${id}`));
+      const master = masters.find((each) => each.slots.some(([first, last]) => slot >= first && slot <= last))!;
+      if (!found.has(master.port)) found.set(master.port, key);
+    }
+  } finally {
+    probe.disconnect();
+  }
+  return found;
+}
+
+describe.skipIf(!POSTGRES_URL)('a Redis Cluster (REDIS_CLUSTER_NODES)', () => {
+  test('a Free key gets exactly 60 of 70 through two instances, whichever master its subject lands on', async ({
+    engine,
+    instances,
+    clock,
+  }) => {
+    clock.advance(MINUTE);
+    const [a, b] = instances;
+    const keys = await freeKeysOnEachMaster(engine, () => a.app.apiKeysRepository.create({ plan: 'free', name: 'cluster' }));
+    expect(keys.size).toBe(3);
+    for (const [port, key] of keys) {
+      expect({ port, statuses: await freeKeyRun([a, b], key) }).toEqual({ port, statuses: { 200: 60, 429: 10 } });
+    }
+    expect([await fallbackGauge(a), await fallbackGauge(b)]).toEqual([0, 0]);
+  });
+
+  test('fails no request while a master fails over to its replica, and is exact again afterwards', async ({
+    engine,
+    instances,
+    clock,
+    load,
+  }) => {
+    clock.advance(MINUTE);
+    const [a, b] = instances;
+    const running = load.start(a.auth);
+    await sleep(300);
+    const [victim] = await engine.masters();
+    await engine.kill(victim!.port);
+    const failoverMs = await engine.waitUntilOk(30_000);
+    await sleep(500);
+    const { statuses, slowestMs } = await running.stop();
+    console.log(`cluster failover: ${failoverMs} ms; ${statuses.length} requests during it, slowest ${slowestMs} ms`);
+    expect(statuses.length).toBeGreaterThan(20);
+    expect(statuses.filter((status) => status !== 200)).toEqual([]);
+    // Back on Redis (a probe finds every master answering), and exact across instances again.
+    await eventually(async () => (await fallbackGauge(a)) === 0 && (await fallbackGauge(b)) === 0, 10_000);
+    // One switch to memory and one back per instance at most, not one per request of the dead master's subjects.
+    for (const { logs } of [a, b]) {
+      const times = (text: string) => logs.lines.filter((line) => line.includes(text)).length;
+      expect(times('Redis unreachable')).toBeLessThanOrEqual(1);
+      expect(times('Redis is back')).toBe(times('Redis unreachable'));
+    }
+    clock.advance(MINUTE);
+    const keys = await freeKeysOnEachMaster(engine, () => a.app.apiKeysRepository.create({ plan: 'free', name: 'cluster after' }));
+    for (const [port, key] of keys) {
+      expect({ port, statuses: await freeKeyRun([a, b], key) }).toEqual({ port, statuses: { 200: 60, 429: 10 } });
+    }
+  });
+});

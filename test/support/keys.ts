@@ -1,0 +1,38 @@
+import type { FastifyInstance } from 'fastify';
+import { eventually } from './eventually.js';
+
+/** The Authorization header of an API key. */
+export const bearer = (key: string) => ({ authorization: `Bearer ${key}` });
+
+/**
+ * The one way to wait for a new key to be usable: polls an authenticated request (`probe`, which
+ * answers its HTTP status) until it stops answering 401, for at most `timeoutMs`. Resolves to
+ * the milliseconds it took; throws when the deadline passes first.
+ */
+export const waitForKey = (probe: () => Promise<number>, timeoutMs = 10_000) => eventually(async () => (await probe()) !== 401, timeoutMs);
+
+/** Waits until the app, through inject, accepts the Authorization header. */
+export const waitForKeyOnApp = (app: FastifyInstance, headers: { authorization: string }, timeoutMs?: number) =>
+  waitForKey(async () => (await app.inject({ url: '/v1/pets?limit=1', headers })).statusCode, timeoutMs);
+
+/** Waits until a server listening at `origin` accepts the Authorization header over HTTP. */
+export const waitForKeyAt = (origin: string, headers: { authorization: string }, timeoutMs?: number) =>
+  waitForKey(async () => (await fetch(`${origin}/v1/pets?limit=1`, { headers })).status, timeoutMs);
+
+/** How many times the app has looked a key up in the database so far (api_key_lookups_total). */
+export const keyLookups = async (app: FastifyInstance) =>
+  (await app.metricsRegistry.getSingleMetric('api_key_lookups_total')!.get()).values.reduce((sum, { value }) => sum + value, 0);
+
+/**
+ * Waits until the app holds a key in its cache: a request with its Authorization header makes no
+ * lookup. A key's first request is not always the last to look it up: the notice of its creation,
+ * back through the database a moment after the commit, has a key cached before it checked again
+ * (and a lookup it overtakes is not kept). By the time a request needs no lookup the notice has,
+ * as a rule, come (it follows the commit by milliseconds), though nothing here sees it arrive.
+ */
+export const waitUntilCached = (app: FastifyInstance, headers: { authorization: string }) =>
+  eventually(async () => {
+    const before = await keyLookups(app);
+    await app.inject({ url: '/v1/pets?limit=1', headers });
+    return (await keyLookups(app)) === before;
+  });
