@@ -62,8 +62,11 @@ export interface RateLimiter {
    * throws its 429. A request sure to be a free revalidation is only checked against the limits.
    */
   admit(request: FastifyRequest, reply: FastifyReply, now: number, { free }: { free: boolean }): Promise<void>;
-  /** Once answered: takes back a counted request that turned out free, or counts an uncounted one that did not. */
-  settle(request: FastifyRequest, reply: FastifyReply, { free }: { free: boolean }): void;
+  /**
+   * Once answered: takes back a counted request that turned out free, or counts an uncounted one
+   * that did not. The response waits for it, so the caller's next request, on any instance, sees it.
+   */
+  settle(request: FastifyRequest, reply: FastifyReply, { free }: { free: boolean }): Promise<unknown> | undefined;
 }
 
 /**
@@ -138,17 +141,15 @@ export default fp<RateLimitOptions>(
       // costs nothing. The request was admitted like any other, so a caller over its limit still got its 429.
       settle(request, reply, { free }) {
         const charge = charges.get(request);
-        if (!charge || free !== charge.counted) return;
+        if (!charge || free !== charge.counted) return undefined;
         charges.delete(request);
-        // Not awaited: on this instance's one connection, either reaches Redis before any later decision.
         if (charge.counted) {
-          void store.refund(charge.subject, charge.decision);
           const uncount = (window: WindowUsage) => ({ ...window, used: Math.max(0, window.used - 1) });
           setHeaders(reply, { ...charge.decision, minute: uncount(charge.decision.minute), day: uncount(charge.decision.day) }, charge.now);
-        } else {
-          // Admitted uncounted as a sure 304, it was refused further on (a sunset meanwhile): it counts.
-          void store.consume(charge.subject, charge.limits, charge.now);
+          return store.refund(charge.subject, charge.decision);
         }
+        // Admitted uncounted as a sure 304, it was refused further on (a sunset meanwhile): it counts.
+        return store.consume(charge.subject, charge.limits, charge.now);
       },
     } satisfies RateLimiter);
   },

@@ -15,6 +15,8 @@ export interface RedisCredentials {
   tls: boolean;
 }
 
+const CLUSTER_SLOTS = 16_384;
+
 /** How long one decision may wait for Redis before this instance decides from memory instead. */
 export const COMMAND_TIMEOUT_MS = 500;
 
@@ -81,12 +83,25 @@ export function createRedisClient(target: RedisTarget, credentials: RedisCredent
   }
 }
 
-/** Whether every node decisions may reach answers now: each master of a cluster, or the one Redis. */
+/**
+ * Whether every node decisions may reach answers now: the master of every slot of a cluster, as
+ * the cluster maps them (a dead master keeps its slots until its replica is promoted; counting
+ * resumed before that would fail again at once), or the one Redis.
+ */
 export async function pingAll(client: Redis | Cluster): Promise<void> {
   if (client instanceof Cluster) {
-    const masters = client.nodes('master');
-    if (masters.length === 0) throw new Error('no Redis Cluster master known');
-    await Promise.all(masters.map((node) => node.ping()));
+    // No command reaches the cluster while this instance counts from memory, so nothing else would
+    // show the client the promoted master.
+    await new Promise<void>((resolve, reject) => client.refreshSlotsCache((error) => (error ? reject(error) : resolve())));
+    const nodes = new Map(client.nodes('master').map((node) => [`${node.options.host}:${node.options.port}`, node]));
+    const owners = new Set(Array.from({ length: CLUSTER_SLOTS }, (_, slot) => client.slots[slot]?.[0]));
+    if (owners.has(undefined)) throw new Error('a Redis Cluster slot has no known master');
+    await Promise.all(
+      [...owners].map((owner) => {
+        const node = nodes.get(owner!);
+        return node ? node.ping() : Promise.reject(new Error(`Redis Cluster master ${owner} is not connected`));
+      }),
+    );
   } else {
     await client.ping();
   }

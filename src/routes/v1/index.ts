@@ -61,8 +61,9 @@ const v1: FastifyPluginAsync<V1Options> = async (app, options) => {
   });
   app.addHook('onSend', (request, reply, payload, done) => {
     const answer = app.conditionalRequests.finish(request, reply, payload);
-    app.rateLimit.settle(request, reply, { free: answer.free });
-    done(null, answer.payload);
+    const settling = app.rateLimit.settle(request, reply, { free: answer.free });
+    if (settling) settling.then(() => done(null, answer.payload), done);
+    else done(null, answer.payload);
   });
 
   app.setNotFoundHandler(notFoundHandler);
