@@ -46,38 +46,39 @@ describe.skipIf(!POSTGRES_URL)('a Sentinel-managed Redis (REDIS_SENTINELS, REDIS
     expect(await keysOnMaster(engine)).toBeGreaterThan(0);
   });
 
-  test('after the master dies: no 5xx, back in Redis on the promoted master within 5 s of +switch-master, never READONLY after the old master returns, exact again', async ({
-    engine,
-    instances,
-    clock,
-    load,
-  }) => {
-    clock.advance(MINUTE);
-    const [a, b] = instances;
-    const running = load.start(a.auth);
-    await sleep(300);
-    const killed = await engine.killMaster();
-    const switched = await engine.waitForSwitch(30_000);
-    // Decisions are back in Redis when the promoted master holds this minute's counts of a new key.
-    const { key } = await a.app.apiKeysRepository.create({ plan: 'pro', name: 'after switch' });
-    await eventually(async () => {
-      await a.app.inject({ url: '/v1/pets?limit=1', headers: bearer(key) });
-      return (await fallbackGauge(a)) === 0 && (await keysOnMaster(engine)) > 0;
-    }, 10_000);
-    const backMs = Date.now() - switched.at;
-    console.log(`sentinel: switch ${switched.afterKillMs} ms after the kill; decisions in Redis again ${backMs} ms after the switch`);
-    expect(backMs).toBeLessThan(5_000);
+  test(
+    'after the master dies: no 5xx, back in Redis on the promoted master within 5 s of +switch-master, never READONLY after the old master returns, exact again',
+    { timeout: 120_000 },
+    async ({ engine, instances, clock, load }) => {
+      clock.advance(MINUTE);
+      const [a, b] = instances;
+      const running = load.start(a.auth);
+      await sleep(300);
+      const killed = await engine.killMaster();
+      const switched = await engine.waitForSwitch(30_000);
+      // Decisions are back in Redis when the promoted master holds this minute's counts of a new key.
+      const { key } = await a.app.apiKeysRepository.create({ plan: 'pro', name: 'after switch' });
+      await eventually(async () => {
+        await a.app.inject({ url: '/v1/pets?limit=1', headers: bearer(key) });
+        return (await fallbackGauge(a)) === 0 && (await keysOnMaster(engine)) > 0;
+      }, 10_000);
+      const backMs = Date.now() - switched.at;
+      console.log(`sentinel: switch ${switched.afterKillMs} ms after the kill; decisions in Redis again ${backMs} ms after the switch`);
+      expect(backMs).toBeLessThan(5_000);
 
-    await engine.restart(killed.port);
-    await engine.waitUntilReplica(killed.port, 30_000);
-    await sleep(1_000);
-    const { statuses } = await running.stop();
-    expect(statuses.filter((status) => status >= 500)).toEqual([]);
-    expect([...a.logs.lines, ...b.logs.lines].filter((line) => line.includes('READONLY'))).toEqual([]);
-    expect([await fallbackGauge(a), await fallbackGauge(b)]).toEqual([0, 0]);
+      await engine.restart(killed.port);
+      // A Sentinel converts it once it has answered as a master for 8 s; one whose timer stalled on
+      // a loaded machine is in TILT for 30 s first, and converts nothing meanwhile.
+      await engine.waitUntilReplica(killed.port, 60_000);
+      await sleep(1_000);
+      const { statuses } = await running.stop();
+      expect(statuses.filter((status) => status >= 500)).toEqual([]);
+      expect([...a.logs.lines, ...b.logs.lines].filter((line) => line.includes('READONLY'))).toEqual([]);
+      expect([await fallbackGauge(a), await fallbackGauge(b)]).toEqual([0, 0]);
 
-    clock.advance(MINUTE);
-    const { key: free } = await a.app.apiKeysRepository.create({ plan: 'free', name: 'sentinel after' });
-    expect(await freeKeyRun([a, b], free)).toEqual({ 200: 60, 429: 10 });
-  });
+      clock.advance(MINUTE);
+      const { key: free } = await a.app.apiKeysRepository.create({ plan: 'free', name: 'sentinel after' });
+      expect(await freeKeyRun([a, b], free)).toEqual({ 200: 60, 429: 10 });
+    },
+  );
 });

@@ -118,7 +118,8 @@ export async function startSentinel(options: SentinelOptions = {}): Promise<Sent
         const info = await replicationOf(port);
         return info.includes('role:slave') && info.includes(`master_port:${current.port}`) && info.includes('master_link_status:up');
       },
-      { timeoutMs, intervalMs: 100 },
+      // The Sentinels' own logs say why when it does not (a TILT, say).
+      { timeoutMs, intervalMs: 100, daemons: [...sentinelDaemons.values()] },
     );
   }
 
