@@ -16,12 +16,15 @@ export interface BenchOptions {
   /** Dropped and recreated on every run. */
   databaseName: string;
   redisUrl: string;
+  /** bench:compare: a checkout of another commit, built, to measure this build against. */
+  before?: string;
   /** latest.md/.json for measurements, smoke.md/.json for smoke runs, so a smoke run never overwrites results. */
   reportName: string;
 }
 
 const USAGE = `usage: npm run bench -- [--smoke] [--connections N] [--duration SECONDS] [--warmup SECONDS]
                         [--rounds N] [--memory-requests N]
+       npm run bench:compare -- --before DIR [the options above]
 environment: BENCH_SMOKE=1, BENCH_CONNECTIONS, BENCH_DURATION, BENCH_WARMUP, BENCH_ROUNDS, BENCH_MEMORY_REQUESTS,
              BENCH_POSTGRES_URL, BENCH_DATABASE, BENCH_REDIS_URL`;
 
@@ -40,6 +43,7 @@ export function parseOptions(argv: string[], env: NodeJS.ProcessEnv = process.en
       warmup: { type: 'string' },
       rounds: { type: 'string' },
       'memory-requests': { type: 'string' },
+      before: { type: 'string' },
       help: { type: 'boolean' },
     },
     strict: true,
@@ -71,6 +75,7 @@ export function parseOptions(argv: string[], env: NodeJS.ProcessEnv = process.en
     postgresUrl: env.BENCH_POSTGRES_URL || 'postgres://postgres@127.0.0.1:5432/postgres',
     databaseName,
     redisUrl: env.BENCH_REDIS_URL || 'redis://127.0.0.1:6379',
+    ...(values.before && { before: values.before }),
     reportName: smoke ? 'smoke' : 'latest',
   };
 }
