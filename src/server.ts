@@ -4,7 +4,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { ConfigError, loadConfig } from './config.js';
 import { DataDirInUseError } from './db/database.js';
 import { developmentKeyGreeting } from './development-key.js';
-import { buildAdminServer } from './admin/server.js';
+import { ADMIN_PREFIX, buildAdminServer } from './admin/server.js';
 import { buildMetricsServer } from './metrics-server.js';
 import { startTracing } from './tracing.js';
 
@@ -82,7 +82,7 @@ try {
   process.exit(1);
 }
 app.log.info(
-  { publicBaseUrl: config.PUBLIC_BASE_URL, database: app.db.kind, admin: adminServer && `${config.ADMIN_HOST}:${config.ADMIN_PORT}` },
+  { publicBaseUrl: config.PUBLIC_BASE_URL, database: app.db.kind, admin: adminServer && `${adminServer.listeningOrigin}${ADMIN_PREFIX}` },
   'pet store ready',
 );
 // Straight to stdout, not the log: a key must never be in the logs.

@@ -325,6 +325,15 @@ describe('change, rotate, revoke', () => {
     expectError(await admin.request('POST', '/admin/v1/keys/999999999/rotate', { json: {} }), 404, 'not_found');
   });
 
+  test('rotate without a body keeps the old key working for a day', async ({ admin }) => {
+    const { id } = await createKey(admin);
+    const rotated = await admin.request('POST', `/admin/v1/keys/${id}/rotate`);
+    expect(rotated.status, JSON.stringify(rotated.body)).toBe(201);
+    const old = (await admin.request('GET', `/admin/v1/keys/${id}`)).body;
+    expect(Date.parse(old.expiresAt) - Date.now()).toBeGreaterThan(86_000_000);
+    expect(old.state).toBe('rotated');
+  });
+
   test('revoke: 200 with the revoked key, effective on the next request; again, the same', async ({ t, admin }) => {
     const { id, key } = await createKey(admin);
     await waitForKeyOnApp(t.app, bearer(key));

@@ -166,6 +166,11 @@ const adminKeys: FastifyPluginAsyncTypebox<AdminKeysOptions> = async (admin, { k
         },
       },
       config: { writes: true },
+      // Every field is optional, so no body at all (`curl -X POST`) means the defaults.
+      preValidation: (request, _reply, done) => {
+        request.body ??= {};
+        done();
+      },
     },
     async (request, reply) => {
       const { id } = request.params;
