@@ -7,8 +7,9 @@ import { eventually } from './support/eventually.js';
 import { appTest, describeAppTest, twoInstancesTest } from './support/fixtures.js';
 import type { HttpResponse } from './support/http.js';
 import { bearer, waitForKeyOnApp } from './support/keys.js';
-import { countKeys, RATE_LIMIT_STORES, REDIS_URL } from './support/redis.js';
-import { DAY, MINUTE, T0 } from './support/time.js';
+import { buildTestApp } from './support/app.js';
+import { countKeys, RATE_LIMIT_STORES, REDIS_URL, startRedis } from './support/redis.js';
+import { DAY, MINUTE, T0, testClock } from './support/time.js';
 
 const KEY = /^psk_[0-9A-Za-z]{49}$/;
 
@@ -483,6 +484,39 @@ describe.each([
       const used = async (keyId: number) => (await admin.request('GET', `/admin/v1/keys/${keyId}/usage`)).body.minute.used;
       expect([await used(id), await used(rotated.body.id)]).toEqual([2, 2]);
     });
+  });
+});
+
+describe.skipIf(!REDIS_URL)('usage during a Redis outage (a private Redis server)', () => {
+  test("answers from this instance's memory and says so, and from Redis again once it is back", async () => {
+    const redis = await startRedis();
+    const clock = testClock(T0);
+    const t = await buildTestApp({ REDIS_URL: redis.url, REDIS_KEY_PREFIX: 'outage:' }, { now: clock.now });
+    const admin = await openAdmin(t.app);
+    try {
+      const { id, key } = await createKey(admin, { plan: 'free' });
+      await waitForKeyOnApp(t.app, bearer(key));
+      const get = async () => (await t.app.inject({ url: '/v1/pets', headers: bearer(key) })).statusCode;
+      expect(await get()).toBe(200);
+      const usage = async () => (await admin.request('GET', `/admin/v1/keys/${id}/usage`)).body;
+      expect(await usage()).toMatchObject({ source: 'redis', minute: { used: 2 }, day: { used: 2 } });
+
+      await redis.stop();
+      // The first decision that fails moves the limiter to memory, which has counted nothing of this key before.
+      expect(await get()).toBe(200);
+      expect(await usage()).toMatchObject({ source: 'memory', minute: { used: 1 }, day: { used: 1 } });
+      expect(t.logs.entries().some((entry) => String(entry.msg).includes('Redis unreachable'))).toBe(true);
+
+      await redis.start();
+      // Redis came back empty; once the probe finds it, counting and usage are there again.
+      await eventually(async () => (await usage()).source === 'redis', 5_000);
+      expect(await get()).toBe(200);
+      expect(await usage()).toMatchObject({ source: 'redis', minute: { used: 1 } });
+    } finally {
+      await admin.close();
+      await t.close();
+      await redis.stop().catch(() => {});
+    }
   });
 });
 
