@@ -28,7 +28,7 @@ const adminAudit: FastifyPluginAsyncTypebox<{ audit: AdminAuditRepository }> = a
     },
     async (request, reply) => {
       const { limit, cursor } = request.query;
-      const page = await audit.page({ limit, beforeId: cursor ? decodeCursor(cursor, undefined) : undefined });
+      const page = await audit.page({ limit, beforeId: cursor ? decodeCursor(cursor, undefined, 'listing') : undefined });
       if (page.nextBeforeId !== undefined)
         reply.header('link', nextLink(AUDIT_PATH, { limit, cursor: encodeCursor(page.nextBeforeId, undefined) }));
       return page.entries;

@@ -11,7 +11,7 @@ import { AdminKey, AdminKeyChange, AdminKeys, KeyParams, KeyUsage, ListKeysQuery
 import { ErrorBody } from '../schemas/error.js';
 import { actorOf } from './auth.js';
 
-export const KEYS_PATH = '/admin/v1/keys';
+const KEYS_PATH = '/admin/v1/keys';
 
 export interface AdminKeysOptions {
   keys: ApiKeysRepository;
@@ -59,7 +59,7 @@ const filterOf = (query: { plan?: string; state?: string; name?: string }) =>
  */
 const adminKeys: FastifyPluginAsyncTypebox<AdminKeysOptions> = async (admin, { keys, audit, rateLimit }) => {
   admin.post(
-    '/admin/v1/keys',
+    KEYS_PATH,
     {
       schema: {
         operationId: 'createKey',
@@ -89,7 +89,7 @@ const adminKeys: FastifyPluginAsyncTypebox<AdminKeysOptions> = async (admin, { k
   );
 
   admin.get(
-    '/admin/v1/keys',
+    KEYS_PATH,
     {
       schema: {
         operationId: 'listKeys',
@@ -105,7 +105,7 @@ const adminKeys: FastifyPluginAsyncTypebox<AdminKeysOptions> = async (admin, { k
     async (request, reply) => {
       const { limit, cursor, ...filters } = request.query;
       const filter = filterOf(filters);
-      const afterId = cursor ? decodeCursor(cursor, filter, 'filters (plan, state, name)') : 0;
+      const afterId = cursor ? decodeCursor(cursor, filter, 'set of filters (plan, state, name)') : 0;
       const page = await keys.page({ limit, afterId, ...filters });
       if (page.nextAfterId !== undefined) {
         reply.header('link', nextLink(KEYS_PATH, { ...filters, limit, cursor: encodeCursor(page.nextAfterId, filter) }));
@@ -115,7 +115,7 @@ const adminKeys: FastifyPluginAsyncTypebox<AdminKeysOptions> = async (admin, { k
   );
 
   admin.get(
-    '/admin/v1/keys/:id',
+    `${KEYS_PATH}/:id`,
     {
       schema: {
         operationId: 'getKey',
@@ -129,7 +129,7 @@ const adminKeys: FastifyPluginAsyncTypebox<AdminKeysOptions> = async (admin, { k
   );
 
   admin.patch(
-    '/admin/v1/keys/:id',
+    `${KEYS_PATH}/:id`,
     {
       schema: {
         operationId: 'changeKey',
@@ -148,7 +148,7 @@ const adminKeys: FastifyPluginAsyncTypebox<AdminKeysOptions> = async (admin, { k
   );
 
   admin.post(
-    '/admin/v1/keys/:id/rotate',
+    `${KEYS_PATH}/:id/rotate`,
     {
       schema: {
         operationId: 'rotateKey',
@@ -188,7 +188,7 @@ const adminKeys: FastifyPluginAsyncTypebox<AdminKeysOptions> = async (admin, { k
   );
 
   admin.post(
-    '/admin/v1/keys/:id/revoke',
+    `${KEYS_PATH}/:id/revoke`,
     {
       schema: {
         operationId: 'revokeKey',
@@ -203,7 +203,7 @@ const adminKeys: FastifyPluginAsyncTypebox<AdminKeysOptions> = async (admin, { k
   );
 
   admin.get(
-    '/admin/v1/keys/:id/usage',
+    `${KEYS_PATH}/:id/usage`,
     {
       schema: {
         operationId: 'getKeyUsage',
@@ -231,7 +231,7 @@ const adminKeys: FastifyPluginAsyncTypebox<AdminKeysOptions> = async (admin, { k
   );
 
   admin.delete(
-    '/admin/v1/keys/:id/ban',
+    `${KEYS_PATH}/:id/ban`,
     {
       schema: {
         operationId: 'liftKeyBan',
@@ -254,12 +254,12 @@ const adminKeys: FastifyPluginAsyncTypebox<AdminKeysOptions> = async (admin, { k
     },
   );
 
-  refuseOtherMethods(admin, '/admin/v1/keys', ['GET', 'POST']);
-  refuseOtherMethods(admin, '/admin/v1/keys/:id', ['GET', 'PATCH']);
-  refuseOtherMethods(admin, '/admin/v1/keys/:id/rotate', ['POST']);
-  refuseOtherMethods(admin, '/admin/v1/keys/:id/revoke', ['POST']);
-  refuseOtherMethods(admin, '/admin/v1/keys/:id/usage', ['GET']);
-  refuseOtherMethods(admin, '/admin/v1/keys/:id/ban', ['DELETE']);
+  refuseOtherMethods(admin, KEYS_PATH, ['GET', 'POST']);
+  refuseOtherMethods(admin, `${KEYS_PATH}/:id`, ['GET', 'PATCH']);
+  refuseOtherMethods(admin, `${KEYS_PATH}/:id/rotate`, ['POST']);
+  refuseOtherMethods(admin, `${KEYS_PATH}/:id/revoke`, ['POST']);
+  refuseOtherMethods(admin, `${KEYS_PATH}/:id/usage`, ['GET']);
+  refuseOtherMethods(admin, `${KEYS_PATH}/:id/ban`, ['DELETE']);
 };
 
 export default adminKeys;
