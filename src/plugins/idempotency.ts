@@ -77,8 +77,9 @@ function canonicalJson(value: unknown): string {
 
 /**
  * Idempotency-Key on the routes whose config says `idempotent` (draft-ietf-httpapi-idempotency-
- * key-header-07, and Stripe's rules where the draft is open). The route contract
- * (routes/v1/contract.ts) documents the header, 409 and 422.
+ * key-header-07, and Stripe's rules where the draft is open), under /v1 per API key and on the
+ * admin listener per admin token. The route contracts (routes/v1/contract.ts, admin/contract.ts)
+ * document the header, 409 and 422.
  */
 export default fp<IdempotencyOptions>(
   async function idempotency(app, { retentionHours, keys, ownerOf }) {
