@@ -69,12 +69,6 @@ const statements = {
   },
   list: { name: 'api_keys_list', text: `SELECT ${RECORD_COLUMNS} FROM api_keys ORDER BY id` },
   get: { name: 'api_keys_get', text: `SELECT ${RECORD_COLUMNS} FROM api_keys WHERE id = $1` },
-  page: {
-    name: 'api_keys_page',
-    text: `SELECT ${RECORD_COLUMNS} FROM api_keys
-           WHERE id > $1 AND ($2::text IS NULL OR plan = $2) AND ($3::text IS NULL OR name = $3) AND ($4::text IS NULL OR ${STATE} = $4)
-           ORDER BY id LIMIT $5`,
-  },
   revoke: {
     name: 'api_keys_revoke',
     text: `UPDATE api_keys SET revoked_at = now() WHERE id = $1 RETURNING ${RECORD_COLUMNS}`,
@@ -99,6 +93,22 @@ const statements = {
     text: `UPDATE api_keys SET plan = $2, per_minute = $3, per_day = $4, name = $5 WHERE id = $1 RETURNING ${RECORD_COLUMNS}`,
   },
 } as const;
+
+/** The admin listing's filters, as SQL conditions on their parameter. */
+const FILTERS = { plan: 'plan = $', name: 'name = $', state: `${STATE} = $` } as const;
+
+/**
+ * A page of keys after an id, with the filters given and no others: one statement per combination,
+ * so each is planned for its own (the name and plan indexes of migrations/008), where one
+ * statement with optional filters would be planned for none.
+ */
+function pageStatement(filters: Array<keyof typeof FILTERS>) {
+  const conditions = ['id > $1', ...filters.map((filter, i) => `${FILTERS[filter]}${i + 2}`)];
+  return {
+    name: `api_keys_page_${filters.join('_') || 'all'}`,
+    text: `SELECT ${RECORD_COLUMNS} FROM api_keys WHERE ${conditions.join(' AND ')} ORDER BY id LIMIT $${filters.length + 2}`,
+  };
+}
 
 /** How long a rotated key keeps working by default: a day to roll the new one out. */
 export const DEFAULT_OVERLAP_SECONDS = 86_400;
@@ -273,11 +283,10 @@ export function createApiKeysRepository(db: Database) {
 
     /** A page of keys in id order after `afterId`, filtered; `nextAfterId` when more follow. */
     async page(query: { limit: number; afterId: number; plan?: Plan; state?: KeyState; name?: string }) {
-      const rows = await db.query<ApiKeyRecordRow>(statements.page, [
+      const filters = (['plan', 'name', 'state'] as const).filter((filter) => query[filter] !== undefined);
+      const rows = await db.query<ApiKeyRecordRow>(pageStatement(filters), [
         query.afterId,
-        query.plan ?? null,
-        query.name ?? null,
-        query.state ?? null,
+        ...filters.map((filter) => query[filter]),
         query.limit + 1,
       ]);
       const keys = rows.slice(0, query.limit).map(recordOf);
