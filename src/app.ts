@@ -12,7 +12,9 @@ import errorHandler from './plugins/error-handler.js';
 import health from './plugins/health.js';
 import loadShedding from './plugins/load-shedding.js';
 import metrics from './plugins/metrics.js';
+import { SECURITY_SCHEME } from './plugins/auth.js';
 import openapi from './plugins/openapi.js';
+import rateLimit from './plugins/rate-limit/index.js';
 import repositories from './plugins/repositories.js';
 import shutdown from './plugins/shutdown.js';
 import v1, { API_PREFIX } from './routes/v1/index.js';
@@ -117,18 +119,33 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
     maxEventLoopDelayMs: config.LOAD_SHED_EVENT_LOOP_DELAY_MS,
     maxPoolWaiting: config.LOAD_SHED_POOL_WAITING,
   });
-  await app.register(openapi, { publicBaseUrl: config.PUBLIC_BASE_URL, apiPrefix: API_PREFIX });
+  await app.register(openapi, {
+    info: {
+      title: 'Pet store',
+      version: '1.0.0',
+      description:
+        'Browse and manage the animals available for adoption. Every error is an `Error` body ' +
+        '`{code, message, status}`; see the README for the codes and the decisions this service takes.',
+    },
+    serverUrl: config.PUBLIC_BASE_URL,
+    apiPrefix: API_PREFIX,
+    tags: [{ name: 'pets', description: 'Animals available for adoption' }],
+    securityScheme: {
+      name: SECURITY_SCHEME,
+      description: 'An API key, sent as `Authorization: Bearer <API key>`. See the README for how keys are issued.',
+    },
+  });
   await app.register(health);
+  await app.register(rateLimit, {
+    ban: { threshold: config.RATE_LIMIT_BAN_THRESHOLD, durationMs: config.RATE_LIMIT_BAN_SECONDS * 1000 },
+    redis: redisTarget(config),
+    redisCredentials: redisCredentials(config),
+    redisKeyPrefix: config.REDIS_KEY_PREFIX,
+  });
   await app.register(v1, {
     prefix: API_PREFIX,
     keyCacheMaxEntries: config.KEY_CACHE_MAX_ENTRIES,
     idempotencyKeyRetentionHours: config.IDEMPOTENCY_KEY_RETENTION_HOURS,
-    rateLimit: {
-      ban: { threshold: config.RATE_LIMIT_BAN_THRESHOLD, durationMs: config.RATE_LIMIT_BAN_SECONDS * 1000 },
-      redis: redisTarget(config),
-      redisCredentials: redisCredentials(config),
-      redisKeyPrefix: config.REDIS_KEY_PREFIX,
-    },
   });
   return app;
 }

@@ -55,6 +55,9 @@ export const ConfigSchema = Type.Object({
   /** Prometheus metrics are served apart from the API, on this port (0: any free port). */
   METRICS_PORT: Type.Integer({ minimum: 0, maximum: 65535, default: 9464 }),
   METRICS_HOST: Type.String({ minLength: 1, default: '127.0.0.1' }),
+  /** The admin API (key management) listens on this port of its own, never the API's; unset, it is off. */
+  ADMIN_PORT: Type.Optional(Type.Integer({ minimum: 0, maximum: 65535 })),
+  ADMIN_HOST: Type.String({ minLength: 1, default: '127.0.0.1' }),
   /** Slow or stalled clients are cut off: all headers within this time... */
   HEADERS_TIMEOUT_MS: Type.Integer({ minimum: 100, default: 10_000 }),
   /** ...the whole request within this time... */
@@ -109,6 +112,11 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
   if (badProxy !== undefined) {
     throw new ConfigError(
       `Invalid TRUST_PROXY=${JSON.stringify(config.TRUST_PROXY)}: ${JSON.stringify(badProxy)} is not an IP address or CIDR`,
+    );
+  }
+  if (config.ADMIN_PORT !== undefined && config.ADMIN_PORT !== 0 && config.ADMIN_PORT === config.PORT) {
+    throw new ConfigError(
+      `Invalid ADMIN_PORT=${config.ADMIN_PORT}: it is the API's PORT; the admin API is never served on the public port`,
     );
   }
   const redisModes = (['REDIS_URL', 'REDIS_CLUSTER_NODES', 'REDIS_SENTINELS'] as const).filter((name) => config[name] !== undefined);

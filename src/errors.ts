@@ -20,6 +20,7 @@ export const secondsUntil = (ms: number) => Math.max(1, Math.ceil(ms / 1000));
 const retryAfter = (seconds: number) => ({ 'retry-after': String(seconds) });
 
 const REALM = 'Bearer realm="pets"';
+const ADMIN_REALM = 'Bearer realm="pets-admin"';
 
 /** How long a client is asked to wait when the service cannot answer for now. */
 export const UNAVAILABLE_RETRY_SECONDS = 5;
@@ -34,6 +35,18 @@ export const errors = {
       'www-authenticate': `${REALM}, error="invalid_token"`,
     }),
   readOnlyKey: () => new ApiError(403, 'forbidden', 'This API key is read-only; use a key with write access to change data'),
+  adminTokenMissing: () =>
+    new ApiError(401, 'unauthorized', 'Authentication required: send Authorization: Bearer <admin token>', {
+      'www-authenticate': ADMIN_REALM,
+    }),
+  adminTokenInvalid: () =>
+    new ApiError(401, 'unauthorized', 'The admin token is invalid or revoked', {
+      'www-authenticate': `${ADMIN_REALM}, error="invalid_token"`,
+    }),
+  readOnlyAdminToken: () =>
+    new ApiError(403, 'forbidden', 'This admin token has the read scope; changing keys needs a token with the write scope', {
+      'www-authenticate': `${ADMIN_REALM}, error="insufficient_scope", scope="write"`,
+    }),
   notFound: (message: string) => new ApiError(404, 'not_found', message),
   methodNotAllowed: (allow: string[]) =>
     new ApiError(405, 'method_not_allowed', `Only ${allow.join(', ')} are supported on this path`, { allow: allow.join(', ') }),
@@ -44,6 +57,8 @@ export const errors = {
       'A request with this Idempotency-Key is still in progress; retry after the Retry-After delay',
       retryAfter(retryAfterSeconds),
     ),
+  /** What the state of the thing does not allow (changing a revoked key). */
+  conflict: (message: string) => new ApiError(409, 'conflict', message),
   gone: (sunset: string, successor: string) => new ApiError(410, 'gone', `This operation was removed on ${sunset}; use ${successor}`),
   idempotencyKeyMismatch: () =>
     new ApiError(

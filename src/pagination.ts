@@ -1,25 +1,36 @@
 import { errors } from './errors.js';
-import { MAX_ID, PET_STATUSES, type PetStatus } from './schemas/pet.js';
+import { MAX_ID } from './schemas/pet.js';
 
 /**
- * A keyset cursor: the last id of the previous page and the status filter it was made for,
- * base64url-encoded so clients treat it as opaque.
+ * A keyset cursor: the last id of the previous page and the filter it was made for (a status of
+ * pets, a digest of the admin listing's filters), base64url-encoded so clients treat it as opaque.
  */
-export function encodeCursor(afterId: number, status: PetStatus | undefined): string {
-  return Buffer.from(`${status ?? ''}:${afterId}`).toString('base64url');
+export function encodeCursor(afterId: number, filter: string | undefined): string {
+  return Buffer.from(`${filter ?? ''}:${afterId}`).toString('base64url');
 }
 
-const CURSOR = new RegExp(`^(${PET_STATUSES.join('|')})?:([1-9][0-9]{0,15})$`);
+const CURSOR = /^([0-9A-Za-z_-]*):([1-9][0-9]{0,15})$/;
 
-/** Returns the id to continue after; a cursor that is not ours, or not for this filter, is a 400. */
-export function decodeCursor(cursor: string, status: PetStatus | undefined): number {
+/**
+ * Returns the id to continue after; a cursor that is not ours, or not for this filter, is a 400
+ * (`filterName` names the filter for the client: keep it as on the first page).
+ */
+export function decodeCursor(cursor: string, filter: string | undefined, filterName = 'status filter'): number {
   const match = CURSOR.exec(Buffer.from(cursor, 'base64url').toString('latin1'));
   const afterId = Number(match?.[2]);
   if (!match || afterId > MAX_ID || Buffer.from(match[0], 'latin1').toString('base64url') !== cursor) {
     throw errors.badRequest('querystring/cursor is not a cursor from a rel="next" link');
   }
-  if ((match[1] ?? '') !== (status ?? '')) {
-    throw errors.badRequest('querystring/cursor was made for another status filter; keep the filter of the first page');
+  if (match[1] !== (filter ?? '')) {
+    throw errors.badRequest(`querystring/cursor was made for another ${filterName}; keep the ${filterName} of the first page`);
   }
   return afterId;
+}
+
+/** The RFC 8288 Link to the next page: `url` with `query` (undefined values left out). */
+export function nextLink(url: string, query: Record<string, string | number | undefined>): string {
+  const params = new URLSearchParams(
+    Object.entries(query).flatMap(([name, value]) => (value === undefined ? [] : [[name, String(value)]])),
+  );
+  return `<${url}?${params}>; rel="next"`;
 }

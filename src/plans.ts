@@ -15,3 +15,19 @@ export const PLAN_LIMITS: Record<Exclude<Plan, 'enterprise'>, Limits> = {
 };
 
 export const isPlan = (value: string): value is Plan => (PLANS as readonly string[]).includes(value);
+
+/** Limits that do not go with the plan: the keys command and the admin API refuse them alike. */
+export class LimitsError extends Error {}
+
+/**
+ * The limits a key of `plan` carries itself: an enterprise key needs both, every other plan takes
+ * its table's and accepts none. Undefined for those; throws a LimitsError otherwise.
+ */
+export function ownLimits(plan: Plan, perMinute: number | undefined, perDay: number | undefined): Limits | undefined {
+  if (plan !== 'enterprise') {
+    if (perMinute === undefined && perDay === undefined) return undefined;
+    throw new LimitsError(`per-minute and per-day limits are for enterprise keys; the ${plan} plan has fixed limits`);
+  }
+  if (perMinute === undefined || perDay === undefined) throw new LimitsError('enterprise keys need per-minute and per-day limits');
+  return { perMinute, perDay };
+}

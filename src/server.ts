@@ -4,6 +4,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { ConfigError, loadConfig } from './config.js';
 import { DataDirInUseError } from './db/database.js';
 import { developmentKeyGreeting } from './development-key.js';
+import { ADMIN_PREFIX, buildAdminServer } from './admin/server.js';
 import { buildMetricsServer } from './metrics-server.js';
 import { startTracing } from './tracing.js';
 
@@ -39,7 +40,12 @@ try {
 }
 const { config } = app;
 const metricsServer = buildMetricsServer(app.metricsRegistry);
-const close = () => Promise.all([app.close(), metricsServer.close()]);
+// Off unless ADMIN_PORT is set; it closes before the app, whose database it uses.
+const adminServer = config.ADMIN_PORT === undefined ? undefined : await buildAdminServer(app);
+const close = async () => {
+  await adminServer?.close();
+  await Promise.all([app.close(), metricsServer.close()]);
+};
 
 /** In-flight requests get this long to finish once the server closes. */
 const CLOSE_MS = 10_000;
@@ -65,8 +71,9 @@ closeWithGrace({ delay: config.SHUTDOWN_DRAIN_MS + CLOSE_MS }, async ({ signal, 
 });
 
 try {
-  // The metrics port first: once the API accepts requests, nothing else may make the process give up.
+  // The metrics and admin ports first: once the API accepts requests, nothing else may make the process give up.
   await listenOn(metricsServer, config.METRICS_PORT, config.METRICS_HOST, 'METRICS_PORT');
+  if (adminServer) await listenOn(adminServer, config.ADMIN_PORT!, config.ADMIN_HOST, 'ADMIN_PORT');
   await listenOn(app, config.PORT, config.HOST, 'PORT');
 } catch (error) {
   if (!(error instanceof ListenError)) throw error;
@@ -74,7 +81,10 @@ try {
   await close();
   process.exit(1);
 }
-app.log.info({ publicBaseUrl: config.PUBLIC_BASE_URL, database: app.db.kind }, 'pet store ready');
+app.log.info(
+  { publicBaseUrl: config.PUBLIC_BASE_URL, database: app.db.kind, admin: adminServer && `${adminServer.listeningOrigin}${ADMIN_PREFIX}` },
+  'pet store ready',
+);
 // Straight to stdout, not the log: a key must never be in the logs.
 const greeting = await developmentKeyGreeting(app);
 if (greeting) process.stdout.write(greeting);

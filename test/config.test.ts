@@ -29,6 +29,8 @@ describe('configuration', () => {
     ['REDIS_CLUSTER_NODES', 'redis://a:6379'],
     ['REDIS_CLUSTER_NODES', 'a:6379,b'],
     ['REDIS_SENTINELS', 'a:26379'],
+    ['ADMIN_PORT', '3000'],
+    ['ADMIN_PORT', 'off'],
   ])('refuses %s=%s with a message naming it', (name, value) => {
     expect(() => loadConfig({ [name]: value })).toThrow(name);
   });

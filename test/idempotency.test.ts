@@ -200,7 +200,7 @@ describe('Idempotency-Key on POST /v1/pets', () => {
   test('keys older than the retention are purged, in batches, and younger ones kept', async ({ t }) => {
     await addStoredKeys(t, 1_200, '25 hours', 'old');
     await addStoredKeys(t, 1, '23 hours', 'young');
-    expect(await createIdempotencyKeysRepository(t.db).purge(24)).toBe(1_200);
+    expect(await createIdempotencyKeysRepository(t.db, 'api').purge(24)).toBe(1_200);
     expect(await storedKeys(t, 'old')).toBe(0);
     expect(await storedKeys(t, 'young')).toBe(1);
   });

@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { test as base, describe, expect } from 'vitest';
 import { createTestDatabase, POSTGRES_URL } from './support/databases.js';
 import { eventually } from './support/eventually.js';
+import { freePort } from './support/free-port.js';
 import { runCommand, startServer } from './support/processes.js';
 import { bearer } from './support/keys.js';
 
@@ -15,6 +16,8 @@ async function keys(args: string[], env: Record<string, string>) {
 
 /** The documented format: psk_, 43 random base62 characters and a 6-character CRC32 checksum. */
 const KEY = /^psk_[0-9A-Za-z]{49}$/;
+/** Admin tokens: the same format with their own prefix, so a scanner tells the two apart. */
+const ADMIN_TOKEN = /^psa_[0-9A-Za-z]{49}$/;
 const lastLine = (text: string) => text.trimEnd().split('\n').at(-1)!;
 
 /** The settings of a database of the file's own, for the command; the compiled code is built first. */
@@ -168,6 +171,17 @@ describe('npm run --silent keys', () => {
       ['rotate', '1', '--overlap-seconds', '1.5'],
       ['rotate', '1', '--read-only'],
       ['list', '--expires-at', '2030-01-01T00:00:00Z'],
+      ['admin-token'],
+      ['admin-token', 'rotate', '1'],
+      ['admin-token', 'create'],
+      ['admin-token', 'create', '--scope', 'read'],
+      ['admin-token', 'create', '--scope', 'admin', '--name', 'x'],
+      ['admin-token', 'create', '--scope', 'write', '--name', 'x', '--plan', 'free'],
+      ['admin-token', 'create', '--scope', 'write', '--name', 'tab\there'],
+      ['admin-token', 'list', '--scope', 'read'],
+      ['admin-token', 'revoke'],
+      ['admin-token', 'revoke', 'abc'],
+      ['rotate', '1', '--overlap-seconds', '2592001'],
     ];
     const before = await listJson(env);
     // Bad arguments are refused before the database is opened, so the cases can run side by side.
@@ -183,6 +197,57 @@ describe('npm run --silent keys', () => {
       });
     }
     expect(await listJson(env)).toEqual(before);
+  });
+});
+
+describe('npm run --silent keys -- admin-token', () => {
+  test('create prints the token last; list shows it, never the secret; revoke revokes; a server with ADMIN_PORT takes it, and the trail has every change', async ({
+    env,
+  }) => {
+    const created = await keys(['admin-token', 'create', '--scope', 'write', '--name', 'billing'], env);
+    expect(created).toMatchObject({ code: 0, stderr: '' });
+    const token = lastLine(created.stdout);
+    expect(token).toMatch(ADMIN_TOKEN);
+    const support = lastLine((await keys(['admin-token', 'create', '--scope', 'read', '--name', 'support'], env)).stdout);
+    expect(support).toMatch(ADMIN_TOKEN);
+
+    const records = JSON.parse((await keys(['admin-token', 'list', '--json'], env)).stdout) as Array<Record<string, unknown>>;
+    const billing = records.find((record) => record.name === 'billing')!;
+    expect(billing).toEqual({ id: expect.any(Number), name: 'billing', scope: 'write', createdAt: expect.any(String), revokedAt: null });
+    const listed = (await keys(['admin-token', 'list'], env)).stdout;
+    expect(listed).toMatch(new RegExp(`^${String(billing.id)}\\tbilling\\twrite\\t\\S+\\tactive$`, 'm'));
+    expect(listed + JSON.stringify(records)).not.toMatch(/psa_|hash/);
+
+    const supportId = records.find((record) => record.name === 'support')!.id as number;
+    expect((await keys(['admin-token', 'revoke', String(supportId)], env)).code).toBe(0);
+    const revoked = JSON.parse((await keys(['admin-token', 'list', '--json'], env)).stdout) as Array<Record<string, unknown>>;
+    expect(revoked.find((record) => record.id === supportId)!.revokedAt).toEqual(expect.any(String));
+    const missing = await keys(['admin-token', 'revoke', '999999'], env);
+    expect(missing.code).toBe(1);
+    expect(missing.stderr).toContain('999999');
+
+    await keys(['create', '--plan', 'free', '--name', 'by the command'], env);
+    const keyId = (await listJson(env)).find((record) => record.name === 'by the command')!.id as number;
+    expect((await keys(['revoke', String(keyId)], env)).code).toBe(0);
+    const adminPort = await freePort();
+    const server = await startServer({ env: { ...env, ADMIN_PORT: String(adminPort) } });
+    try {
+      const admin = `http://127.0.0.1:${adminPort}/admin/v1`;
+      const audit = await fetch(`${admin}/audit?limit=100`, { headers: bearer(token) });
+      expect(audit.status).toBe(200);
+      const actions = ((await audit.json()) as Array<{ action: string; adminTokenId: number | null; keyId: number | null }>).map(
+        (entry) => `${entry.action} ${entry.adminTokenId}`,
+      );
+      // The keys command's changes are its own: no admin token.
+      expect(actions).toEqual(
+        expect.arrayContaining(['admin_token.create null', 'admin_token.revoke null', 'key.create null', 'key.revoke null']),
+      );
+      expect((await fetch(`${admin}/keys/${keyId}`, { headers: bearer(support) })).status).toBe(401);
+      // The admin API is on its own port only.
+      expect((await fetch(`${server.origin}/admin/v1/keys`, { headers: bearer(token) })).status).toBe(404);
+    } finally {
+      expect(await server.stop()).toBe(0);
+    }
   });
 });
 

@@ -1,16 +1,38 @@
 import SwaggerParser from '@apidevtools/swagger-parser';
 import { Ajv } from 'ajv';
 import { describe, expect } from 'vitest';
+import { openAdmin } from './support/admin.js';
 import { appTest } from './support/fixtures.js';
 
-/** The app, and the document it serves, read once for the file. */
-const test = appTest().extend('document', { scope: 'file' }, async ({ t }) => {
-  const response = await t.app.inject('/v1/openapi.json');
-  expect(response.statusCode).toBe(200);
-  // Tests walk whatever the document holds.
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
-  return response.json<any>();
-});
+/** The app, and the document it serves, read once for the file; the admin listener and its own document likewise. */
+const test = appTest()
+  .extend('document', { scope: 'file' }, async ({ t }) => {
+    const response = await t.app.inject('/v1/openapi.json');
+    expect(response.statusCode).toBe(200);
+    // Tests walk whatever the document holds.
+    // eslint-disable-next-line @typescript-eslint/no-explicit-any
+    return response.json<any>();
+  })
+  .extend('admin', { scope: 'file' }, async ({ t }, { onCleanup }) => {
+    const admin = await openAdmin(t.app);
+    onCleanup(admin.close);
+    return admin;
+  })
+  .extend('adminDocument', { scope: 'file' }, async ({ admin }) => {
+    const response = await admin.server.inject('/admin/v1/openapi.json');
+    expect(response.statusCode).toBe(200);
+    // eslint-disable-next-line @typescript-eslint/no-explicit-any
+    return response.json<any>();
+  });
+
+/** Checks bodies against schemas of a document, as a client generated from it would read them. */
+function checker() {
+  const ajv = new Ajv({ strict: false });
+  return (schema: object, body: unknown) => {
+    const validate = ajv.compile(schema);
+    expect(validate(body), JSON.stringify(validate.errors)).toBe(true);
+  };
+}
 
 describe('the OpenAPI document at /v1/openapi.json', () => {
   test('is a valid OpenAPI 3 document', async ({ document }) => {
@@ -42,13 +64,9 @@ describe('the OpenAPI document at /v1/openapi.json', () => {
   });
 
   test('describes real responses: each one validates against its documented schema', async ({ t, document }) => {
-    const ajv = new Ajv({ strict: false });
     const schemaOf = (path: string, method: string, status: number) =>
       document.paths[path][method].responses[String(status)].content['application/json'].schema;
-    const check = (schema: object, body: unknown) => {
-      const validate = ajv.compile(schema);
-      expect(validate(body), JSON.stringify(validate.errors)).toBe(true);
-    };
+    const check = checker();
 
     const created = await t.app.inject({
       method: 'POST',
@@ -139,4 +157,79 @@ test('documents conditional reads: If-None-Match, the ETag and Cache-Control of 
     expect(Object.keys(notModified.headers)).toEqual(expect.arrayContaining(['etag', 'cache-control', 'x-ratelimit-remaining']));
   }
   expect(document.paths['/pets'].post.parameters.some((one: { name: string }) => one.name === 'if-none-match')).toBe(false);
+});
+
+describe('the admin OpenAPI document at /admin/v1/openapi.json, on the admin listener', () => {
+  const ADMIN_OPERATIONS = [
+    ['/keys', 'post', 'createKey', true],
+    ['/keys', 'get', 'listKeys', false],
+    ['/keys/{id}', 'get', 'getKey', false],
+    ['/keys/{id}', 'patch', 'changeKey', true],
+    ['/keys/{id}/rotate', 'post', 'rotateKey', true],
+    ['/keys/{id}/revoke', 'post', 'revokeKey', true],
+    ['/keys/{id}/usage', 'get', 'getKeyUsage', false],
+    ['/keys/{id}/ban', 'delete', 'liftKeyBan', true],
+    ['/audit', 'get', 'listAudit', false],
+  ] as const;
+
+  test('is a valid OpenAPI 3 document of the admin operations only, relative to /admin/v1', async ({ adminDocument }) => {
+    await SwaggerParser.validate(structuredClone(adminDocument));
+    expect(adminDocument.servers).toEqual([{ url: '/admin/v1' }]);
+    expect(Object.keys(adminDocument.paths).sort()).toEqual([...new Set(ADMIN_OPERATIONS.map(([path]) => path))].sort());
+    for (const [path, method, operationId] of ADMIN_OPERATIONS) expect(adminDocument.paths[path][method].operationId).toBe(operationId);
+  });
+
+  test('requires an admin token everywhere: 401 on every operation, 403 on those that change keys, Idempotency-Key on the create; X-Request-Id on every response', ({
+    adminDocument,
+  }) => {
+    expect(adminDocument.components.securitySchemes.adminToken).toMatchObject({ type: 'http', scheme: 'bearer' });
+    for (const [path, method, , writes] of ADMIN_OPERATIONS) {
+      const operation = adminDocument.paths[path][method];
+      expect(operation.security).toEqual([{ adminToken: [] }]);
+      expect(operation.responses['401'].headers['www-authenticate']).toBeDefined();
+      expect(Boolean(operation.responses['403']), `${method} ${path}`).toBe(writes);
+      for (const [status, response] of Object.entries<{ headers: object }>(operation.responses)) {
+        expect(Object.keys(response.headers), `${method} ${path} ${status}`).toContain('x-request-id');
+      }
+    }
+    const create = adminDocument.paths['/keys'].post;
+    expect(create.parameters.find((one: { name: string }) => one.name === 'idempotency-key')).toMatchObject({ in: 'header' });
+    expect(Object.keys(create.responses)).toEqual(expect.arrayContaining(['201', '400', '409', '422']));
+  });
+
+  test('describes real responses: each one validates against its documented schema', async ({ admin, adminDocument }) => {
+    const check = checker();
+    const schemaOf = (path: string, method: string, status: number) =>
+      adminDocument.paths[path][method].responses[String(status)].content['application/json'].schema;
+    const created = await admin.request('POST', '/admin/v1/keys', { json: { plan: 'enterprise', perMinute: 5, perDay: 50 } });
+    check(schemaOf('/keys', 'post', 201), created.body);
+    const { id } = created.body;
+    check(schemaOf('/keys', 'post', 400), (await admin.request('POST', '/admin/v1/keys', { json: {} })).body);
+    check(schemaOf('/keys', 'get', 200), (await admin.request('GET', '/admin/v1/keys')).body);
+    check(schemaOf('/keys/{id}', 'get', 200), (await admin.request('GET', `/admin/v1/keys/${id}`)).body);
+    check(schemaOf('/keys/{id}', 'get', 404), (await admin.request('GET', '/admin/v1/keys/999999')).body);
+    check(schemaOf('/keys/{id}', 'patch', 200), (await admin.request('PATCH', `/admin/v1/keys/${id}`, { json: { perDay: 60 } })).body);
+    check(schemaOf('/keys/{id}/usage', 'get', 200), (await admin.request('GET', `/admin/v1/keys/${id}/usage`)).body);
+    const rotated = await admin.request('POST', `/admin/v1/keys/${id}/rotate`, { json: { overlapSeconds: 0 } });
+    check(schemaOf('/keys/{id}/rotate', 'post', 201), rotated.body);
+    check(schemaOf('/keys/{id}/revoke', 'post', 200), (await admin.request('POST', `/admin/v1/keys/${id}/revoke`)).body);
+    check(schemaOf('/keys/{id}', 'patch', 409), (await admin.request('PATCH', `/admin/v1/keys/${id}`, { json: { perDay: 70 } })).body);
+    check(
+      schemaOf('/keys/{id}', 'patch', 403),
+      (
+        await admin.request('PATCH', `/admin/v1/keys/${id}`, {
+          json: { perDay: 70 },
+          headers: { authorization: `Bearer ${admin.read.token}` },
+        })
+      ).body,
+    );
+    check(schemaOf('/audit', 'get', 200), (await admin.request('GET', '/admin/v1/audit')).body);
+    check(schemaOf('/audit', 'get', 401), (await admin.request('GET', '/admin/v1/audit', { headers: { authorization: '' } })).body);
+  });
+
+  test('serves its docs page at /docs', async ({ admin }) => {
+    const response = await admin.server.inject('/docs/');
+    expect(response.statusCode).toBe(200);
+    expect(response.headers['content-type']).toMatch(/text\/html/);
+  });
 });

@@ -32,6 +32,7 @@ describe('the server process', () => {
     try {
       for (const [setting, env] of [
         ['METRICS_PORT', { PORT: String(await freePort()), METRICS_PORT: port }],
+        ['ADMIN_PORT', { PORT: String(await freePort()), METRICS_PORT: '0', ADMIN_PORT: port }],
         ['PORT', { PORT: port, METRICS_PORT: '0' }],
       ] as const) {
         const { code, stdout, stderr } = await run(['src/server.ts'], { DATA_DIR: 'memory://', DATABASE_URL: '', ...env });

@@ -12,6 +12,8 @@ export class RequestLog extends LogController {
       status: reply.statusCode,
       ms: roundMs(reply.elapsedTime),
       keyId: request.apiKey?.id,
+      // On the admin listener: who called (never the token itself).
+      adminTokenId: request.adminToken?.id,
     };
     if (error) reply.log.error({ ...line, err: error }, 'request failed');
     else reply.log.info(line, 'request');

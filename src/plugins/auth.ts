@@ -42,7 +42,7 @@ export interface Authenticator {
   refusal(credential: Credential, config: FastifyContextConfig): ApiError | undefined;
 }
 
-const BEARER = /^Bearer +(.*)$/i;
+export const BEARER = /^Bearer +(.*)$/i;
 
 export const SECURITY_SCHEME = 'bearerAuth';
 

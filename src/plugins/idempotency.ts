@@ -4,7 +4,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { TSchema } from '@sinclair/typebox';
 import type { Transaction } from '../db/database.js';
 import { errors } from '../errors.js';
-import { createIdempotencyKeysRepository, type IdempotentOutcome, type StoredResponse } from '../repositories/idempotency-keys.js';
+import type { IdempotencyKeysRepository, IdempotentOutcome, StoredResponse } from '../repositories/idempotency-keys.js';
 import { idempotencyKeyOf } from '../schemas/headers.js';
 
 declare module 'fastify' {
@@ -29,6 +29,10 @@ declare module 'fastify' {
 export interface IdempotencyOptions {
   /** How long a key and its response are kept; the draft asks for the expiry to be published. */
   retentionHours: number;
+  /** Where keys and responses are kept: the API's table, or the admin API's. */
+  keys: IdempotencyKeysRepository;
+  /** Whose keys a request's are (its API key's, or its admin token's): one caller's never meet another's. */
+  ownerOf: (request: FastifyRequest) => number | undefined;
 }
 
 const PURGE_EVERY_MS = 60_000;
@@ -73,13 +77,12 @@ function canonicalJson(value: unknown): string {
 
 /**
  * Idempotency-Key on the routes whose config says `idempotent` (draft-ietf-httpapi-idempotency-
- * key-header-07, and Stripe's rules where the draft is open). The route contract
- * (routes/v1/contract.ts) documents the header, 409 and 422.
+ * key-header-07, and Stripe's rules where the draft is open), under /v1 per API key and on the
+ * admin listener per admin token. The route contracts (routes/v1/contract.ts, admin/contract.ts)
+ * document the header, 409 and 422.
  */
 export default fp<IdempotencyOptions>(
-  async function idempotency(app, { retentionHours }) {
-    const keys = createIdempotencyKeysRepository(app.db);
-
+  async function idempotency(app, { retentionHours, keys, ownerOf }) {
     // One purge at a time per instance; closing waits for it, so it never outlives the database.
     let purging: Promise<void> | undefined;
     const purge = () => {
@@ -105,8 +108,9 @@ export default fp<IdempotencyOptions>(
       Status extends number,
     >(request: FastifyRequest, reply: FastifyReply, work: (tx?: Transaction) => Promise<StoredResponse<Body, Status>>) {
       const header = request.headers['idempotency-key'];
-      if (typeof header !== 'string' || !request.apiKey) return work();
-      const claim = { apiKeyId: request.apiKey.id, key: idempotencyKeyOf(header), requestHash: requestHash(request) };
+      const ownerId = ownerOf(request);
+      if (typeof header !== 'string' || ownerId === undefined) return work();
+      const claim = { ownerId, key: idempotencyKeyOf(header), requestHash: requestHash(request) };
       // What was stored came from this route's own work, so it has the work's type.
       const outcome = (await keys.once(claim, work)) as IdempotentOutcome<StoredResponse<Body, Status>>;
       switch (outcome.kind) {
@@ -122,5 +126,5 @@ export default fp<IdempotencyOptions>(
       }
     });
   },
-  { name: 'idempotency', dependencies: ['database'] },
+  { name: 'idempotency' },
 );

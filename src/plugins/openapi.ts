@@ -1,34 +1,33 @@
 import fp from 'fastify-plugin';
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
-import { SECURITY_SCHEME } from './auth.js';
+
+export interface OpenApiOptions {
+  info: { title: string; version: string; description: string };
+  /** The base URL the paths are relative to, as the document says (`servers`). */
+  serverUrl: string;
+  /** Routes under this prefix are the document's operations, listed without it; the rest are hidden. */
+  apiPrefix: string;
+  tags: Array<{ name: string; description: string }>;
+  /** The bearer scheme every non-public operation names (set on each by its contract). */
+  securityScheme: { name: string; description: string };
+}
 
 /**
- * The OpenAPI document is generated from the route schemas themselves; it lists the /v1
- * operations (those under apiPrefix) relative to the public base URL, as the interface does.
+ * The OpenAPI document generated from the route schemas themselves, and the docs page at /docs:
+ * the public API's (/v1, relative to the public base URL, as the interface does) and the admin
+ * API's, each on its own server.
  */
-export default fp<{ publicBaseUrl: string; apiPrefix: string }>(
-  async function openapi(app, { publicBaseUrl, apiPrefix }) {
+export default fp<OpenApiOptions>(
+  async function openapi(app, { info, serverUrl, apiPrefix, tags, securityScheme }) {
     await app.register(swagger, {
       openapi: {
         openapi: '3.0.3',
-        info: {
-          title: 'Pet store',
-          version: '1.0.0',
-          description:
-            'Browse and manage the animals available for adoption. Every error is an `Error` body ' +
-            '`{code, message, status}`; see the README for the codes and the decisions this service takes.',
-        },
-        servers: [{ url: publicBaseUrl }],
-        tags: [{ name: 'pets', description: 'Animals available for adoption' }],
+        info,
+        servers: [{ url: serverUrl }],
+        tags,
         components: {
-          securitySchemes: {
-            [SECURITY_SCHEME]: {
-              type: 'http',
-              scheme: 'bearer',
-              description: 'An API key, sent as `Authorization: Bearer <API key>`. See the README for how keys are issued.',
-            },
-          },
+          securitySchemes: { [securityScheme.name]: { type: 'http', scheme: 'bearer', description: securityScheme.description } },
         },
       },
       transform: ({ schema, url }) => ({

@@ -1,6 +1,7 @@
 import { generateKey, hashKey } from '../api-key-format.js';
 import type { Database, Queryable } from '../db/database.js';
-import { PLAN_LIMITS, type Limits, type Plan } from '../plans.js';
+import { ownLimits, PLAN_LIMITS, type Limits, type Plan } from '../plans.js';
+import { recordAudit, type Actor } from './admin-audit.js';
 
 /** What a request learns from its key: who it is and what it may do. */
 export interface ApiKeyIdentity extends Limits {
@@ -12,6 +13,9 @@ export interface ApiKeyIdentity extends Limits {
   /** When the key stops working, in ms since the epoch; null for never. */
   expiresAt: number | null;
 }
+
+export const KEY_STATES = ['active', 'expired', 'revoked', 'rotated'] as const;
+export type KeyState = (typeof KEY_STATES)[number];
 
 /** A key as listed to operators: never the key, never its hash. */
 export interface ApiKeyRecord {
@@ -26,6 +30,9 @@ export interface ApiKeyRecord {
   revokedAt: string | null;
   /** The key this one was rotated into. */
   replacedBy: number | null;
+  state: KeyState;
+  /** The rate-limit quota the key counts in (see ApiKeyIdentity). */
+  quotaId: number;
 }
 
 interface ApiKeyRow {
@@ -49,16 +56,22 @@ const iso = (value: Date | null) => value && new Date(value).toISOString();
 
 const COLUMNS = 'id, name, plan, per_minute, per_day, read_only, quota_id, created_at, expires_at, revoked_at, replaced_by';
 
+/** A revoked key is revoked, also when it was rotated with no overlap; a rotated one stays rotated once its overlap ends. */
+const STATE = `CASE WHEN revoked_at IS NOT NULL THEN 'revoked' WHEN replaced_by IS NOT NULL THEN 'rotated'
+                    WHEN expires_at <= now() THEN 'expired' ELSE 'active' END`;
+const RECORD_COLUMNS = `${COLUMNS}, ${STATE} AS state`;
+
 const statements = {
   insert: {
     name: 'api_keys_insert',
     text: `INSERT INTO api_keys (name, plan, per_minute, per_day, key_hash, expires_at, read_only, quota_id)
-           VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id`,
+           VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING ${RECORD_COLUMNS}`,
   },
-  list: { name: 'api_keys_list', text: `SELECT ${COLUMNS} FROM api_keys ORDER BY id` },
+  list: { name: 'api_keys_list', text: `SELECT ${RECORD_COLUMNS} FROM api_keys ORDER BY id` },
+  get: { name: 'api_keys_get', text: `SELECT ${RECORD_COLUMNS} FROM api_keys WHERE id = $1` },
   revoke: {
     name: 'api_keys_revoke',
-    text: 'UPDATE api_keys SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1 RETURNING id',
+    text: `UPDATE api_keys SET revoked_at = now() WHERE id = $1 RETURNING ${RECORD_COLUMNS}`,
   },
   // Revoked keys are not usable; expired ones are returned with their expiry, which the caller
   // checks against its clock on every request, so expiry needs no notice.
@@ -66,7 +79,7 @@ const statements = {
     name: 'api_keys_find_usable',
     text: `SELECT ${COLUMNS} FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL`,
   },
-  forRotation: { name: 'api_keys_for_rotation', text: `SELECT ${COLUMNS} FROM api_keys WHERE id = $1 FOR UPDATE` },
+  forChange: { name: 'api_keys_for_change', text: `SELECT ${RECORD_COLUMNS} FROM api_keys WHERE id = $1 FOR UPDATE` },
   retire: {
     name: 'api_keys_retire',
     text: `UPDATE api_keys
@@ -75,16 +88,64 @@ const statements = {
                revoked_at = CASE WHEN $3::int = 0 THEN now() END
            WHERE id = $1`,
   },
+  update: {
+    name: 'api_keys_update',
+    text: `UPDATE api_keys SET plan = $2, per_minute = $3, per_day = $4, name = $5 WHERE id = $1 RETURNING ${RECORD_COLUMNS}`,
+  },
 } as const;
+
+/** The admin listing's filters, as SQL conditions on their parameter. */
+const FILTERS = { plan: 'plan = $', name: 'name = $', state: `${STATE} = $` } as const;
+
+/**
+ * A page of keys after an id, with the filters given and no others: one statement per combination,
+ * so each is planned for its own (the name and plan indexes of migrations/008), where one
+ * statement with optional filters would be planned for none.
+ */
+function pageStatement(filters: Array<keyof typeof FILTERS>) {
+  const conditions = ['id > $1', ...filters.map((filter, i) => `${FILTERS[filter]}${i + 2}`)];
+  return {
+    name: `api_keys_page_${filters.join('_') || 'all'}`,
+    text: `SELECT ${RECORD_COLUMNS} FROM api_keys WHERE ${conditions.join(' AND ')} ORDER BY id LIMIT $${filters.length + 2}`,
+  };
+}
+
+/** How long a rotated key keeps working by default: a day to roll the new one out. */
+export const DEFAULT_OVERLAP_SECONDS = 86_400;
+/** The longest overlap: 30 days; two keys of one customer should not both work for longer. */
+export const MAX_OVERLAP_SECONDS = 30 * 86_400;
 
 export interface NewApiKey {
   plan: Plan;
   name?: string;
-  /** Required for enterprise keys, refused for the others (the table enforces it too). */
+  /** Required for enterprise keys, refused for the others (see ownLimits; the table enforces it too). */
   limits?: Limits;
   expiresAt?: Date;
   readOnly?: boolean;
 }
+
+/** A change of a key's plan, limits or name; absent fields keep their value. */
+export interface ApiKeyChange {
+  plan?: Plan;
+  perMinute?: number;
+  perDay?: number;
+  name?: string;
+}
+
+/** A new key: the only time its secret exists outside its holder's hands. */
+export interface IssuedApiKey {
+  id: number;
+  key: string;
+  record: ApiKeyRecord;
+}
+
+/** How a change is made and recorded: in the caller's transaction (Idempotency-Key), and by whom (the audit trail). */
+export interface ChangeOptions {
+  tx?: Queryable;
+  actor?: Actor;
+}
+
+type ApiKeyRecordRow = ApiKeyRow & { state: KeyState };
 
 const identityOf = (row: ApiKeyRow): ApiKeyIdentity => ({
   id: row.id,
@@ -95,12 +156,27 @@ const identityOf = (row: ApiKeyRow): ApiKeyIdentity => ({
   expiresAt: row.expires_at && new Date(row.expires_at).getTime(),
 });
 
-export class RotationError extends Error {}
+const recordOf = (row: ApiKeyRecordRow): ApiKeyRecord => ({
+  id: row.id,
+  name: row.name,
+  plan: row.plan,
+  ...limitsOf(row),
+  readOnly: row.read_only,
+  createdAt: iso(row.created_at)!,
+  expiresAt: iso(row.expires_at),
+  revokedAt: iso(row.revoked_at),
+  replacedBy: row.replaced_by,
+  state: row.state,
+  quotaId: row.quota_id ?? row.id,
+});
+
+/** What the key's state does not allow (changing or rotating a revoked or rotated key). */
+export class KeyStateError extends Error {}
 
 export function createApiKeysRepository(db: Database) {
-  async function insert(target: Queryable, key: NewApiKey, quotaId: number | null): Promise<{ id: number; key: string }> {
+  async function insert(target: Queryable, key: NewApiKey, quotaId: number | null): Promise<IssuedApiKey> {
     const secret = generateKey();
-    const [row] = await target.query<{ id: number }>(statements.insert, [
+    const [row] = await target.query<ApiKeyRecordRow>(statements.insert, [
       key.name ?? '',
       key.plan,
       key.limits?.perMinute ?? null,
@@ -110,24 +186,42 @@ export function createApiKeysRepository(db: Database) {
       key.readOnly ?? false,
       quotaId,
     ]);
-    return { id: row!.id, key: secret };
+    return { id: row!.id, key: secret, record: recordOf(row!) };
+  }
+
+  /** Runs a change and its audit entry together: in the caller's transaction, or in one of their own. */
+  const atomically = <T>(tx: Queryable | undefined, work: (target: Queryable) => Promise<T>) => (tx ? work(tx) : db.transaction(work));
+
+  /** The key for a change, locked; undefined when there is none; a KeyStateError when it is revoked or rotated. */
+  async function changeable(tx: Queryable, id: number, change: string): Promise<ApiKeyRecordRow | undefined> {
+    const [row] = await tx.query<ApiKeyRecordRow>(statements.forChange, [id]);
+    if (!row) return undefined;
+    if (row.revoked_at) throw new KeyStateError(`API key ${id} is revoked; ${change}`);
+    if (row.replaced_by !== null) throw new KeyStateError(`API key ${id} was rotated into key ${row.replaced_by}; ${change}`);
+    return row;
   }
 
   return {
-    /** Creates a key and returns it: the only time it exists outside its holder's hands. */
-    create: (key: NewApiKey) => insert(db, key, null),
+    /** Creates a key and returns it with its secret. */
+    create: (key: NewApiKey, { tx, actor }: ChangeOptions = {}): Promise<IssuedApiKey> =>
+      atomically(tx, async (target) => {
+        const issued = await insert(target, key, null);
+        if (actor) {
+          const { plan, name, perMinute, perDay, expiresAt, readOnly } = issued.record;
+          await recordAudit(target, actor, 'key.create', issued.id, { plan, name, perMinute, perDay, expiresAt, readOnly });
+        }
+        return issued;
+      }),
 
     /**
      * Replaces a key with a new one of the same plan, limits, name, scope and quota; the old one
      * keeps working for `overlapSeconds` more (never longer than it would have), or stops at once
      * for 0. Undefined when there is no key with that id.
      */
-    rotate(id: number, overlapSeconds: number, expiresAt?: Date): Promise<{ id: number; key: string } | undefined> {
-      return db.transaction(async (tx) => {
-        const [old] = await tx.query<ApiKeyRow>(statements.forRotation, [id]);
+    rotate(id: number, overlapSeconds: number, { expiresAt, actor }: { expiresAt?: Date; actor?: Actor } = {}) {
+      return db.transaction(async (tx): Promise<IssuedApiKey | undefined> => {
+        const old = await changeable(tx, id, 'create a new key instead');
         if (!old) return undefined;
-        if (old.revoked_at) throw new RotationError(`API key ${id} is revoked; create a new key instead`);
-        if (old.replaced_by !== null) throw new RotationError(`API key ${id} was already rotated into key ${old.replaced_by}`);
         const created = await insert(
           tx,
           {
@@ -140,28 +234,74 @@ export function createApiKeysRepository(db: Database) {
           old.quota_id ?? old.id,
         );
         await tx.query(statements.retire, [id, created.id, overlapSeconds]);
+        if (actor) await recordAudit(tx, actor, 'key.rotate', id, { newKeyId: created.id, overlapSeconds });
         return created;
       });
     },
 
-    async list(): Promise<ApiKeyRecord[]> {
-      const rows = await db.query<ApiKeyRow>(statements.list);
-      return rows.map((row) => ({
-        id: row.id,
-        name: row.name,
-        plan: row.plan,
-        ...limitsOf(row),
-        readOnly: row.read_only,
-        createdAt: iso(row.created_at)!,
-        expiresAt: iso(row.expires_at),
-        revokedAt: iso(row.revoked_at),
-        replacedBy: row.replaced_by,
-      }));
+    /**
+     * Changes a key's plan, limits or name, effective wherever the key is cached as soon as the
+     * change notice arrives. Undefined when there is no such key; a LimitsError when the limits do
+     * not go with the plan; a KeyStateError for a revoked or rotated key.
+     */
+    update(id: number, change: ApiKeyChange, { actor }: ChangeOptions = {}) {
+      return db.transaction(async (tx): Promise<ApiKeyRecord | undefined> => {
+        const row = await changeable(tx, id, 'change its successor, or create a new key');
+        if (!row) return undefined;
+        const before = recordOf(row);
+        const plan = change.plan ?? before.plan;
+        // An enterprise key keeps the limits it has unless given new ones; another plan's come from its table.
+        const kept = plan === 'enterprise' && before.plan === 'enterprise' ? before : undefined;
+        const limits = ownLimits(plan, change.perMinute ?? kept?.perMinute, change.perDay ?? kept?.perDay);
+        const name = change.name ?? before.name;
+        const after = { plan, ...(limits ?? PLAN_LIMITS[plan as Exclude<Plan, 'enterprise'>]), name };
+        const unchanged = (['plan', 'perMinute', 'perDay', 'name'] as const).every((field) => after[field] === before[field]);
+        if (unchanged) return before;
+        const [updated] = await tx.query<ApiKeyRecordRow>(statements.update, [
+          id,
+          plan,
+          limits?.perMinute ?? null,
+          limits?.perDay ?? null,
+          name,
+        ]);
+        if (actor) {
+          const { perMinute, perDay } = before;
+          await recordAudit(tx, actor, 'key.update', id, { before: { plan: before.plan, perMinute, perDay, name: before.name }, after });
+        }
+        return recordOf(updated!);
+      });
     },
 
-    /** Revokes a key; false when there is no key with that id. Revoking twice is harmless. */
-    async revoke(id: number): Promise<boolean> {
-      return (await db.query(statements.revoke, [id])).length > 0;
+    async list(): Promise<ApiKeyRecord[]> {
+      return (await db.query<ApiKeyRecordRow>(statements.list)).map(recordOf);
+    },
+
+    async get(id: number): Promise<ApiKeyRecord | undefined> {
+      const [row] = await db.query<ApiKeyRecordRow>(statements.get, [id]);
+      return row && recordOf(row);
+    },
+
+    /** A page of keys in id order after `afterId`, filtered; `nextAfterId` when more follow. */
+    async page(query: { limit: number; afterId: number; plan?: Plan; state?: KeyState; name?: string }) {
+      const filters = (['plan', 'name', 'state'] as const).filter((filter) => query[filter] !== undefined);
+      const rows = await db.query<ApiKeyRecordRow>(pageStatement(filters), [
+        query.afterId,
+        ...filters.map((filter) => query[filter]),
+        query.limit + 1,
+      ]);
+      const keys = rows.slice(0, query.limit).map(recordOf);
+      return { keys, nextAfterId: rows.length > query.limit ? keys.at(-1)!.id : undefined };
+    },
+
+    /** Revokes a key; undefined when there is no key with that id. Revoking twice is harmless (and recorded once). */
+    revoke(id: number, { actor }: ChangeOptions = {}) {
+      return db.transaction(async (tx): Promise<ApiKeyRecord | undefined> => {
+        const [row] = await tx.query<ApiKeyRecordRow>(statements.forChange, [id]);
+        if (!row || row.revoked_at) return row && recordOf(row);
+        const [revoked] = await tx.query<ApiKeyRecordRow>(statements.revoke, [id]);
+        if (actor) await recordAudit(tx, actor, 'key.revoke', id);
+        return recordOf(revoked!);
+      });
     },
 
     /** The key with this hash (base64) unless it is revoked; expired keys come with their expiry. */

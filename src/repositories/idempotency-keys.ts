@@ -7,9 +7,9 @@ export interface StoredResponse<Body = unknown, Status extends number = number> 
   body: Body;
 }
 
-/** An idempotency key as one API key sent it, and a digest of the request it came with. */
+/** An idempotency key as one caller (an API key, or an admin token) sent it, and a digest of the request it came with. */
 export interface IdempotencyClaim {
-  apiKeyId: number;
+  ownerId: number;
   key: string;
   requestHash: string;
 }
@@ -26,48 +26,61 @@ export type IdempotentOutcome<Response = StoredResponse> =
 
 type StoredRow = [requestHash: string, status: number, location: string | null, body: string];
 
-// Separates the advisory locks of idempotency keys from every other use of hashtextextended's space.
-const LOCK_SEED = 7_310_042_016;
-
-const statements = {
-  find: {
-    name: 'idempotency_keys_find',
-    text: 'SELECT request_hash, status, location, body FROM idempotency_keys WHERE api_key_id = $1 AND key = $2',
-    rowMode: 'array',
-  },
-  // Held until the transaction ends: the request holding it is in flight, on whichever instance.
-  lock: {
-    name: 'idempotency_keys_lock',
-    text: `SELECT pg_try_advisory_xact_lock(hashtextextended($1::text || ' ' || $2, ${LOCK_SEED}))`,
-    rowMode: 'array',
-  },
-  insert: {
-    name: 'idempotency_keys_insert',
-    text: `INSERT INTO idempotency_keys (api_key_id, key, request_hash, status, location, body)
-           VALUES ($1, $2, $3, $4, $5, $6)`,
-  },
-  // Oldest first, a batch at a time; rows another purge is deleting are skipped, not waited for.
-  purge: {
-    name: 'idempotency_keys_purge',
-    text: `WITH expired AS (
-             SELECT api_key_id, key FROM idempotency_keys
-             WHERE created_at < now() - make_interval(hours => $1)
-             ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED
-           ), purged AS (
-             DELETE FROM idempotency_keys USING expired
-             WHERE idempotency_keys.api_key_id = expired.api_key_id AND idempotency_keys.key = expired.key
-             RETURNING 1
-           )
-           SELECT count(*)::int FROM purged`,
-    rowMode: 'array',
-  },
+/**
+ * Where a kind of caller's keys are kept: the API's by API key (migrations/007), the admin API's
+ * by admin token (migrations/008). Each has its own seed, which separates its advisory locks from
+ * the other's and from every other use of hashtextextended's space.
+ */
+const TABLES = {
+  api: { table: 'idempotency_keys', owner: 'api_key_id', lockSeed: 7_310_042_016 },
+  admin: { table: 'admin_idempotency_keys', owner: 'admin_token_id', lockSeed: 7_310_042_017 },
 } as const;
+
+export type IdempotencyScope = keyof typeof TABLES;
+
+function statementsFor(scope: IdempotencyScope) {
+  const { table, owner, lockSeed } = TABLES[scope];
+  return {
+    find: {
+      name: `${table}_find`,
+      text: `SELECT request_hash, status, location, body FROM ${table} WHERE ${owner} = $1 AND key = $2`,
+      rowMode: 'array',
+    },
+    // Held until the transaction ends: the request holding it is in flight, on whichever instance.
+    lock: {
+      name: `${table}_lock`,
+      text: `SELECT pg_try_advisory_xact_lock(hashtextextended($1::text || ' ' || $2, ${lockSeed}))`,
+      rowMode: 'array',
+    },
+    insert: {
+      name: `${table}_insert`,
+      text: `INSERT INTO ${table} (${owner}, key, request_hash, status, location, body) VALUES ($1, $2, $3, $4, $5, $6)`,
+    },
+    // Oldest first, a batch at a time; rows another purge is deleting are skipped, not waited for.
+    purge: {
+      name: `${table}_purge`,
+      text: `WITH expired AS (
+               SELECT ${owner}, key FROM ${table}
+               WHERE created_at < now() - make_interval(hours => $1)
+               ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED
+             ), purged AS (
+               DELETE FROM ${table} USING expired
+               WHERE ${table}.${owner} = expired.${owner} AND ${table}.key = expired.key
+               RETURNING 1
+             )
+             SELECT count(*)::int FROM purged`,
+      rowMode: 'array',
+    },
+  } as const;
+}
 
 const PURGE_BATCH = 500;
 
-export function createIdempotencyKeysRepository(db: Database) {
-  async function find({ apiKeyId, key, requestHash }: IdempotencyClaim, target: Queryable = db) {
-    const [row] = await target.query<StoredRow>(statements.find, [apiKeyId, key]);
+export function createIdempotencyKeysRepository(db: Database, scope: IdempotencyScope) {
+  const statements = statementsFor(scope);
+
+  async function find({ ownerId, key, requestHash }: IdempotencyClaim, target: Queryable = db) {
+    const [row] = await target.query<StoredRow>(statements.find, [ownerId, key]);
     if (!row) return undefined;
     const [storedHash, status, location, body] = row;
     if (storedHash !== requestHash) return { kind: 'mismatch' } as const;
@@ -87,14 +100,14 @@ export function createIdempotencyKeysRepository(db: Database) {
       const earlier = await find(claim);
       if (earlier) return earlier;
       return db.transaction(async (tx) => {
-        const [[locked] = []] = await tx.query<[boolean]>(statements.lock, [claim.apiKeyId, claim.key]);
+        const [[locked] = []] = await tx.query<[boolean]>(statements.lock, [claim.ownerId, claim.key]);
         if (!locked) return { kind: 'in-use' };
         // Read after the lock is held, so a first attempt that committed meanwhile is seen.
         const committed = await find(claim, tx);
         if (committed) return committed;
         const response = await work(tx);
         await tx.query(statements.insert, [
-          claim.apiKeyId,
+          claim.ownerId,
           claim.key,
           claim.requestHash,
           response.status,

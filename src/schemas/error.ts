@@ -9,6 +9,7 @@ export const ERROR_CODES = [
   'method_not_allowed',
   'request_timeout',
   'idempotency_key_in_use',
+  'conflict',
   'gone',
   'payload_too_large',
   'unsupported_media_type',

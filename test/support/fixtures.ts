@@ -11,7 +11,7 @@ import { T0, testClock, type TestClock } from './time.js';
 
 export { expect } from 'vitest';
 
-interface AppTestOptions {
+export interface AppTestOptions {
   /** Settings on top of the test app's (see buildTestApp). */
   env?: Record<string, string>;
   /** The app reads its time from the `clock` fixture, starting here, instead of the real clock. */

@@ -3,7 +3,7 @@ import type { Limits } from '../../plans.js';
 import type { MemoryStore } from './memory-store.js';
 import { pingAll } from './redis-connection.js';
 import type { RedisStore } from './redis-store.js';
-import type { Decision, RateLimitStore } from './store.js';
+import type { Decision, Inspection, RateLimitStore, StoreKind } from './store.js';
 
 /** While on memory, how often Redis is asked whether it answers again: the bound on how long counting stays local after it does. */
 export const REDIS_PROBE_MS = 1_000;
@@ -39,7 +39,18 @@ export class FallbackStore implements RateLimitStore {
     return this.#decide((store) => store.check(subject, limits, now));
   }
 
-  async #decide(ask: (store: RateLimitStore) => Promise<Decision>): Promise<Decision> {
+  inspect(subject: string, limits: Limits, now: number): Promise<Inspection> {
+    return this.#decide((store) => store.inspect(subject, limits, now));
+  }
+
+  /** In Redis when it answers, and in this instance's memory too, where a ban from an earlier outage would come back with the next. */
+  async liftBan(subject: string, now: number): Promise<StoreKind> {
+    const source = await this.#decide((store) => store.liftBan(subject, now));
+    if (source === 'redis') await this.#memory.liftBan(subject);
+    return source;
+  }
+
+  async #decide<T>(ask: (store: RateLimitStore) => Promise<T>): Promise<T> {
     if (!this.degraded) {
       if (this.#redis.ready) {
         try {

@@ -7,7 +7,7 @@ import { FallbackStore } from './fallback-store.js';
 import { MemoryStore } from './memory-store.js';
 import { createRedisClient, type RedisCredentials, type RedisTarget } from './redis-connection.js';
 import { RedisStore } from './redis-store.js';
-import type { BanPolicy, Decision, RateLimitStore, WindowUsage } from './store.js';
+import type { BanPolicy, Decision, Inspection, RateLimitStore, StoreKind, WindowUsage } from './store.js';
 
 export interface RateLimitOptions {
   ban: BanPolicy;
@@ -35,6 +35,9 @@ export const RATE_LIMIT_HEADERS = {
   'ratelimit-policy': { type: 'string', description: 'Both windows, as in draft-ietf-httpapi-ratelimit-headers' },
   ratelimit: { type: 'string', description: 'What is left of both windows and seconds until each resets' },
 } as const;
+
+/** The subject a key counts as: its quota, which the keys rotated from one another share. */
+const keySubject = (quotaId: number) => `key:${quotaId}`;
 
 interface Charge {
   subject: string;
@@ -67,6 +70,10 @@ export interface RateLimiter {
    * that did not. The response waits for it, so the caller's next request, on any instance, sees it.
    */
   settle(request: FastifyRequest, reply: FastifyReply, { free }: { free: boolean }): Promise<unknown> | undefined;
+  /** What a key's quota holds now (both windows, a ban), counting nothing, and which store answered (the admin API). */
+  usage(quotaId: number, limits: Limits, now: number): Promise<Inspection>;
+  /** Lifts a key's ban in the store decisions go to now (the admin API); says which. */
+  liftBan(quotaId: number, now: number): Promise<StoreKind>;
 }
 
 /**
@@ -117,7 +124,7 @@ export default fp<RateLimitOptions>(
 
       async admit(request, reply, now, { free }) {
         const key = request.apiKey;
-        const subject = key ? `key:${key.quotaId}` : `ip:${request.ip}`;
+        const subject = key ? keySubject(key.quotaId) : `ip:${request.ip}`;
         const limits = key ?? ANONYMOUS;
         const checked = free ? await store.check(subject, limits, now) : undefined;
         const decision = checked?.outcome === 'allowed' ? checked : await store.consume(subject, limits, now);
@@ -151,6 +158,9 @@ export default fp<RateLimitOptions>(
         // Admitted uncounted as a sure 304, it was refused further on (a sunset meanwhile): it counts.
         return store.consume(charge.subject, charge.limits, charge.now);
       },
+
+      usage: (quotaId, limits, now) => store.inspect(keySubject(quotaId), limits, now),
+      liftBan: (quotaId, now) => store.liftBan(keySubject(quotaId), now),
     } satisfies RateLimiter);
   },
   { name: 'rate-limit', dependencies: ['metrics'] },

@@ -9,7 +9,9 @@ import {
   windowStart,
   type BanPolicy,
   type Decision,
+  type Inspection,
   type RateLimitStore,
+  type StoreKind,
 } from './store.js';
 
 interface Counters {
@@ -84,6 +86,16 @@ export class MemoryStore implements RateLimitStore {
     const minuteUsed = counters.minute === windowStart(now, MINUTE_MS) ? counters.minuteUsed : 0;
     const dayUsed = counters.day === windowStart(now, DAY_MS) ? counters.dayUsed : 0;
     return decideWithout(limits, now, minuteUsed, dayUsed, counters.bannedUntil);
+  }
+
+  async inspect(subject: string, limits: Limits, now: number): Promise<Inspection> {
+    return { decision: await this.check(subject, limits, now), source: 'memory' };
+  }
+
+  async liftBan(subject: string): Promise<StoreKind> {
+    const counters = this.#subjects.peek(subject);
+    if (counters) Object.assign(counters, { bannedUntil: 0, refused: 0 });
+    return 'memory';
   }
 
   async refund(subject: string, decision: Decision) {

@@ -9,7 +9,9 @@ import {
   windowStart,
   type BanPolicy,
   type Decision,
+  type Inspection,
   type RateLimitStore,
+  type StoreKind,
 } from './store.js';
 
 /**
@@ -121,6 +123,17 @@ export class RedisStore implements RateLimitStore {
       `${base}:ban`,
     );
     return decideWithout(limits, now, Number(minuteUsed ?? 0), Number(dayUsed ?? 0), Number(bannedUntil ?? 0));
+  }
+
+  async inspect(subject: string, limits: Limits, now: number): Promise<Inspection> {
+    return { decision: await this.check(subject, limits, now), source: 'redis' };
+  }
+
+  async liftBan(subject: string, now: number): Promise<StoreKind> {
+    const base = this.#base(subject);
+    // One slot (the subject's hash tag), so a cluster takes both in one command.
+    await this.redis.del(`${base}:ban`, `${base}:r:${windowStart(now, MINUTE_MS)}`);
+    return 'redis';
   }
 
   async refund(subject: string, decision: Decision) {

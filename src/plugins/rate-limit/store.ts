@@ -47,7 +47,18 @@ export interface RateLimitStore {
    * made. Only the windows it was counted in lose it; one that has rolled over since is left alone.
    */
   refund(subject: string, decision: Decision): Promise<void>;
+  /** What `check` would decide, and which store answered: `memory` also for Redis's fallback during an outage. */
+  inspect(subject: string, limits: Limits, now: number): Promise<Inspection>;
+  /** Ends the subject's ban, if any, and forgets its refusals this minute; says which store it was lifted in. */
+  liftBan(subject: string, now: number): Promise<StoreKind>;
   close(): Promise<void>;
+}
+
+export type StoreKind = 'memory' | 'redis';
+
+export interface Inspection {
+  decision: Decision;
+  source: StoreKind;
 }
 
 export const windowStart = (now: number, size: number) => now - (now % size);

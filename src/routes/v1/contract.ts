@@ -9,7 +9,7 @@ import { ErrorBody } from '../../schemas/error.js';
 import { IdempotencyKey, IfNoneMatch } from '../../schemas/headers.js';
 import { withHeaders, withRequestHeaders, type ResponseSchemas } from '../../schemas/responses.js';
 
-const REQUEST_ID = {
+export const REQUEST_ID = {
   [REQUEST_ID_HEADER]: {
     type: 'string',
     description:
@@ -19,6 +19,34 @@ const REQUEST_ID = {
 } as const;
 
 const RETRY_AFTER = { 'retry-after': { type: 'integer', description: 'Seconds to wait before retrying' } } as const;
+
+/** The Idempotency-Key of an operation whose config says `idempotent`: the header, its replay, and the two ways a key is refused. */
+export function documentIdempotency(headers: TSchema | undefined, responses: ResponseSchemas, retentionHours: number) {
+  const succeeded = Object.fromEntries(Object.entries(responses).filter(([status]) => status.startsWith('2')));
+  return {
+    headers: withRequestHeaders(headers, {
+      'idempotency-key': {
+        ...IdempotencyKey,
+        description: `${IdempotencyKey.description} Keys are kept for ${retentionHours} hours, then forgotten.`,
+      },
+    }),
+    responses: {
+      ...responses,
+      ...withHeaders(succeeded, {
+        'idempotent-replayed': {
+          type: 'string',
+          description: '`true` when this is the stored response of an earlier request with the same Idempotency-Key',
+        },
+      }),
+      409: {
+        ...ErrorBody,
+        description: 'A request with this Idempotency-Key is still in progress (`idempotency_key_in_use`); retry after Retry-After',
+        headers: RETRY_AFTER,
+      },
+      422: { ...ErrorBody, description: 'This Idempotency-Key was used with a different request body (`idempotency_key_mismatch`)' },
+    },
+  };
+}
 
 /**
  * Everything the pipeline under /v1 adds to what an operation declares (routes/v1/pets.ts): with
@@ -48,30 +76,7 @@ export function documentOperation(route: RouteOptions, { idempotencyKeyRetention
   }
 
   // Safe retries: the Idempotency-Key, its replay, and the two ways a key is refused.
-  if (config.idempotent) {
-    headers = withRequestHeaders(headers, {
-      'idempotency-key': {
-        ...IdempotencyKey,
-        description: `${IdempotencyKey.description} Keys are kept for ${idempotencyKeyRetentionHours} hours, then forgotten.`,
-      },
-    });
-    const succeeded = Object.fromEntries(Object.entries(responses).filter(([status]) => status.startsWith('2')));
-    responses = {
-      ...responses,
-      ...withHeaders(succeeded, {
-        'idempotent-replayed': {
-          type: 'string',
-          description: '`true` when this is the stored response of an earlier request with the same Idempotency-Key',
-        },
-      }),
-      409: {
-        ...ErrorBody,
-        description: 'A request with this Idempotency-Key is still in progress (`idempotency_key_in_use`); retry after Retry-After',
-        headers: RETRY_AFTER,
-      },
-      422: { ...ErrorBody, description: 'This Idempotency-Key was used with a different request body (`idempotency_key_mismatch`)' },
-    };
-  }
+  if (config.idempotent) ({ headers, responses } = documentIdempotency(headers, responses, idempotencyKeyRetentionHours));
 
   // Conditional reads: ETag on the 200, and a 304 with every header of the 200 (RFC 9110 15.4.5), no body.
   if (readsOnly(route.method)) {

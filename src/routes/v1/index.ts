@@ -5,7 +5,7 @@ import deprecation from '../../plugins/deprecation.js';
 import idempotency from '../../plugins/idempotency.js';
 import keyCache from '../../plugins/key-cache.js';
 import { notFoundHandler, type ApiError } from '../../errors.js';
-import rateLimit, { type RateLimitOptions } from '../../plugins/rate-limit/index.js';
+import { createIdempotencyKeysRepository } from '../../repositories/idempotency-keys.js';
 import { documentOperation } from './contract.js';
 import pets from './pets.js';
 
@@ -14,11 +14,11 @@ export const API_PREFIX = '/v1';
 export interface V1Options {
   keyCacheMaxEntries: number;
   idempotencyKeyRetentionHours: number;
-  rateLimit: RateLimitOptions;
 }
 
 /**
- * Everything under /v1, and the order one request takes through it, in one place:
+ * Everything under /v1, and the order one request takes through it, in one place (the rate
+ * limiter, app.rateLimit, is the app's: the admin API reads and lifts its bans too):
  *
  *   onRequest   identify the caller from memory; a key not known here is looked up only if the
  *               limiter lets its address spend a lookup; the limiter decides (429 ends here), then
@@ -33,8 +33,11 @@ export interface V1Options {
 const v1: FastifyPluginAsync<V1Options> = async (app, options) => {
   await app.register(keyCache, { maxEntries: options.keyCacheMaxEntries });
   await app.register(auth);
-  await app.register(rateLimit, options.rateLimit);
-  await app.register(idempotency, { retentionHours: options.idempotencyKeyRetentionHours });
+  await app.register(idempotency, {
+    retentionHours: options.idempotencyKeyRetentionHours,
+    keys: createIdempotencyKeysRepository(app.db, 'api'),
+    ownerOf: (request) => request.apiKey?.id,
+  });
   await app.register(conditionalRequests, { dataVersion: app.petsVersion });
   await app.register(deprecation);
 

@@ -1,7 +1,7 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { errors } from '../../errors.js';
 import { refuseOtherMethods } from '../method-not-allowed.js';
-import { decodeCursor, encodeCursor } from '../../pagination.js';
+import { decodeCursor, encodeCursor, nextLink } from '../../pagination.js';
 import { ErrorBody } from '../../schemas/error.js';
 import { ListPetsQuery, NewPet, Pet, PetParams, Pets } from '../../schemas/pet.js';
 
@@ -31,8 +31,7 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
       const { limit, status, cursor } = request.query;
       const page = await app.petsRepository.list({ limit, status, afterId: cursor ? decodeCursor(cursor, status) : 0 });
       if (page.nextAfterId !== undefined) {
-        const filter = status ? `&status=${status}` : '';
-        reply.header('link', `<${base}/pets?limit=${limit}${filter}&cursor=${encodeCursor(page.nextAfterId, status)}>; rel="next"`);
+        reply.header('link', nextLink(`${base}/pets`, { limit, status, cursor: encodeCursor(page.nextAfterId, status) }));
       }
       return page.pets;
     },

@@ -1,0 +1,40 @@
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import { decodeCursor, encodeCursor, nextLink } from '../pagination.js';
+import type { AdminAuditRepository } from '../repositories/admin-audit.js';
+import { refuseOtherMethods } from '../routes/method-not-allowed.js';
+import { AuditEntries, AuditQuery } from '../schemas/admin.js';
+import { ErrorBody } from '../schemas/error.js';
+
+const AUDIT_PATH = '/admin/v1/audit';
+
+/** The audit trail: every change of keys and admin tokens, by the admin API or the keys command, newest first. */
+const adminAudit: FastifyPluginAsyncTypebox<{ audit: AdminAuditRepository }> = async (admin, { audit }) => {
+  admin.get(
+    AUDIT_PATH,
+    {
+      schema: {
+        operationId: 'listAudit',
+        tags: ['audit'],
+        summary: 'Changes made through the admin API or the keys command, newest first',
+        querystring: AuditQuery,
+        response: {
+          200: {
+            ...AuditEntries,
+            headers: { link: { type: 'string', description: 'RFC 8288 rel="next" link, when older entries follow' } },
+          },
+          400: ErrorBody,
+        },
+      },
+    },
+    async (request, reply) => {
+      const { limit, cursor } = request.query;
+      const page = await audit.page({ limit, beforeId: cursor ? decodeCursor(cursor, undefined, 'listing') : undefined });
+      if (page.nextBeforeId !== undefined)
+        reply.header('link', nextLink(AUDIT_PATH, { limit, cursor: encodeCursor(page.nextBeforeId, undefined) }));
+      return page.entries;
+    },
+  );
+  refuseOtherMethods(admin, AUDIT_PATH, ['GET']);
+};
+
+export default adminAudit;

@@ -1,0 +1,43 @@
+import fp from 'fastify-plugin';
+import { hashKey, isPlausibleAdminToken } from '../api-key-format.js';
+import { errors } from '../errors.js';
+import { BEARER } from '../plugins/auth.js';
+import type { Actor } from '../repositories/admin-audit.js';
+import type { AdminTokenIdentity, AdminTokensRepository } from '../repositories/admin-tokens.js';
+import type { FastifyRequest } from 'fastify';
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** The admin token an admin request authenticated with. */
+    adminToken?: AdminTokenIdentity;
+  }
+}
+
+export const ADMIN_SECURITY_SCHEME = 'adminToken';
+
+/** Who an admin request's changes are recorded as: its token and its request id. */
+export const actorOf = (request: FastifyRequest): Actor => ({ adminTokenId: request.adminToken!.id, requestId: request.id });
+
+/**
+ * Every admin request but the documents needs `Authorization: Bearer <admin token>`: 401 without
+ * a usable one (an API key is not one), 403 when a read token calls an operation that writes.
+ * The token is looked up on every request: admin traffic is light, and a revoked token is then
+ * refused at once on every instance.
+ */
+export default fp<{ tokens: AdminTokensRepository }>(
+  async function adminAuth(admin, { tokens }) {
+    admin.decorateRequest('adminToken', undefined);
+    admin.addHook('onRequest', async (request) => {
+      const { config } = request.routeOptions;
+      if (config.public) return;
+      const token = BEARER.exec(request.headers.authorization ?? '')?.[1]?.trim();
+      if (!token) throw errors.adminTokenMissing();
+      // A token that cannot be ours (its prefix, shape or checksum) never reaches the database.
+      const identity = isPlausibleAdminToken(token) ? await tokens.findUsable(hashKey(token)) : undefined;
+      if (!identity) throw errors.adminTokenInvalid();
+      if (config.writes && identity.scope !== 'write') throw errors.readOnlyAdminToken();
+      request.adminToken = identity;
+    });
+  },
+  { name: 'admin-auth' },
+);

@@ -1,0 +1,265 @@
+import { createHash } from 'node:crypto';
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import { errors } from '../errors.js';
+import { decodeCursor, encodeCursor, nextLink } from '../pagination.js';
+import { LimitsError, ownLimits } from '../plans.js';
+import type { RateLimiter } from '../plugins/rate-limit/index.js';
+import type { AdminAuditRepository } from '../repositories/admin-audit.js';
+import { DEFAULT_OVERLAP_SECONDS, KeyStateError, type ApiKeyRecord, type ApiKeysRepository } from '../repositories/api-keys.js';
+import { refuseOtherMethods } from '../routes/method-not-allowed.js';
+import { AdminKey, AdminKeyChange, AdminKeys, KeyParams, KeyUsage, ListKeysQuery, NewAdminKey, RotateKey } from '../schemas/admin.js';
+import { ErrorBody } from '../schemas/error.js';
+import { actorOf } from './auth.js';
+
+const KEYS_PATH = '/admin/v1/keys';
+
+export interface AdminKeysOptions {
+  keys: ApiKeysRepository;
+  audit: AdminAuditRepository;
+  rateLimit: RateLimiter;
+}
+
+const LOCATION = { location: { type: 'string', description: 'Path of the key' } } as const;
+
+/** The repository's refusals as the API's: limits that do not go with the plan (400), a key whose state forbids the change (409). */
+async function refusalsAsErrors<T>(work: () => T | Promise<T>): Promise<T> {
+  try {
+    return await work();
+  } catch (error) {
+    if (error instanceof LimitsError) throw errors.badRequest(`body ${error.message}`);
+    if (error instanceof KeyStateError) throw errors.conflict(error.message);
+    throw error;
+  }
+}
+
+const found = (key: ApiKeyRecord | undefined, id: number): ApiKeyRecord => {
+  if (!key) throw errors.notFound(`No API key with id ${id}`);
+  return key;
+};
+
+/** An expiry as the body gives it, which must be ahead of the clock. */
+function futureDate(text: string, now: number): Date {
+  const date = new Date(text);
+  if (Number.isNaN(date.getTime()) || date.getTime() <= now)
+    throw errors.badRequest('body/expiresAt must be a valid date-time in the future');
+  return date;
+}
+
+/** The listing's filters, so that a cursor is used only with the filters it was made for (short: they include a name). */
+const filterOf = (query: { plan?: string; state?: string; name?: string }) =>
+  createHash('sha256')
+    .update(JSON.stringify([query.plan ?? null, query.state ?? null, query.name ?? null]))
+    .digest('base64url')
+    .slice(0, 12);
+
+/**
+ * The keys, as a sign-up page, a billing system and support see them: thin routes over the
+ * repository the keys command uses too, so the two cannot drift. Changes take effect on every
+ * instance through the api_keys notices (migrations/006), as the command's do.
+ */
+const adminKeys: FastifyPluginAsyncTypebox<AdminKeysOptions> = async (admin, { keys, audit, rateLimit }) => {
+  admin.post(
+    KEYS_PATH,
+    {
+      schema: {
+        operationId: 'createKey',
+        tags: ['keys'],
+        summary: 'Issue an API key; the secret is in this answer only',
+        body: NewAdminKey,
+        response: { 201: { ...AdminKey, headers: LOCATION }, 400: ErrorBody, 413: ErrorBody, 415: ErrorBody },
+      },
+      config: { writes: true, idempotent: true },
+    },
+    async (request, reply) => {
+      const { plan, name, perMinute, perDay, expiresAt, readOnly } = request.body;
+      const limits = await refusalsAsErrors(() => ownLimits(plan, perMinute, perDay));
+      const expiry = expiresAt === undefined ? undefined : futureDate(expiresAt, admin.now());
+      // The secret leaves in this answer only: the stored response a retry gets has no secret.
+      let secret: string | undefined;
+      const { status, location, body } = await admin.idempotently(request, reply, async (tx) => {
+        const issued = await keys.create({ plan, name, limits, expiresAt: expiry, readOnly }, { tx, actor: actorOf(request) });
+        secret = issued.key;
+        return { status: 201 as const, location: `${KEYS_PATH}/${issued.id}`, body: issued.record };
+      });
+      return reply
+        .code(status)
+        .header('location', location)
+        .send(secret === undefined ? body : { ...body, key: secret });
+    },
+  );
+
+  admin.get(
+    KEYS_PATH,
+    {
+      schema: {
+        operationId: 'listKeys',
+        tags: ['keys'],
+        summary: 'List keys in id order, one page at a time, filtered by plan, state and name',
+        querystring: ListKeysQuery,
+        response: {
+          200: { ...AdminKeys, headers: { link: { type: 'string', description: 'RFC 8288 rel="next" link, when more keys follow' } } },
+          400: ErrorBody,
+        },
+      },
+    },
+    async (request, reply) => {
+      const { limit, cursor, ...filters } = request.query;
+      const filter = filterOf(filters);
+      const afterId = cursor ? decodeCursor(cursor, filter, 'set of filters (plan, state, name)') : 0;
+      const page = await keys.page({ limit, afterId, ...filters });
+      if (page.nextAfterId !== undefined) {
+        reply.header('link', nextLink(KEYS_PATH, { ...filters, limit, cursor: encodeCursor(page.nextAfterId, filter) }));
+      }
+      return page.keys;
+    },
+  );
+
+  admin.get(
+    `${KEYS_PATH}/:id`,
+    {
+      schema: {
+        operationId: 'getKey',
+        tags: ['keys'],
+        summary: 'Fetch one key',
+        params: KeyParams,
+        response: { 200: AdminKey, 400: ErrorBody, 404: ErrorBody },
+      },
+    },
+    async (request) => found(await keys.get(request.params.id), request.params.id),
+  );
+
+  admin.patch(
+    `${KEYS_PATH}/:id`,
+    {
+      schema: {
+        operationId: 'changeKey',
+        tags: ['keys'],
+        summary: "Change a key's plan, limits or name; effective on every instance within a second",
+        params: KeyParams,
+        body: AdminKeyChange,
+        response: { 200: AdminKey, 400: ErrorBody, 404: ErrorBody, 409: ErrorBody, 413: ErrorBody, 415: ErrorBody },
+      },
+      config: { writes: true },
+    },
+    async (request) => {
+      const { id } = request.params;
+      return found(await refusalsAsErrors(() => keys.update(id, request.body, { actor: actorOf(request) })), id);
+    },
+  );
+
+  admin.post(
+    `${KEYS_PATH}/:id/rotate`,
+    {
+      schema: {
+        operationId: 'rotateKey',
+        tags: ['keys'],
+        summary: 'Replace a key with a new one of the same plan, limits, name, scope and quota; the old one works for the overlap',
+        params: KeyParams,
+        body: RotateKey,
+        response: {
+          201: { ...AdminKey, headers: LOCATION },
+          400: ErrorBody,
+          404: ErrorBody,
+          409: ErrorBody,
+          413: ErrorBody,
+          415: ErrorBody,
+        },
+      },
+      config: { writes: true },
+      // Every field is optional, so no body at all (`curl -X POST`) means the defaults.
+      preValidation: (request, _reply, done) => {
+        request.body ??= {};
+        done();
+      },
+    },
+    async (request, reply) => {
+      const { id } = request.params;
+      const { overlapSeconds, expiresAt } = request.body;
+      const expiry = expiresAt === undefined ? undefined : futureDate(expiresAt, admin.now());
+      const rotated = await refusalsAsErrors(() =>
+        keys.rotate(id, overlapSeconds ?? DEFAULT_OVERLAP_SECONDS, { expiresAt: expiry, actor: actorOf(request) }),
+      );
+      if (!rotated) throw errors.notFound(`No API key with id ${id}`);
+      return reply
+        .code(201)
+        .header('location', `${KEYS_PATH}/${rotated.id}`)
+        .send({ ...rotated.record, key: rotated.key });
+    },
+  );
+
+  admin.post(
+    `${KEYS_PATH}/:id/revoke`,
+    {
+      schema: {
+        operationId: 'revokeKey',
+        tags: ['keys'],
+        summary: 'Revoke a key, on every instance within a second; revoking a revoked key changes nothing',
+        params: KeyParams,
+        response: { 200: AdminKey, 400: ErrorBody, 404: ErrorBody },
+      },
+      config: { writes: true },
+    },
+    async (request) => found(await keys.revoke(request.params.id, { actor: actorOf(request) }), request.params.id),
+  );
+
+  admin.get(
+    `${KEYS_PATH}/:id/usage`,
+    {
+      schema: {
+        operationId: 'getKeyUsage',
+        tags: ['keys'],
+        summary: "What the key's minute and day windows hold now, and its ban, from the store the limiter uses",
+        params: KeyParams,
+        response: { 200: KeyUsage, 400: ErrorBody, 404: ErrorBody },
+      },
+    },
+    async (request) => {
+      const key = found(await keys.get(request.params.id), request.params.id);
+      const { decision, source } = await rateLimit.usage(key.quotaId, key, admin.now());
+      const window = ({ limit, used, resetAt }: { limit: number; used: number; resetAt: number }) => ({
+        limit,
+        used,
+        resetAt: new Date(resetAt).toISOString(),
+      });
+      return {
+        minute: window(decision.minute),
+        day: window(decision.day),
+        bannedUntil: decision.outcome === 'banned' ? new Date(decision.bannedUntil).toISOString() : null,
+        source,
+      };
+    },
+  );
+
+  admin.delete(
+    `${KEYS_PATH}/:id/ban`,
+    {
+      schema: {
+        operationId: 'liftKeyBan',
+        tags: ['keys'],
+        summary: "Lift the key's ban, in the store the limiter uses; answered 204 also when there was none",
+        params: KeyParams,
+        response: { 204: { type: 'null', description: 'The key is not banned (any more)' }, 400: ErrorBody, 404: ErrorBody },
+      },
+      config: { writes: true },
+    },
+    async (request, reply) => {
+      const key = found(await keys.get(request.params.id), request.params.id);
+      const now = admin.now();
+      const { decision } = await rateLimit.usage(key.quotaId, key, now);
+      const source = await rateLimit.liftBan(key.quotaId, now);
+      if (decision.outcome === 'banned') {
+        await audit.record(actorOf(request), 'key.ban_lift', key.id, { bannedUntil: new Date(decision.bannedUntil).toISOString(), source });
+      }
+      return reply.code(204).send();
+    },
+  );
+
+  refuseOtherMethods(admin, KEYS_PATH, ['GET', 'POST']);
+  refuseOtherMethods(admin, `${KEYS_PATH}/:id`, ['GET', 'PATCH']);
+  refuseOtherMethods(admin, `${KEYS_PATH}/:id/rotate`, ['POST']);
+  refuseOtherMethods(admin, `${KEYS_PATH}/:id/revoke`, ['POST']);
+  refuseOtherMethods(admin, `${KEYS_PATH}/:id/usage`, ['GET']);
+  refuseOtherMethods(admin, `${KEYS_PATH}/:id/ban`, ['DELETE']);
+};
+
+export default adminKeys;

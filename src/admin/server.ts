@@ -1,0 +1,96 @@
+import Fastify, { type FastifyInstance } from 'fastify';
+import { clientErrorHandler, frameworkErrors } from '../http/client-errors.js';
+import { escapeMalformedPath } from '../http/malformed-url.js';
+import { REQUEST_ID_HEADER, requestIdGenerator } from '../http/request-id.js';
+import { RequestLog } from '../http/request-log.js';
+import { SECURITY_HEADERS } from '../http/security-headers.js';
+import errorHandler from '../plugins/error-handler.js';
+import idempotency from '../plugins/idempotency.js';
+import openapi from '../plugins/openapi.js';
+import { createAdminAuditRepository } from '../repositories/admin-audit.js';
+import { createAdminTokensRepository } from '../repositories/admin-tokens.js';
+import { createIdempotencyKeysRepository } from '../repositories/idempotency-keys.js';
+import { formatValidationError, validatorCompiler } from '../validation.js';
+import adminAudit from './audit.js';
+import adminAuth, { ADMIN_SECURITY_SCHEME } from './auth.js';
+import { documentAdminOperation } from './contract.js';
+import adminKeys from './keys.js';
+
+export const ADMIN_PREFIX = '/admin/v1';
+
+/** Admin bodies are a few fields; 4 KiB leaves room and pins no memory. */
+const BODY_LIMIT = 4 * 1024;
+
+/**
+ * The admin API (key management for the systems that sell and support access) on a listener of
+ * its own, apart from the API as the metrics are: never on the public port, never behind the
+ * public balancer. It runs in the app's process on the app's database, repositories and rate
+ * limiter, so a usage read or a lifted ban is the store the limiter decides from. Its own
+ * OpenAPI document (/admin/v1/openapi.json) and docs page (/docs); every other route needs an
+ * admin token. Close it before the app, whose database it uses.
+ */
+export async function buildAdminServer(app: FastifyInstance): Promise<FastifyInstance> {
+  const { config, db } = app;
+  const admin = Fastify({
+    loggerInstance: app.log.child({ listener: 'admin' }),
+    logController: new RequestLog(),
+    // Nothing stands in front of this listener whose request ids could be trusted.
+    genReqId: requestIdGenerator([]),
+    bodyLimit: BODY_LIMIT,
+    http: { headersTimeout: Math.min(config.HEADERS_TIMEOUT_MS, config.REQUEST_TIMEOUT_MS), connectionsCheckingInterval: 1_000 },
+    requestTimeout: config.REQUEST_TIMEOUT_MS,
+    connectionTimeout: config.IDLE_TIMEOUT_MS,
+    clientErrorHandler,
+    rewriteUrl: escapeMalformedPath,
+    frameworkErrors,
+    schemaErrorFormatter: formatValidationError,
+  });
+  admin.setValidatorCompiler(validatorCompiler);
+  admin.removeContentTypeParser('text/plain');
+  admin.addHook('onRequest', (request, reply, done) => {
+    reply.headers(SECURITY_HEADERS).header(REQUEST_ID_HEADER, request.id);
+    done();
+  });
+  admin.decorate('config', config);
+  admin.decorate('now', app.now);
+
+  await admin.register(errorHandler);
+  await admin.register(openapi, {
+    info: {
+      title: 'Pet store admin',
+      version: '1.0.0',
+      description:
+        'Key management for the systems that sell and support access: issue, list, change, rotate and revoke API keys, ' +
+        'read their usage, lift bans, and read the audit trail. Every error is an `Error` body `{code, message, status}`.',
+    },
+    serverUrl: ADMIN_PREFIX,
+    apiPrefix: ADMIN_PREFIX,
+    tags: [
+      { name: 'keys', description: 'API keys, their usage and bans' },
+      { name: 'audit', description: 'Who changed what, and when' },
+    ],
+    securityScheme: {
+      name: ADMIN_SECURITY_SCHEME,
+      description:
+        'An admin token (`psa_...`), sent as `Authorization: Bearer <admin token>`; made with `keys admin-token create`. ' +
+        'The read scope may call the GET operations; the write scope all of them.',
+    },
+  });
+  admin.get(`${ADMIN_PREFIX}/openapi.json`, { schema: { hide: true } }, async () => admin.swagger());
+
+  const retentionHours = config.IDEMPOTENCY_KEY_RETENTION_HOURS;
+  const audit = createAdminAuditRepository(db);
+  // The operations, behind the admin token; the document and the docs page above are open to whoever reaches the listener.
+  await admin.register(async (operations) => {
+    operations.addHook('onRoute', (route) => documentAdminOperation(route, { retentionHours }));
+    await operations.register(adminAuth, { tokens: createAdminTokensRepository(db) });
+    await operations.register(idempotency, {
+      retentionHours,
+      keys: createIdempotencyKeysRepository(db, 'admin'),
+      ownerOf: (request) => request.adminToken?.id,
+    });
+    await operations.register(adminKeys, { keys: app.apiKeysRepository, audit, rateLimit: app.rateLimit });
+    await operations.register(adminAudit, { audit });
+  });
+  return admin;
+}

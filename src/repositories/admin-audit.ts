@@ -1,0 +1,80 @@
+import type { Database, Queryable } from '../db/database.js';
+
+/** Who made a change: the admin token of an API request (and the request's id), or null for the keys command. */
+export interface Actor {
+  adminTokenId: number | null;
+  requestId?: string;
+}
+
+export type AuditAction =
+  'key.create' | 'key.update' | 'key.rotate' | 'key.revoke' | 'key.ban_lift' | 'admin_token.create' | 'admin_token.revoke';
+
+/** One change as the trail keeps it: never a secret, never a hash. */
+export interface AuditEntry {
+  id: number;
+  at: string;
+  adminTokenId: number | null;
+  requestId: string | null;
+  action: AuditAction;
+  keyId: number | null;
+  details: Record<string, unknown>;
+}
+
+interface AuditRow {
+  id: number;
+  at: Date;
+  actor_token_id: number | null;
+  request_id: string | null;
+  action: AuditAction;
+  key_id: number | null;
+  details: Record<string, unknown>;
+}
+
+const statements = {
+  insert: {
+    name: 'admin_audit_insert',
+    text: `INSERT INTO admin_audit (actor_token_id, request_id, action, key_id, details) VALUES ($1, $2, $3, $4, $5::jsonb)`,
+  },
+  // Newest first; the cursor is the last id of the previous page.
+  page: {
+    name: 'admin_audit_page',
+    text: `SELECT id, at, actor_token_id, request_id, action, key_id, details FROM admin_audit
+           WHERE id < $1 ORDER BY id DESC LIMIT $2`,
+  },
+} as const;
+
+/** Writes one entry, in the caller's transaction: a change is recorded exactly when it commits. */
+export async function recordAudit(
+  target: Queryable,
+  actor: Actor,
+  action: AuditAction,
+  keyId: number | null,
+  details: Record<string, unknown> = {},
+): Promise<void> {
+  await target.query(statements.insert, [actor.adminTokenId, actor.requestId ?? null, action, keyId, JSON.stringify(details)]);
+}
+
+export function createAdminAuditRepository(db: Database) {
+  return {
+    /** Records a change that is no row of the database's own (a ban lifted in the limiter's store). */
+    record: (actor: Actor, action: AuditAction, keyId: number | null, details?: Record<string, unknown>) =>
+      recordAudit(db, actor, action, keyId, details),
+
+    /** Up to `limit` entries older than `beforeId`, newest first, and whether more follow. */
+    async page({ limit, beforeId }: { limit: number; beforeId?: number }): Promise<{ entries: AuditEntry[]; nextBeforeId?: number }> {
+      const rows = await db.query<AuditRow>(statements.page, [beforeId ?? Number.MAX_SAFE_INTEGER, limit + 1]);
+      const entries = rows.slice(0, limit).map((row) => ({
+        id: row.id,
+        at: new Date(row.at).toISOString(),
+        adminTokenId: row.actor_token_id,
+        requestId: row.request_id,
+        action: row.action,
+        keyId: row.key_id,
+        details: row.details,
+      }));
+      return { entries, nextBeforeId: rows.length > limit ? entries.at(-1)!.id : undefined };
+    },
+  };
+}
+
+export type AdminAuditRepository = ReturnType<typeof createAdminAuditRepository>;

@@ -1,0 +1,187 @@
+import { Type, type Static, type TSchema } from '@sinclair/typebox';
+import { PLANS } from '../plans.js';
+import { DEFAULT_OVERLAP_SECONDS, KEY_STATES, MAX_OVERLAP_SECONDS } from '../repositories/api-keys.js';
+import { MAX_ID } from './pet.js';
+
+/** A value or null, as OpenAPI 3.0 writes it (`nullable`), for responses. */
+const Nullable = <T extends TSchema>(schema: T) => Type.Unsafe<Static<T> | null>({ ...schema, nullable: true });
+
+const literals = <T extends string>(values: readonly T[], description: string) =>
+  Type.Union(
+    values.map((value) => Type.Literal(value)),
+    { description, 'x-error-message': `must be one of ${values.join(', ')}` },
+  );
+
+const Id = Type.Integer({ minimum: 1, maximum: MAX_ID, format: 'int64', 'x-error-message': `must be an integer from 1 to ${MAX_ID}` });
+const Timestamp = Type.String({ format: 'date-time' });
+
+export const Plan = literals(PLANS, 'The plan, whose limits the key gets (enterprise: its own)');
+export const KeyState = literals(
+  KEY_STATES,
+  'active; expired (past expiresAt); revoked; rotated (replaced by replacedBy, working until expiresAt)',
+);
+
+// The column's type: a whole number up to 2^31 - 1.
+const Limit = (window: string) =>
+  Type.Integer({
+    minimum: 1,
+    maximum: 2_147_483_647,
+    description: `Requests per ${window}: enterprise keys only, required for them`,
+    'x-error-message': 'must be an integer from 1 to 2147483647',
+  });
+
+// Control characters are refused; 200 UTF-16 units are at most the 200 characters the column takes.
+const KeyName = Type.String({
+  pattern: '^[^\\u0000-\\u001f\\u007f-\\u009f]{0,200}$',
+  description: 'Who or what the key is for (a customer, a subscription): up to 200 characters, no control characters',
+  'x-error-message': 'must be at most 200 characters, without control characters',
+});
+
+/** An ISO 8601 date-time with a time zone, as the keys command takes it. */
+const FutureTimestamp = Type.String({
+  pattern: '^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}(:\\d{2}(\\.\\d+)?)?(Z|[+-]\\d{2}:\\d{2})$',
+  description: 'When the key stops working: an ISO 8601 date-time with a time zone, in the future',
+  'x-error-message': 'must be an ISO 8601 date-time with a time zone, such as 2027-01-31T00:00:00Z',
+});
+
+export const AdminKey = Type.Object(
+  {
+    id: Type.Integer({ format: 'int64' }),
+    name: Type.String(),
+    plan: Plan,
+    perMinute: Type.Integer({ description: "Requests per minute: the plan's, or the enterprise key's own" }),
+    perDay: Type.Integer({ description: "Requests per day: the plan's, or the enterprise key's own" }),
+    readOnly: Type.Boolean({ description: 'May call the GET operations only' }),
+    state: KeyState,
+    createdAt: Timestamp,
+    expiresAt: Nullable(Timestamp),
+    revokedAt: Nullable(Timestamp),
+    replacedBy: Nullable(Type.Integer({ format: 'int64', description: 'The key this one was rotated into' })),
+    quotaId: Type.Integer({
+      format: 'int64',
+      description: 'The rate-limit quota the key counts in, shared by the keys rotated from one another',
+    }),
+    key: Type.Optional(
+      Type.String({
+        description: 'The secret API key: in the answer of a create or a rotation only, and never again (not in a replay either)',
+      }),
+    ),
+  },
+  { title: 'AdminKey', description: 'An API key as the admin API shows it: never its hash' },
+);
+export type AdminKey = Static<typeof AdminKey>;
+
+export const AdminKeys = Type.Array(AdminKey, { title: 'AdminKeys' });
+
+export const NewAdminKey = Type.Object(
+  {
+    plan: Plan,
+    name: Type.Optional(KeyName),
+    perMinute: Type.Optional(Limit('minute')),
+    perDay: Type.Optional(Limit('day')),
+    expiresAt: Type.Optional(FutureTimestamp),
+    readOnly: Type.Optional(Type.Boolean({ description: 'A key for the GET operations only' })),
+  },
+  { title: 'NewAdminKey', additionalProperties: false, 'x-error-message': 'must be a JSON object with known fields only' },
+);
+export type NewAdminKey = Static<typeof NewAdminKey>;
+
+export const AdminKeyChange = Type.Object(
+  {
+    plan: Type.Optional(Plan),
+    perMinute: Type.Optional(Limit('minute')),
+    perDay: Type.Optional(Limit('day')),
+    name: Type.Optional(KeyName),
+  },
+  {
+    title: 'AdminKeyChange',
+    description: 'Absent fields keep their value; an enterprise key keeps its limits unless given new ones',
+    additionalProperties: false,
+    minProperties: 1,
+    'x-error-message': 'must be a JSON object with at least one of plan, perMinute, perDay, name',
+  },
+);
+export type AdminKeyChange = Static<typeof AdminKeyChange>;
+
+export const RotateKey = Type.Object(
+  {
+    overlapSeconds: Type.Optional(
+      Type.Integer({
+        minimum: 0,
+        maximum: MAX_OVERLAP_SECONDS,
+        default: DEFAULT_OVERLAP_SECONDS,
+        description: 'How long the old key keeps working (never past its own expiry); 0 revokes it at once',
+        'x-error-message': `must be an integer from 0 to ${MAX_OVERLAP_SECONDS}`,
+      }),
+    ),
+    expiresAt: Type.Optional({ ...FutureTimestamp, description: 'When the new key stops working; by default never' }),
+  },
+  { title: 'RotateKey', additionalProperties: false, 'x-error-message': 'must be a JSON object with known fields only' },
+);
+export type RotateKey = Static<typeof RotateKey>;
+
+export const KeyParams = Type.Object({ id: Type.Integer({ ...Id, description: 'The key id' }) });
+
+const PageLimit = Type.Integer({
+  minimum: 1,
+  maximum: 100,
+  default: 20,
+  description: 'Entries per page',
+  'x-error-message': 'must be an integer from 1 to 100',
+});
+const Cursor = Type.Optional(
+  Type.String({
+    maxLength: 200,
+    description: 'Opaque cursor from the rel="next" Link header of the previous page',
+    'x-error-message': 'must be the cursor of a rel="next" link',
+  }),
+);
+
+export const ListKeysQuery = Type.Object({
+  plan: Type.Optional(Plan),
+  state: Type.Optional(KeyState),
+  name: Type.Optional({ ...KeyName, description: 'Keys with exactly this name' }),
+  limit: PageLimit,
+  cursor: Cursor,
+});
+export type ListKeysQuery = Static<typeof ListKeysQuery>;
+
+const UsageWindow = Type.Object({
+  limit: Type.Integer(),
+  used: Type.Integer({ description: 'Requests counted in the window so far' }),
+  resetAt: Timestamp,
+});
+
+export const KeyUsage = Type.Object(
+  {
+    minute: UsageWindow,
+    day: UsageWindow,
+    bannedUntil: Nullable({ ...Timestamp, description: 'When the ban ends; null when not banned' }),
+    source: Type.Union([Type.Literal('redis'), Type.Literal('memory')], {
+      description: "The store that answered: redis, or this instance's memory (no Redis configured, or during a Redis outage)",
+    }),
+  },
+  { title: 'KeyUsage', description: "What the key's quota holds now, read from the limiter's own store; counts nothing" },
+);
+export type KeyUsage = Static<typeof KeyUsage>;
+
+export const AuditEntry = Type.Object(
+  {
+    id: Type.Integer({ format: 'int64' }),
+    at: Timestamp,
+    adminTokenId: Nullable(
+      Type.Integer({ format: 'int64', description: 'The admin token that made the change; null for the keys command' }),
+    ),
+    requestId: Nullable(Type.String({ description: 'The X-Request-Id of the admin request, as logged' })),
+    action: Type.String({
+      description: 'key.create, key.update, key.rotate, key.revoke, key.ban_lift, admin_token.create, admin_token.revoke',
+    }),
+    keyId: Nullable(Type.Integer({ format: 'int64' })),
+    details: Type.Object({}, { additionalProperties: true, description: 'What changed; never a secret' }),
+  },
+  { title: 'AuditEntry' },
+);
+export const AuditEntries = Type.Array(AuditEntry, { title: 'AuditEntries' });
+
+export const AuditQuery = Type.Object({ limit: PageLimit, cursor: Cursor });
+export type AuditQuery = Static<typeof AuditQuery>;
