@@ -29,8 +29,10 @@ export function decodeCursor(cursor: string, filter: string | undefined, filterN
 
 /** The RFC 8288 Link to the next page: `url` with `query` (undefined values left out). */
 export function nextLink(url: string, query: Record<string, string | number | undefined>): string {
-  const params = new URLSearchParams(
-    Object.entries(query).flatMap(([name, value]) => (value === undefined ? [] : [[name, String(value)]])),
-  );
-  return `<${url}?${params}>; rel="next"`;
+  // Built by hand: a list page sends this on every request, and URLSearchParams costs several times more.
+  let search = '';
+  for (const [name, value] of Object.entries(query)) {
+    if (value !== undefined) search += `${search ? '&' : '?'}${name}=${encodeURIComponent(value)}`;
+  }
+  return `<${url}${search}>; rel="next"`;
 }

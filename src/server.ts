@@ -4,7 +4,6 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { ConfigError, loadConfig } from './config.js';
 import { DataDirInUseError } from './db/database.js';
 import { developmentKeyGreeting } from './development-key.js';
-import { ADMIN_PREFIX, buildAdminServer } from './admin/server.js';
 import { buildMetricsServer } from './metrics-server.js';
 import { startTracing } from './tracing.js';
 
@@ -27,12 +26,15 @@ async function listenOn(server: FastifyInstance, port: number, host: string, set
 }
 
 let app: FastifyInstance;
+let admin: { server: FastifyInstance; prefix: string } | undefined;
 try {
   const settings = loadConfig();
-  // Before the app's modules are imported: tracing instruments pg and ioredis as they load.
+  // Before the app's modules (the admin API's too) are imported: tracing instruments pg and ioredis as they load.
   await startTracing(settings);
-  const { buildApp } = await import('./app.js');
+  const [{ buildApp }, { ADMIN_PREFIX, buildAdminServer }] = await Promise.all([import('./app.js'), import('./admin/server.js')]);
   app = await buildApp(settings);
+  // Off unless ADMIN_PORT is set; it closes before the app, whose database it uses.
+  if (settings.ADMIN_PORT !== undefined) admin = { server: await buildAdminServer(app), prefix: ADMIN_PREFIX };
 } catch (error) {
   if (!(error instanceof ConfigError || error instanceof DataDirInUseError)) throw error;
   console.error(error.message);
@@ -40,10 +42,8 @@ try {
 }
 const { config } = app;
 const metricsServer = buildMetricsServer(app.metricsRegistry);
-// Off unless ADMIN_PORT is set; it closes before the app, whose database it uses.
-const adminServer = config.ADMIN_PORT === undefined ? undefined : await buildAdminServer(app);
 const close = async () => {
-  await adminServer?.close();
+  await admin?.server.close();
   await Promise.all([app.close(), metricsServer.close()]);
 };
 
@@ -73,7 +73,7 @@ closeWithGrace({ delay: config.SHUTDOWN_DRAIN_MS + CLOSE_MS }, async ({ signal, 
 try {
   // The metrics and admin ports first: once the API accepts requests, nothing else may make the process give up.
   await listenOn(metricsServer, config.METRICS_PORT, config.METRICS_HOST, 'METRICS_PORT');
-  if (adminServer) await listenOn(adminServer, config.ADMIN_PORT!, config.ADMIN_HOST, 'ADMIN_PORT');
+  if (admin) await listenOn(admin.server, config.ADMIN_PORT!, config.ADMIN_HOST, 'ADMIN_PORT');
   await listenOn(app, config.PORT, config.HOST, 'PORT');
 } catch (error) {
   if (!(error instanceof ListenError)) throw error;
@@ -82,7 +82,7 @@ try {
   process.exit(1);
 }
 app.log.info(
-  { publicBaseUrl: config.PUBLIC_BASE_URL, database: app.db.kind, admin: adminServer && `${adminServer.listeningOrigin}${ADMIN_PREFIX}` },
+  { publicBaseUrl: config.PUBLIC_BASE_URL, database: app.db.kind, admin: admin && `${admin.server.listeningOrigin}${admin.prefix}` },
   'pet store ready',
 );
 // Straight to stdout, not the log: a key must never be in the logs.

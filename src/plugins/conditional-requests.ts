@@ -61,6 +61,14 @@ interface KnownTag {
 const MAX_KNOWN_TAGS = 10_000;
 const MAX_KNOWN_URL_LENGTH = 512;
 
+/**
+ * A request found to revalidate a known-current tag, and the data version a revalidating read
+ * began at: request decorations only this module can name (as the limiter keeps its charge).
+ */
+const NOT_MODIFIED = Symbol('notModified');
+const READ_AT_VERSION = Symbol('readAtVersion');
+type Revalidating = FastifyRequest & { [NOT_MODIFIED]?: KnownTag; [READ_AT_VERSION]?: number };
+
 declare module 'fastify' {
   interface FastifyInstance {
     conditionalRequests: ConditionalRequests;
@@ -90,9 +98,8 @@ export default fp<ConditionalRequestsOptions>(
     const remember = (url: string, tag: KnownTag) => {
       if (url.length <= MAX_KNOWN_URL_LENGTH) known.set(url, tag);
     };
-    /** Requests found to revalidate a known-current tag, and the data version a revalidating read began at. */
-    const notModified = new WeakMap<FastifyRequest, KnownTag>();
-    const readAtVersion = new WeakMap<FastifyRequest, number>();
+    app.decorateRequest(NOT_MODIFIED, undefined);
+    app.decorateRequest(READ_AT_VERSION, undefined);
 
     app.decorate('conditionalRequests', {
       knownCurrent(request) {
@@ -102,15 +109,15 @@ export default fp<ConditionalRequestsOptions>(
         if (!dataVersion || request.method !== 'GET' || ifNoneMatch === undefined || !request.apiKey) return false;
         const tag = known.get(request.url);
         if (!tag || tag.version !== dataVersion.current() || tag.expiresAt <= app.now() || !listsTag(ifNoneMatch, tag.etag)) return false;
-        notModified.set(request, tag);
+        (request as Revalidating)[NOT_MODIFIED] = tag;
         return true;
       },
 
       answerKnown(request, reply) {
-        const tag = notModified.get(request);
+        const tag = (request as Revalidating)[NOT_MODIFIED];
         if (!tag) {
           if (dataVersion && request.method === 'GET' && request.headers['if-none-match'] !== undefined) {
-            readAtVersion.set(request, dataVersion.current());
+            (request as Revalidating)[READ_AT_VERSION] = dataVersion.current();
           }
           return false;
         }
@@ -126,7 +133,7 @@ export default fp<ConditionalRequestsOptions>(
         const etag = `"${hash('sha1', payload, 'base64url')}"`;
         reply.header('etag', etag).header('cache-control', REVALIDATE);
         // Remembered only for clients that revalidate: plain reads (most) pay nothing for it.
-        const version = readAtVersion.get(request);
+        const version = (request as Revalidating)[READ_AT_VERSION];
         if (dataVersion && version !== undefined && ifNoneMatch !== undefined) {
           const link = reply.getHeader('link');
           remember(request.url, { etag, ...(typeof link === 'string' && { link }), version, expiresAt: app.now() + dataVersion.ttlMs });

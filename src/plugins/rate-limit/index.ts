@@ -48,6 +48,13 @@ interface Charge {
   counted: boolean;
 }
 
+/**
+ * Where a request's charge waits for settle(): a request decoration that only this module can
+ * name. Set on every request, it is cheaper than a WeakMap entry (README, Performance).
+ */
+const CHARGE = Symbol('rateLimitCharge');
+type Charged = FastifyRequest & { [CHARGE]?: Charge };
+
 declare module 'fastify' {
   interface FastifyInstance {
     rateLimit: RateLimiter;
@@ -111,7 +118,7 @@ export default fp<RateLimitOptions>(
       await Promise.all([store.close(), lookups.close()]);
     });
 
-    const charges = new WeakMap<FastifyRequest, Charge>();
+    app.decorateRequest(CHARGE, undefined);
 
     app.decorate('rateLimit', {
       async mayLookUp(address, now) {
@@ -132,7 +139,7 @@ export default fp<RateLimitOptions>(
         decisions.inc({ outcome: decision.outcome });
         switch (decision.outcome) {
           case 'allowed':
-            charges.set(request, { subject, limits, decision, now, counted: decision !== checked });
+            (request as Charged)[CHARGE] = { subject, limits, decision, now, counted: decision !== checked };
             return;
           case 'banned': {
             const until = new Date(decision.bannedUntil).toISOString();
@@ -147,9 +154,9 @@ export default fp<RateLimitOptions>(
       // GitHub's rule: a revalidation that finds the client's copy current (304 for a tag it sent)
       // costs nothing. The request was admitted like any other, so a caller over its limit still got its 429.
       settle(request, reply, { free }) {
-        const charge = charges.get(request);
+        const charge = (request as Charged)[CHARGE];
         if (!charge || free !== charge.counted) return undefined;
-        charges.delete(request);
+        (request as Charged)[CHARGE] = undefined;
         if (charge.counted) {
           const uncount = (window: WindowUsage) => ({ ...window, used: Math.max(0, window.used - 1) });
           setHeaders(reply, { ...charge.decision, minute: uncount(charge.decision.minute), day: uncount(charge.decision.day) }, charge.now);
