@@ -9,25 +9,34 @@ import { freePort } from './support/free-port.js';
 import { bearer } from './support/keys.js';
 import { developmentKey, startServer } from './support/processes.js';
 
-// A single Redis over TLS with AUTH (rediss://, issue #20), as managed offerings require: a real
-// redis-server with a certificate of its own, trusted by the server process through Node's NODE_EXTRA_CA_CERTS.
+// Redis over TLS with AUTH (issue #20), as managed offerings require: real redis-servers with a
+// certificate of their own, trusted by the server process through Node's NODE_EXTRA_CA_CERTS. One
+// Redis (rediss://), and a Redis Cluster whose nodes speak TLS to clients and to one another.
 
 const PASSWORD = `pw-${randomUUID()}`;
+const HOST = '127.0.0.1';
 
-const test = tempDirTest('pets-redis-tls-').extend('tlsRedis', { scope: 'file' }, async ({ dir }, { onCleanup }) => {
-  const defer = cleanupStack(onCleanup);
+/** A self-signed certificate for 127.0.0.1, its key beside it. */
+const certified = tempDirTest('pets-redis-tls-').extend('certificate', { scope: 'file' }, async ({ dir }) => {
   const [cert, key] = [join(dir, 'cert.pem'), join(dir, 'key.pem')];
-  const subject = ['-subj', '/CN=127.0.0.1', '-addext', 'subjectAltName=IP:127.0.0.1'];
+  const subject = ['-subj', `/CN=${HOST}`, '-addext', `subjectAltName=IP:${HOST}`];
   execFileSync('openssl', ['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '1', ...subject, '-keyout', key, '-out', cert], {
     stdio: 'ignore',
   });
-  const port = await freePort();
-  const tls = ['--port', '0', '--tls-port', String(port), '--tls-cert-file', cert, '--tls-key-file', key, '--tls-auth-clients', 'no'];
-  const server = spawn('redis-server', [...tls, '--requirepass', PASSWORD, '--save', '', '--appendonly', 'no', '--bind', '127.0.0.1'], {
+  return { cert, key, tlsArgs: ['--port', '0', '--tls-cert-file', cert, '--tls-key-file', key, '--tls-auth-clients', 'no'] };
+});
+
+/** A redis-server on a TLS port with AUTH, killed at the fixture's end. */
+function spawnTlsRedis(args: string[], defer: (undo: () => unknown) => void) {
+  const server = spawn('redis-server', [...args, '--requirepass', PASSWORD, '--save', '', '--appendonly', 'no', '--bind', HOST], {
     stdio: 'ignore',
   });
   defer(() => server.kill('SIGKILL'));
-  const client = new Redis({ host: '127.0.0.1', port, password: PASSWORD, tls: { ca: readFileSync(cert) }, lazyConnect: true });
+}
+
+/** A client of one node over TLS, trusting the test's certificate; connected once the node answers. */
+async function tlsClient(port: number, cert: string, defer: (undo: () => unknown) => void) {
+  const client = new Redis({ host: HOST, port, password: PASSWORD, tls: { ca: readFileSync(cert) }, lazyConnect: true });
   client.on('error', () => {});
   defer(() => client.disconnect());
   await eventually(() =>
@@ -36,24 +45,93 @@ const test = tempDirTest('pets-redis-tls-').extend('tlsRedis', { scope: 'file' }
       () => false,
     ),
   );
-  return { port, cert, client };
-});
+  return client;
+}
 
-test('a single Redis over TLS with AUTH counts in Redis, trusting a private CA through NODE_EXTRA_CA_CERTS', async ({ tlsRedis }) => {
-  const prefix = `tls:${randomUUID()}:`;
-  const server = await startServer({
-    env: {
-      DATA_DIR: 'memory://',
-      DATABASE_URL: '',
-      REDIS_URL: `rediss://:${PASSWORD}@127.0.0.1:${tlsRedis.port}`,
-      REDIS_KEY_PREFIX: prefix,
-      NODE_EXTRA_CA_CERTS: tlsRedis.cert,
-    },
+const test = certified
+  .extend('tlsRedis', { scope: 'file' }, async ({ certificate }, { onCleanup }) => {
+    const defer = cleanupStack(onCleanup);
+    const port = await freePort();
+    spawnTlsRedis([...certificate.tlsArgs, '--tls-port', String(port)], defer);
+    return { port, client: await tlsClient(port, certificate.cert, defer) };
+  })
+  .extend('tlsCluster', { scope: 'file' }, async ({ certificate, dir }, { onCleanup }) => {
+    const defer = cleanupStack(onCleanup);
+    const ports = [await freePort(), await freePort(), await freePort()];
+    for (const port of ports) {
+      spawnTlsRedis(
+        [
+          ...certificate.tlsArgs,
+          '--tls-port',
+          String(port),
+          '--tls-cluster',
+          'yes',
+          '--tls-ca-cert-file',
+          certificate.cert,
+          '--cluster-enabled',
+          'yes',
+          '--cluster-port',
+          String(await freePort()),
+          '--cluster-config-file',
+          join(dir, `nodes-${port}.conf`),
+          '--masterauth',
+          PASSWORD,
+        ],
+        defer,
+      );
+    }
+    const clients = await Promise.all(ports.map((port) => tlsClient(port, certificate.cert, defer)));
+    const nodes = ports.map((port) => `${HOST}:${port}`);
+    const tls = ['--tls', '--cacert', certificate.cert, '-a', PASSWORD, '--no-auth-warning'];
+    execFileSync('redis-cli', [...tls, '--cluster', 'create', ...nodes, '--cluster-replicas', '0', '--cluster-yes'], { stdio: 'ignore' });
+    await eventually(async () => (await clients[0]!.cluster('INFO')).includes('cluster_state:ok'));
+    return { nodes, clients };
   });
+
+/** The built server on the embedded database with the given Redis settings; its development key. */
+async function serverWith(env: Record<string, string>, cert: string) {
+  const server = await startServer({ env: { DATA_DIR: 'memory://', DATABASE_URL: '', NODE_EXTRA_CA_CERTS: cert, ...env } });
+  return { server, headers: bearer(await developmentKey(server)) };
+}
+
+test('a single Redis over TLS with AUTH counts in Redis, trusting a private CA through NODE_EXTRA_CA_CERTS', async ({
+  tlsRedis,
+  certificate,
+}) => {
+  const prefix = `tls:${randomUUID()}:`;
+  const { server, headers } = await serverWith(
+    { REDIS_URL: `rediss://:${PASSWORD}@${HOST}:${tlsRedis.port}`, REDIS_KEY_PREFIX: prefix },
+    certificate.cert,
+  );
   try {
-    const headers = bearer(await developmentKey(server));
     for (let i = 0; i < 3; i++) expect((await fetch(`${server.origin}/v1/pets?limit=1`, { headers })).status).toBe(200);
     expect((await tlsRedis.client.keys(`${prefix}*`)).length).toBeGreaterThan(0);
+    expect(server.output()).not.toContain('Redis unreachable');
+  } finally {
+    await server.stop('SIGKILL');
+  }
+});
+
+test('a Redis Cluster over TLS with AUTH (REDIS_CLUSTER_NODES, REDIS_TLS, REDIS_PASSWORD) counts in the cluster', async ({
+  tlsCluster,
+  certificate,
+}) => {
+  const prefix = `tls-cluster:${randomUUID()}:`;
+  // One seed: the rest of the cluster, and the node that owns the key's slot, are found over TLS.
+  const { server, headers } = await serverWith(
+    { REDIS_CLUSTER_NODES: tlsCluster.nodes[0]!, REDIS_TLS: 'true', REDIS_PASSWORD: PASSWORD, REDIS_KEY_PREFIX: prefix },
+    certificate.cert,
+  );
+  try {
+    const remaining = [];
+    for (let i = 0; i < 3; i++) {
+      const response = await fetch(`${server.origin}/v1/pets?limit=1`, { headers });
+      expect(response.status).toBe(200);
+      remaining.push(response.headers.get('x-ratelimit-remaining'));
+    }
+    expect(new Set(remaining).size, 'each request counted').toBe(3);
+    const held = await Promise.all(tlsCluster.clients.map((client) => client.keys(`${prefix}*`)));
+    expect(held.flat().length).toBeGreaterThan(0);
     expect(server.output()).not.toContain('Redis unreachable');
   } finally {
     await server.stop('SIGKILL');
