@@ -1,6 +1,6 @@
 import { execFileSync, spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { eventually } from './support/eventually.js';
@@ -35,8 +35,8 @@ function spawnTlsRedis(args: string[], defer: (undo: () => unknown) => void) {
 }
 
 /** A client of one node over TLS, trusting the test's certificate; connected once the node answers. */
-async function tlsClient(port: number, cert: string, defer: (undo: () => unknown) => void) {
-  const client = new Redis({ host: HOST, port, password: PASSWORD, tls: { ca: readFileSync(cert) }, lazyConnect: true });
+async function tlsClient(port: number, cert: string, defer: (undo: () => unknown) => void, password: string | undefined = PASSWORD) {
+  const client = new Redis({ host: HOST, port, password, tls: { ca: readFileSync(cert) }, lazyConnect: true });
   client.on('error', () => {});
   defer(() => client.disconnect());
   await eventually(() =>
@@ -88,6 +88,37 @@ const test = certified
     return { nodes, clients };
   });
 
+/** A master over TLS with AUTH, and a Sentinel on a TLS port of its own that monitors it over TLS. */
+const withSentinel = test.extend('tlsSentinel', { scope: 'file' }, async ({ certificate, dir }, { onCleanup }) => {
+  const defer = cleanupStack(onCleanup);
+  const [masterPort, sentinelPort] = [await freePort(), await freePort()];
+  spawnTlsRedis([...certificate.tlsArgs, '--tls-port', String(masterPort), '--tls-ca-cert-file', certificate.cert], defer);
+  const master = await tlsClient(masterPort, certificate.cert, defer);
+  const config = join(dir, 'sentinel.conf');
+  writeFileSync(
+    config,
+    [
+      'port 0',
+      `tls-port ${sentinelPort}`,
+      `tls-cert-file ${certificate.cert}`,
+      `tls-key-file ${certificate.key}`,
+      `tls-ca-cert-file ${certificate.cert}`,
+      'tls-auth-clients no',
+      'tls-replication yes',
+      `bind ${HOST}`,
+      `dir ${dir}`,
+      `sentinel monitor pets ${HOST} ${masterPort} 1`,
+      `sentinel auth-pass pets ${PASSWORD}`,
+      '',
+    ].join('\n'),
+  );
+  const sentinel = spawn('redis-server', [config, '--sentinel'], { stdio: 'ignore' });
+  defer(() => sentinel.kill('SIGKILL'));
+  const asked = await tlsClient(sentinelPort, certificate.cert, defer, undefined);
+  await eventually(async () => (await asked.call('SENTINEL', 'get-master-addr-by-name', 'pets')) !== null);
+  return { sentinel: `${HOST}:${sentinelPort}`, master };
+});
+
 /** The built server on the embedded database with the given Redis settings; its development key. */
 async function serverWith(env: Record<string, string>, cert: string) {
   const server = await startServer({ env: { DATA_DIR: 'memory://', DATABASE_URL: '', NODE_EXTRA_CA_CERTS: cert, ...env } });
@@ -137,3 +168,45 @@ test('a Redis Cluster over TLS with AUTH (REDIS_CLUSTER_NODES, REDIS_TLS, REDIS_
     await server.stop('SIGKILL');
   }
 });
+
+withSentinel(
+  'Sentinels and their master over TLS (REDIS_SENTINELS, REDIS_TLS): the server counts in the master',
+  async ({ tlsSentinel, certificate }) => {
+    const prefix = `tls-sentinel:${randomUUID()}:`;
+    const { server, headers } = await serverWith(
+      {
+        REDIS_SENTINELS: tlsSentinel.sentinel,
+        REDIS_SENTINEL_MASTER: 'pets',
+        REDIS_TLS: 'true',
+        REDIS_PASSWORD: PASSWORD,
+        REDIS_KEY_PREFIX: prefix,
+      },
+      certificate.cert,
+    );
+    try {
+      for (let i = 0; i < 3; i++) expect((await fetch(`${server.origin}/v1/pets?limit=1`, { headers })).status).toBe(200);
+      expect((await tlsSentinel.master.keys(`${prefix}*`)).length).toBeGreaterThan(0);
+      expect(server.output()).not.toContain('Redis unreachable');
+    } finally {
+      await server.stop('SIGKILL');
+    }
+  },
+);
+
+withSentinel(
+  'a Redis that never completes its handshake (TLS Sentinels, REDIS_TLS unset) holds up no start: memory, said in the log',
+  async ({ tlsSentinel, certificate }) => {
+    const { server, headers } = await serverWith(
+      { REDIS_SENTINELS: tlsSentinel.sentinel, REDIS_SENTINEL_MASTER: 'pets', REDIS_PASSWORD: PASSWORD },
+      certificate.cert,
+    );
+    try {
+      expect(server.output()).toContain('rate limiting: Redis unreachable at start');
+      const response = await fetch(`${server.origin}/v1/pets?limit=1`, { headers });
+      expect(response.status).toBe(200);
+      expect(response.headers.get('x-ratelimit-remaining')).not.toBeNull();
+    } finally {
+      await server.stop('SIGKILL');
+    }
+  },
+);

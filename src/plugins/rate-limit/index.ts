@@ -5,7 +5,7 @@ import { errors, secondsUntil, type ApiError } from '../../errors.js';
 import { PLAN_LIMITS, type Limits } from '../../plans.js';
 import { FallbackStore } from './fallback-store.js';
 import { MemoryStore } from './memory-store.js';
-import { createRedisClient, type RedisCredentials, type RedisTarget } from './redis-connection.js';
+import { createRedisClient, REDIS_START_WAIT_MS, type RedisCredentials, type RedisTarget } from './redis-connection.js';
 import { RedisStore } from './redis-store.js';
 import type { BanPolicy, Decision, Inspection, RateLimitStore, StoreKind, WindowUsage } from './store.js';
 
@@ -94,7 +94,7 @@ export default fp<RateLimitOptions>(
     let store: RateLimitStore = memory;
     if (options.redis) {
       const redis = new RedisStore(createRedisClient(options.redis, options.redisCredentials), options.ban, options.redisKeyPrefix);
-      await redis.connect().catch((error) => app.log.warn({ err: error }, 'rate limiting: Redis unreachable at start'));
+      await redis.connect(REDIS_START_WAIT_MS).catch((error) => app.log.warn({ err: error }, 'rate limiting: Redis unreachable at start'));
       store = new FallbackStore(redis, memory, app.log);
     }
     const decisions = new Counter({

@@ -17,6 +17,9 @@ export interface RedisCredentials {
 
 const CLUSTER_SLOTS = 16_384;
 
+/** How long start-up waits for Redis; past it, the instance starts counting in memory (see fallback-store.ts). */
+export const REDIS_START_WAIT_MS = 5_000;
+
 /** How long one decision may wait for Redis before this instance decides from memory instead. */
 export const COMMAND_TIMEOUT_MS = 500;
 
@@ -74,7 +77,9 @@ export function createRedisClient(target: RedisTarget, credentials: RedisCredent
         name: target.masterName,
         role: 'master',
         sentinelPassword: credentials.sentinelPassword,
+        // TLS to the Sentinels (sentinelTLS) and to the master they name (enableTLSForSentinelMode with tls).
         enableTLSForSentinelMode: credentials.tls,
+        ...(credentials.tls && { sentinelTLS: {} }),
         // Subscribes to the Sentinels' +switch-master and moves at once, instead of at the next error.
         failoverDetector: true,
         enableAutoPipelining: true,

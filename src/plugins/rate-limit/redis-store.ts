@@ -85,8 +85,22 @@ export class RedisStore implements RateLimitStore {
     return this.redis.status === 'ready';
   }
 
-  connect() {
-    return this.redis.connect();
+  /**
+   * Connects, or stops waiting after `waitMs` while the client goes on trying in the background
+   * (a Sentinel that never answers the handshake would otherwise hold up the start for good).
+   */
+  async connect(waitMs: number) {
+    const connecting = this.redis.connect();
+    let timer: NodeJS.Timeout | undefined;
+    const gaveUp = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`no Redis connection within ${waitMs} ms; still trying`)), waitMs);
+    });
+    try {
+      await Promise.race([connecting, gaveUp]);
+    } finally {
+      clearTimeout(timer);
+      connecting.catch(() => {});
+    }
   }
 
   /** Where a subject's keys start; one hash tag per subject keeps them on one slot of a Redis Cluster. */
