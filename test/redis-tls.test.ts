@@ -125,71 +125,50 @@ async function serverWith(env: Record<string, string>, cert: string) {
   return { server, headers: bearer(await developmentKey(server)) };
 }
 
-test('a single Redis over TLS with AUTH counts in Redis, trusting a private CA through NODE_EXTRA_CA_CERTS', async ({
-  tlsRedis,
-  certificate,
-}) => {
+/**
+ * A server with these Redis settings counts each of three requests, in Redis: the keys under its
+ * prefix are on one of `nodes`, and it never fell back to memory.
+ */
+async function expectCountedInRedis(env: Record<string, string>, cert: string, nodes: Redis[]) {
   const prefix = `tls:${randomUUID()}:`;
-  const { server, headers } = await serverWith(
-    { REDIS_URL: `rediss://:${PASSWORD}@${HOST}:${tlsRedis.port}`, REDIS_KEY_PREFIX: prefix },
-    certificate.cert,
-  );
+  const { server, headers } = await serverWith({ ...env, REDIS_KEY_PREFIX: prefix }, cert);
   try {
-    for (let i = 0; i < 3; i++) expect((await fetch(`${server.origin}/v1/pets?limit=1`, { headers })).status).toBe(200);
-    expect((await tlsRedis.client.keys(`${prefix}*`)).length).toBeGreaterThan(0);
+    const remaining = new Set<string | null>();
+    for (let i = 0; i < 3; i++) {
+      const response = await fetch(`${server.origin}/v1/pets?limit=1`, { headers });
+      expect(response.status).toBe(200);
+      remaining.add(response.headers.get('x-ratelimit-remaining'));
+    }
+    expect(remaining.size, 'each request counted').toBe(3);
+    const held = await Promise.all(nodes.map((node) => node.keys(`${prefix}*`)));
+    expect(held.flat().length).toBeGreaterThan(0);
     expect(server.output()).not.toContain('Redis unreachable');
   } finally {
     await server.stop('SIGKILL');
   }
+}
+
+test('a single Redis over TLS with AUTH counts in Redis, trusting a private CA through NODE_EXTRA_CA_CERTS', async ({
+  tlsRedis,
+  certificate,
+}) => {
+  await expectCountedInRedis({ REDIS_URL: `rediss://:${PASSWORD}@${HOST}:${tlsRedis.port}` }, certificate.cert, [tlsRedis.client]);
 });
 
 test('a Redis Cluster over TLS with AUTH (REDIS_CLUSTER_NODES, REDIS_TLS, REDIS_PASSWORD) counts in the cluster', async ({
   tlsCluster,
   certificate,
 }) => {
-  const prefix = `tls-cluster:${randomUUID()}:`;
   // One seed: the rest of the cluster, and the node that owns the key's slot, are found over TLS.
-  const { server, headers } = await serverWith(
-    { REDIS_CLUSTER_NODES: tlsCluster.nodes[0]!, REDIS_TLS: 'true', REDIS_PASSWORD: PASSWORD, REDIS_KEY_PREFIX: prefix },
-    certificate.cert,
-  );
-  try {
-    const remaining = [];
-    for (let i = 0; i < 3; i++) {
-      const response = await fetch(`${server.origin}/v1/pets?limit=1`, { headers });
-      expect(response.status).toBe(200);
-      remaining.push(response.headers.get('x-ratelimit-remaining'));
-    }
-    expect(new Set(remaining).size, 'each request counted').toBe(3);
-    const held = await Promise.all(tlsCluster.clients.map((client) => client.keys(`${prefix}*`)));
-    expect(held.flat().length).toBeGreaterThan(0);
-    expect(server.output()).not.toContain('Redis unreachable');
-  } finally {
-    await server.stop('SIGKILL');
-  }
+  const env = { REDIS_CLUSTER_NODES: tlsCluster.nodes[0]!, REDIS_TLS: 'true', REDIS_PASSWORD: PASSWORD };
+  await expectCountedInRedis(env, certificate.cert, tlsCluster.clients);
 });
 
 withSentinel(
   'Sentinels and their master over TLS (REDIS_SENTINELS, REDIS_TLS): the server counts in the master',
   async ({ tlsSentinel, certificate }) => {
-    const prefix = `tls-sentinel:${randomUUID()}:`;
-    const { server, headers } = await serverWith(
-      {
-        REDIS_SENTINELS: tlsSentinel.sentinel,
-        REDIS_SENTINEL_MASTER: 'pets',
-        REDIS_TLS: 'true',
-        REDIS_PASSWORD: PASSWORD,
-        REDIS_KEY_PREFIX: prefix,
-      },
-      certificate.cert,
-    );
-    try {
-      for (let i = 0; i < 3; i++) expect((await fetch(`${server.origin}/v1/pets?limit=1`, { headers })).status).toBe(200);
-      expect((await tlsSentinel.master.keys(`${prefix}*`)).length).toBeGreaterThan(0);
-      expect(server.output()).not.toContain('Redis unreachable');
-    } finally {
-      await server.stop('SIGKILL');
-    }
+    const env = { REDIS_SENTINELS: tlsSentinel.sentinel, REDIS_SENTINEL_MASTER: 'pets', REDIS_TLS: 'true', REDIS_PASSWORD: PASSWORD };
+    await expectCountedInRedis(env, certificate.cert, [tlsSentinel.master]);
   },
 );
 
