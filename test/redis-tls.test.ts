@@ -121,7 +121,8 @@ const withSentinel = test.extend('tlsSentinel', { scope: 'file' }, async ({ cert
 
 /** The built server on the embedded database with the given Redis settings; its development key. */
 async function serverWith(env: Record<string, string>, cert: string) {
-  const server = await startServer({ env: { DATA_DIR: 'memory://', DATABASE_URL: '', NODE_EXTRA_CA_CERTS: cert, ...env } });
+  // REDIS_URL cleared: CI sets one for the other tests, and it may not be combined with the other modes.
+  const server = await startServer({ env: { DATA_DIR: 'memory://', DATABASE_URL: '', REDIS_URL: '', NODE_EXTRA_CA_CERTS: cert, ...env } });
   return { server, headers: bearer(await developmentKey(server)) };
 }
 

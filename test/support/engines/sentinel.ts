@@ -52,8 +52,12 @@ export interface SentinelSetup {
   killMaster(): Promise<{ port: number; pid: number; at: number }>;
   /** Starts the server on this port again as it was started first (a former master comes back as a master, until a sentinel converts it). */
   restart(port: number): Promise<void>;
-  /** Resolves once the server on this port is a replica of the current master with its link up; to the ms it took. */
-  waitUntilReplica(port: number, timeoutMs?: number): Promise<number>;
+  /**
+   * Resolves once the server on this port is back in the replication set, to the ms it took: a
+   * replica of the current master with its link up, or, where the Sentinels failed over to it
+   * again (seen on a loaded machine), the master with a replica linked.
+   */
+  waitUntilRejoined(port: number, timeoutMs?: number): Promise<number>;
   /** The first +switch-master after the last killMaster() (or after this call, without one). */
   waitForSwitch(timeoutMs?: number): Promise<SwitchEvent>;
   /** What the sentinel subscribed to published: every event, for failure messages. */
@@ -110,12 +114,13 @@ export async function startSentinel(options: SentinelOptions = {}): Promise<Sent
 
   const replicationOf = async (port: number) => String(await redisCommand(port, ['INFO', 'replication'], password));
 
-  async function waitUntilReplica(port: number, timeoutMs = 30_000) {
+  async function waitUntilRejoined(port: number, timeoutMs = 30_000) {
     return waitFor(
-      `redis on ${port} replicates the current master`,
+      `redis on ${port} rejoins the current master's replication`,
       async () => {
         const current = await master();
         const info = await replicationOf(port);
+        if (current.port === port) return info.includes('role:master') && !info.includes('connected_slaves:0');
         return info.includes('role:slave') && info.includes(`master_port:${current.port}`) && info.includes('master_link_status:up');
       },
       // The Sentinels' own logs say why when it does not (a TILT, say).
@@ -219,7 +224,7 @@ export async function startSentinel(options: SentinelOptions = {}): Promise<Sent
       const daemon = await startRedisServer(`redis ${port} (restarted)`, server.args, { port, dir: dir.path, password });
       servers.set(port, { daemon, args: server.args });
     },
-    waitUntilReplica,
+    waitUntilRejoined,
     async waitForSwitch(timeoutMs = 30_000) {
       const since = lastKillAt ?? Date.now();
       let found: SwitchEvent | undefined;
