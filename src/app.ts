@@ -1,12 +1,8 @@
 import Fastify, { type FastifyInstance } from 'fastify';
 import type { DestinationStream } from 'pino';
 import { redisCredentials, redisTarget, trustedProxies, type Config } from './config.js';
-import { clientErrorHandler, frameworkErrors } from './http/client-errors.js';
-import { escapeMalformedPath } from './http/malformed-url.js';
-import { REQUEST_ID_HEADER, requestIdGenerator } from './http/request-id.js';
-import { RequestLog } from './http/request-log.js';
-import { SECURITY_HEADERS } from './http/security-headers.js';
-import { closeIfBodyUnread } from './http/unread-body.js';
+import { listenerOptions, serveJson } from './http/listener.js';
+import { requestIdGenerator } from './http/request-id.js';
 import database from './plugins/database.js';
 import errorHandler from './plugins/error-handler.js';
 import health from './plugins/health.js';
@@ -20,7 +16,6 @@ import shutdown from './plugins/shutdown.js';
 import v1, { API_PREFIX } from './routes/v1/index.js';
 import { logFormat, logOutput } from './log-output.js';
 import { stopTracing, traceLogMixin } from './tracing.js';
-import { formatValidationError, validatorCompiler } from './validation.js';
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -68,29 +63,17 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
       // With tracing on, each line written within a request names its trace and span.
       mixin: await traceLogMixin(config),
     },
-    logController: new RequestLog(),
+    ...listenerOptions(config),
     // X-Request-Id from a trusted proxy when well-formed, else a new UUID (http/request-id.ts).
     genReqId: requestIdGenerator(trustedProxies(config.TRUST_PROXY)),
     bodyLimit: BODY_LIMIT,
     // Opening and migrating the database is part of start-up; a cold embedded one can be slow.
     pluginTimeout: 120_000,
-    // Slow or stalled clients are cut off (slowloris): headers, the whole request, and a socket
-    // that sends or reads nothing each have a deadline, checked every second.
-    http: {
-      headersTimeout: Math.min(config.HEADERS_TIMEOUT_MS, config.REQUEST_TIMEOUT_MS),
-      connectionsCheckingInterval: 1_000,
-    },
-    requestTimeout: config.REQUEST_TIMEOUT_MS,
-    connectionTimeout: config.IDLE_TIMEOUT_MS,
     keepAliveTimeout: KEEP_ALIVE_TIMEOUT_MS,
-    clientErrorHandler,
-    rewriteUrl: escapeMalformedPath,
-    frameworkErrors,
     routerOptions: { maxParamLength: MAX_PARAM_LENGTH },
     // While closing, requests that still arrive on open keep-alive connections get the service's
     // own 503 (below) instead of Fastify's, whose body is not an Error and has no Retry-After.
     return503OnClosing: false,
-    schemaErrorFormatter: formatValidationError,
     // Only the listed proxies are believed about the client address (X-Forwarded-For).
     trustProxy: trustedProxies(config.TRUST_PROXY),
   });
@@ -98,15 +81,7 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
   app.addHook('onClose', async () => stdout?.flush());
   // Spans still batched are sent before the process exits (nothing to do without tracing).
   app.addHook('onClose', stopTracing);
-  // A callback hook: it runs on every request, and needs no promise.
-  app.addHook('onRequest', (request, reply, done) => {
-    reply.headers(SECURITY_HEADERS).header(REQUEST_ID_HEADER, request.id);
-    done();
-  });
-  app.addHook('onSend', closeIfBodyUnread);
-  app.setValidatorCompiler(validatorCompiler);
-  // JSON is the only media type the API reads; anything else is a 415.
-  app.removeContentTypeParser('text/plain');
+  serveJson(app);
   app.decorate('config', config);
   app.decorate('now', deps.now ?? Date.now);
 

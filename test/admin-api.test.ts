@@ -1,3 +1,4 @@
+import type { AddressInfo } from 'node:net';
 import { describe, expect } from 'vitest';
 import { generateAdminToken, generateKey } from '../src/api-key-format.js';
 import { createAdminTokensRepository } from '../src/repositories/admin-tokens.js';
@@ -7,6 +8,7 @@ import { eventually } from './support/eventually.js';
 import { appTest, describeAppTest, twoInstancesTest } from './support/fixtures.js';
 import type { HttpResponse } from './support/http.js';
 import { bearer, waitForKeyOnApp } from './support/keys.js';
+import { closedWithin, openSocket } from './support/raw-socket.js';
 import { buildTestApp } from './support/app.js';
 import { countKeys, RATE_LIMIT_STORES, REDIS_URL, startRedis } from './support/redis.js';
 import { DAY, MINUTE, T0, testClock } from './support/time.js';
@@ -546,4 +548,16 @@ describe.runIf(POSTGRES_URL)('two instances', () => {
       }
     },
   );
+});
+
+describe('the admin listener as an HTTP server', () => {
+  test('closes the connection of a client without a token that trickles its body, as the API does', async ({ admin }) => {
+    const { port } = admin.server.server.address() as AddressInfo;
+    const client = await openSocket(port);
+    client.socket.write('POST /admin/v1/keys HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"pl');
+    await eventually(async () => client.received.includes('\r\n\r\n'));
+    expect(client.received).toMatch(/^HTTP\/1\.1 401 /);
+    expect(client.received.toLowerCase()).toContain('connection: close');
+    expect(await closedWithin(client, 2_000)).toBe(true);
+  });
 });

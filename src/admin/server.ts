@@ -1,16 +1,12 @@
 import Fastify, { type FastifyInstance } from 'fastify';
-import { clientErrorHandler, frameworkErrors } from '../http/client-errors.js';
-import { escapeMalformedPath } from '../http/malformed-url.js';
-import { REQUEST_ID_HEADER, requestIdGenerator } from '../http/request-id.js';
-import { RequestLog } from '../http/request-log.js';
-import { SECURITY_HEADERS } from '../http/security-headers.js';
+import { listenerOptions, serveJson } from '../http/listener.js';
+import { requestIdGenerator } from '../http/request-id.js';
 import errorHandler from '../plugins/error-handler.js';
 import idempotency from '../plugins/idempotency.js';
 import openapi from '../plugins/openapi.js';
 import { createAdminAuditRepository } from '../repositories/admin-audit.js';
 import { createAdminTokensRepository } from '../repositories/admin-tokens.js';
 import { createIdempotencyKeysRepository } from '../repositories/idempotency-keys.js';
-import { formatValidationError, validatorCompiler } from '../validation.js';
 import adminAudit from './audit.js';
 import adminAuth, { ADMIN_SECURITY_SCHEME } from './auth.js';
 import { documentAdminOperation } from './contract.js';
@@ -32,25 +28,13 @@ const BODY_LIMIT = 4 * 1024;
 export async function buildAdminServer(app: FastifyInstance): Promise<FastifyInstance> {
   const { config, db } = app;
   const admin = Fastify({
+    ...listenerOptions(config),
     loggerInstance: app.log.child({ listener: 'admin' }),
-    logController: new RequestLog(),
     // Nothing stands in front of this listener whose request ids could be trusted.
     genReqId: requestIdGenerator([]),
     bodyLimit: BODY_LIMIT,
-    http: { headersTimeout: Math.min(config.HEADERS_TIMEOUT_MS, config.REQUEST_TIMEOUT_MS), connectionsCheckingInterval: 1_000 },
-    requestTimeout: config.REQUEST_TIMEOUT_MS,
-    connectionTimeout: config.IDLE_TIMEOUT_MS,
-    clientErrorHandler,
-    rewriteUrl: escapeMalformedPath,
-    frameworkErrors,
-    schemaErrorFormatter: formatValidationError,
   });
-  admin.setValidatorCompiler(validatorCompiler);
-  admin.removeContentTypeParser('text/plain');
-  admin.addHook('onRequest', (request, reply, done) => {
-    reply.headers(SECURITY_HEADERS).header(REQUEST_ID_HEADER, request.id);
-    done();
-  });
+  serveJson(admin);
   admin.decorate('config', config);
   admin.decorate('now', app.now);
 

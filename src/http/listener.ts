@@ -1,0 +1,45 @@
+import type { FastifyInstance } from 'fastify';
+import type { Config } from '../config.js';
+import { formatValidationError, validatorCompiler } from '../validation.js';
+import { clientErrorHandler, frameworkErrors } from './client-errors.js';
+import { escapeMalformedPath } from './malformed-url.js';
+import { REQUEST_ID_HEADER } from './request-id.js';
+import { RequestLog } from './request-log.js';
+import { SECURITY_HEADERS } from './security-headers.js';
+import { closeIfBodyUnread } from './unread-body.js';
+
+/**
+ * Fastify's options that every JSON listener of the service shares (the API and the admin API):
+ * the request log line, deadlines for slow or stalled clients (slowloris: headers, the whole
+ * request, and a socket that sends or reads nothing, checked every second), and the Error
+ * contract down to requests, URLs and bodies Node or the router cannot take.
+ */
+export const listenerOptions = (config: Config) => ({
+  logController: new RequestLog(),
+  http: {
+    headersTimeout: Math.min(config.HEADERS_TIMEOUT_MS, config.REQUEST_TIMEOUT_MS),
+    connectionsCheckingInterval: 1_000,
+  },
+  requestTimeout: config.REQUEST_TIMEOUT_MS,
+  connectionTimeout: config.IDLE_TIMEOUT_MS,
+  clientErrorHandler,
+  rewriteUrl: escapeMalformedPath,
+  frameworkErrors,
+  schemaErrorFormatter: formatValidationError,
+});
+
+/**
+ * What such a listener does on every request: security headers and the request id on every
+ * response, a response sent before the body was read closes the connection, and JSON (TypeBox
+ * validated) is the only media type read: anything else is a 415.
+ */
+export function serveJson(listener: FastifyInstance) {
+  // Callback hooks: they run on every request, and need no promise.
+  listener.addHook('onRequest', (request, reply, done) => {
+    reply.headers(SECURITY_HEADERS).header(REQUEST_ID_HEADER, request.id);
+    done();
+  });
+  listener.addHook('onSend', closeIfBodyUnread);
+  listener.setValidatorCompiler(validatorCompiler);
+  listener.removeContentTypeParser('text/plain');
+}
