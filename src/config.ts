@@ -1,4 +1,4 @@
-import { Type, type Static } from '@sinclair/typebox';
+import { Type, type Static, type TSchema } from '@sinclair/typebox';
 import { Value } from '@sinclair/typebox/value';
 import { isIP } from 'node:net';
 import type { RedisCredentials, RedisTarget } from './plugins/rate-limit/redis-connection.js';
@@ -105,7 +105,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
   const error = Value.Errors(ConfigSchema, values).First();
   if (error) {
     const name = error.path.slice(1);
-    throw new ConfigError(`Invalid ${name}=${JSON.stringify(env[name] ?? '')}: ${error.message}`);
+    throw new ConfigError(`Invalid ${name}=${JSON.stringify(env[name] ?? '')}: ${allowedValues(error.schema) ?? error.message}`);
   }
   const config = values as Static<typeof ConfigSchema>;
   const badProxy = trustedProxies(config.TRUST_PROXY).find((entry) => !isAddressOrCidr(entry));
@@ -125,6 +125,13 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     throw new ConfigError('REDIS_SENTINELS and REDIS_SENTINEL_MASTER go together: the Sentinels and the name of the master they watch');
   }
   return { ...config, PUBLIC_BASE_URL: config.PUBLIC_BASE_URL ?? defaultBaseUrl(config.HOST, config.PORT) };
+}
+
+/** "must be one of ..." for a setting that takes one of a few words: TypeBox alone says "Expected union value". */
+function allowedValues(schema: TSchema): string | undefined {
+  if (schema.type === 'boolean') return 'must be true or false';
+  const words = (schema.anyOf as TSchema[] | undefined)?.map((option) => option.const);
+  return words?.every((word) => typeof word === 'string') ? `must be one of ${words.join(', ')}` : undefined;
 }
 
 const hostPorts = (list: string) =>

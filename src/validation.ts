@@ -1,6 +1,7 @@
 import type { FastifySchemaCompiler, FastifySchemaValidationError } from 'fastify';
 import type { TSchema } from '@sinclair/typebox';
-import { TypeCompiler } from '@sinclair/typebox/compiler';
+import { TypeCompiler, type ValueError } from '@sinclair/typebox/compiler';
+import { ValueErrorType } from '@sinclair/typebox/errors';
 import { Value } from '@sinclair/typebox/value';
 import { quote } from './errors.js';
 
@@ -24,17 +25,26 @@ export const validatorCompiler: FastifySchemaCompiler<TSchema> = ({ schema, http
   return (input) => {
     const value = fromWire(input);
     if (check.Check(value)) return { value };
-    const first = check.Errors(value).First()!;
-    const error: FastifySchemaValidationError = {
-      keyword: String(first.type),
-      instancePath: first.path,
-      schemaPath: '',
-      params: {},
-      message: (first.schema as { 'x-error-message'?: string })['x-error-message'] ?? first.message.toLowerCase(),
-    };
-    return { error: [error] };
+    // Every missing field is named at once, so a caller does not learn them one request at a time.
+    const found = [...check.Errors(value)];
+    const missing = found.filter((error) => error.type === ValueErrorType.ObjectRequiredProperty);
+    return { error: (missing.length > 0 ? missing : found.slice(0, 1)).map(toFastifyError) };
   };
 };
+
+function toFastifyError(error: ValueError): FastifySchemaValidationError {
+  const required = error.type === ValueErrorType.ObjectRequiredProperty;
+  return {
+    keyword: required ? 'required' : String(error.type),
+    instancePath: error.path,
+    schemaPath: '',
+    params: {},
+    // A missing field's schema holds what a value must be, which is not what is wrong with it.
+    message: required
+      ? 'is required'
+      : ((error.schema as { 'x-error-message'?: string })['x-error-message'] ?? error.message.toLowerCase()),
+  };
+}
 
 /**
  * Keeps a converted parameter only where its text on the wire is exactly how the converted value
@@ -55,9 +65,9 @@ const isRecord = (value: unknown): value is Record<string, unknown> => typeof va
 
 /** "body/name must be ...": the part of the request, the field, and what it must be. */
 export function formatValidationError(errors: FastifySchemaValidationError[], dataVar: string): Error {
+  const field = (error: FastifySchemaValidationError) => (error.instancePath ? `${dataVar}${quote(error.instancePath)}` : dataVar);
+  const missing = errors.filter((error) => error.keyword === 'required');
+  if (missing.length > 1) return new Error(`${missing.map(field).join(', ')} are required`);
   const [first] = errors;
-  const field = first?.instancePath ? `${dataVar}${quote(first.instancePath)}` : dataVar;
-  let message = first?.message ?? 'is invalid';
-  if (message === 'expected required property') message = 'is required';
-  return new Error(`${field} ${message}`);
+  return new Error(first ? `${field(first)} ${first.message ?? 'is invalid'}` : `${dataVar} is invalid`);
 }

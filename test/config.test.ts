@@ -35,6 +35,14 @@ describe('configuration', () => {
     expect(() => loadConfig({ [name]: value })).toThrow(name);
   });
 
+  it('lists the values allowed for a setting that takes one of a few', () => {
+    expect(() => loadConfig({ LOG_LEVEL: 'verbose' })).toThrow(
+      'Invalid LOG_LEVEL="verbose": must be one of fatal, error, warn, info, debug, trace, silent',
+    );
+    expect(() => loadConfig({ LOG_FORMAT: 'xml' })).toThrow('must be one of auto, json, pretty');
+    expect(() => loadConfig({ REDIS_TLS: 'yes' })).toThrow('Invalid REDIS_TLS="yes": must be true or false');
+  });
+
   it('takes one kind of Redis, and Sentinels with the name of their master', () => {
     expect(() => loadConfig({ REDIS_URL: 'redis://a:6379', REDIS_CLUSTER_NODES: 'b:6379' })).toThrow(/REDIS_URL and REDIS_CLUSTER_NODES/);
     expect(() => loadConfig({ REDIS_SENTINEL_MASTER: 'pets' })).toThrow(/REDIS_SENTINELS and REDIS_SENTINEL_MASTER/);

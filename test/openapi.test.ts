@@ -91,6 +91,57 @@ describe('the OpenAPI document at /v1/openapi.json', () => {
   });
 });
 
+test('states the interface: its parameters, required fields and limits', ({ document }) => {
+  const parameter = (path: string, method: string, name: string) =>
+    document.paths[path][method].parameters.find((candidate: { name: string }) => candidate.name === name);
+  expect(parameter('/pets', 'get', 'limit')).toMatchObject({
+    in: 'query',
+    required: false,
+    schema: { type: 'integer', minimum: 1, maximum: 100, default: 20 },
+  });
+  expect(parameter('/pets', 'get', 'status')).toMatchObject({ in: 'query', required: false });
+  expect(parameter('/pets', 'get', 'status').schema.anyOf.map((option: { enum: string[] }) => option.enum[0])).toEqual([
+    'available',
+    'pending',
+    'sold',
+  ]);
+  expect(parameter('/pets/{petId}', 'get', 'petId')).toMatchObject({
+    in: 'path',
+    required: true,
+    schema: { type: 'integer', format: 'int64' },
+  });
+
+  const newPet = document.paths['/pets'].post.requestBody;
+  expect(newPet.required).toBe(true);
+  const newPetSchema = newPet.content['application/json'].schema;
+  expect(newPetSchema.required).toEqual(['name', 'categoryId']);
+  expect(newPetSchema.properties.categoryId).toMatchObject({ type: 'integer', format: 'int64' });
+  const pet = document.paths['/pets/{petId}'].get.responses['200'].content['application/json'].schema;
+  expect(pet.required).toEqual(['id', 'name', 'categoryId']);
+  expect(pet.properties.id).toMatchObject({ type: 'integer', format: 'int64' });
+});
+
+test('describes every response of every operation, in both documents', ({ document, adminDocument }) => {
+  for (const described of [document, adminDocument]) {
+    for (const [path, operations] of Object.entries<Record<string, { responses: Record<string, { description: string }> }>>(
+      described.paths,
+    )) {
+      for (const [method, operation] of Object.entries(operations)) {
+        for (const [status, response] of Object.entries(operation.responses)) {
+          expect(response.description, `${method} ${path} ${status}`).not.toBe('Default Response');
+        }
+      }
+    }
+  }
+});
+
+test('makes no page size required: limit is optional with its default in the admin document too', ({ adminDocument }) => {
+  for (const path of ['/keys', '/audit']) {
+    const limit = adminDocument.paths[path].get.parameters.find((candidate: { name: string }) => candidate.name === 'limit');
+    expect(limit).toMatchObject({ required: false, schema: { default: 20, minimum: 1, maximum: 100 } });
+  }
+});
+
 test('documents the deprecation headers on every response of getPet', ({ document }) => {
   const responses = document.paths['/pets/{petId}'].get.responses;
   for (const status of ['200', '400', '404', '410']) {

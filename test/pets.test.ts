@@ -95,6 +95,16 @@ describe('POST /v1/pets', () => {
     expect(await countPets(t.db)).toBe(before);
   });
 
+  test.for([
+    ['a missing field is said to be required', { name: 'Rex' }, 'body/categoryId is required'],
+    ['every missing field is named', {}, 'body/name, body/categoryId are required'],
+    ['a missing field is named before a wrong one', { name: 7 }, 'body/categoryId is required'],
+  ] as Array<[string, unknown, string]>)('400: %s', async ([, json, message], { create }) => {
+    const response = await create(json);
+    expectError(response, 400, 'bad_request');
+    expect(response.body.message).toBe(message);
+  });
+
   test('400: missing, empty or malformed JSON body', async ({ t, request }) => {
     const before = await countPets(t.db);
     expectError(await request('POST', '/v1/pets'), 400, 'bad_request', 'body');

@@ -3,6 +3,7 @@ import { decodeCursor, encodeCursor, nextLink } from '../pagination.js';
 import type { AdminAuditRepository } from '../repositories/admin-audit.js';
 import { refuseOtherMethods } from '../routes/method-not-allowed.js';
 import { AuditEntries, AuditQuery } from '../schemas/admin.js';
+import { DEFAULT_PAGE_SIZE } from '../schemas/common.js';
 import { ErrorBody } from '../schemas/error.js';
 
 const AUDIT_PATH = '/admin/v1/audit';
@@ -27,7 +28,7 @@ const adminAudit: FastifyPluginAsyncTypebox<{ audit: AdminAuditRepository }> = a
       },
     },
     async (request, reply) => {
-      const { limit, cursor } = request.query;
+      const { limit = DEFAULT_PAGE_SIZE, cursor } = request.query;
       const page = await audit.page({ limit, beforeId: cursor ? decodeCursor(cursor, undefined, 'listing') : undefined });
       if (page.nextBeforeId !== undefined)
         reply.header('link', nextLink(AUDIT_PATH, { limit, cursor: encodeCursor(page.nextBeforeId, undefined) }));

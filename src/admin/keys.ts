@@ -8,6 +8,7 @@ import type { AdminAuditRepository } from '../repositories/admin-audit.js';
 import { DEFAULT_OVERLAP_SECONDS, KeyStateError, type ApiKeyRecord, type ApiKeysRepository } from '../repositories/api-keys.js';
 import { refuseOtherMethods } from '../routes/method-not-allowed.js';
 import { AdminKey, AdminKeyChange, AdminKeys, KeyParams, KeyUsage, ListKeysQuery, NewAdminKey, RotateKey } from '../schemas/admin.js';
+import { DEFAULT_PAGE_SIZE } from '../schemas/common.js';
 import { ErrorBody } from '../schemas/error.js';
 import { actorOf } from './auth.js';
 
@@ -103,7 +104,7 @@ const adminKeys: FastifyPluginAsyncTypebox<AdminKeysOptions> = async (admin, { k
       },
     },
     async (request, reply) => {
-      const { limit, cursor, ...filters } = request.query;
+      const { limit = DEFAULT_PAGE_SIZE, cursor, ...filters } = request.query;
       const filter = filterOf(filters);
       const afterId = cursor ? decodeCursor(cursor, filter, 'set of filters (plan, state, name)') : 0;
       const page = await keys.page({ limit, afterId, ...filters });

@@ -1,6 +1,8 @@
 import fp from 'fastify-plugin';
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
+import type { FastifySchema } from 'fastify';
+import { ERROR_STATUS_DESCRIPTIONS } from '../schemas/error.js';
 
 export interface OpenApiOptions {
   info: { title: string; version: string; description: string };
@@ -31,7 +33,7 @@ export default fp<OpenApiOptions>(
         },
       },
       transform: ({ schema, url }) => ({
-        schema: url.startsWith(`${apiPrefix}/`) ? schema : { ...schema, hide: true },
+        schema: url.startsWith(`${apiPrefix}/`) ? describeErrors(schema) : { ...schema, hide: true },
         url: url.slice(apiPrefix.length),
       }),
     });
@@ -39,3 +41,14 @@ export default fp<OpenApiOptions>(
   },
   { name: 'openapi' },
 );
+
+/** Error responses a route declares without a description get their status's, not "Default Response". */
+function describeErrors(schema: FastifySchema): FastifySchema {
+  const responses = schema.response as Record<string, { description?: string }> | undefined;
+  if (!responses) return schema;
+  const described = Object.entries(responses).map(([status, response]) => [
+    status,
+    response.description || !ERROR_STATUS_DESCRIPTIONS[status] ? response : { ...response, description: ERROR_STATUS_DESCRIPTIONS[status] },
+  ]);
+  return { ...schema, response: Object.fromEntries(described) };
+}

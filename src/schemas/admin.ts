@@ -1,6 +1,7 @@
 import { Type, type Static, type TSchema } from '@sinclair/typebox';
 import { PLANS } from '../plans.js';
 import { DEFAULT_OVERLAP_SECONDS, KEY_STATES, MAX_OVERLAP_SECONDS } from '../repositories/api-keys.js';
+import { PageLimit } from './common.js';
 import { MAX_ID } from './pet.js';
 
 /** A value or null, as OpenAPI 3.0 writes it (`nullable`), for responses. */
@@ -71,7 +72,7 @@ export const AdminKey = Type.Object(
 );
 export type AdminKey = Static<typeof AdminKey>;
 
-export const AdminKeys = Type.Array(AdminKey, { title: 'AdminKeys' });
+export const AdminKeys = Type.Array(AdminKey, { title: 'AdminKeys', description: 'One page of keys, in id order' });
 
 export const NewAdminKey = Type.Object(
   {
@@ -122,13 +123,6 @@ export type RotateKey = Static<typeof RotateKey>;
 
 export const KeyParams = Type.Object({ id: Type.Integer({ ...Id, description: 'The key id' }) });
 
-const PageLimit = Type.Integer({
-  minimum: 1,
-  maximum: 100,
-  default: 20,
-  description: 'Entries per page',
-  'x-error-message': 'must be an integer from 1 to 100',
-});
 const Cursor = Type.Optional(
   Type.String({
     maxLength: 200,
@@ -141,7 +135,7 @@ export const ListKeysQuery = Type.Object({
   plan: Type.Optional(Plan),
   state: Type.Optional(KeyState),
   name: Type.Optional({ ...KeyName, description: 'Keys with exactly this name' }),
-  limit: PageLimit,
+  limit: PageLimit('Entries per page'),
   cursor: Cursor,
 });
 export type ListKeysQuery = Static<typeof ListKeysQuery>;
@@ -181,7 +175,7 @@ export const AuditEntry = Type.Object(
   },
   { title: 'AuditEntry' },
 );
-export const AuditEntries = Type.Array(AuditEntry, { title: 'AuditEntries' });
+export const AuditEntries = Type.Array(AuditEntry, { title: 'AuditEntries', description: 'One page of audit entries, newest first' });
 
-export const AuditQuery = Type.Object({ limit: PageLimit, cursor: Cursor });
+export const AuditQuery = Type.Object({ limit: PageLimit('Entries per page'), cursor: Cursor });
 export type AuditQuery = Static<typeof AuditQuery>;

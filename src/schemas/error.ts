@@ -31,3 +31,13 @@ export const ErrorBody = Type.Object(
 );
 export type ErrorBody = Static<typeof ErrorBody>;
 export type ErrorCode = ErrorBody['code'];
+
+/** What an error status means, for the documented responses whose route says nothing more specific. */
+export const ERROR_STATUS_DESCRIPTIONS: Readonly<Record<string, string>> = {
+  400: 'The request is invalid (`bad_request`); the message names each field at fault and what it must be',
+  404: 'Nothing has this id (`not_found`)',
+  409: 'The change conflicts with the current state (`conflict`)',
+  410: 'The operation has been removed (`gone`); the message names its successor',
+  413: 'The body is larger than the service accepts (`payload_too_large`)',
+  415: 'The body is not `application/json` (`unsupported_media_type`)',
+};

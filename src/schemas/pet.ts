@@ -1,4 +1,5 @@
 import { Type, type Static } from '@sinclair/typebox';
+import { PageLimit } from './common.js';
 
 /** JSON numbers are exact only up to 2^53 - 1, so that is the documented ceiling of every int64 field. */
 export const MAX_ID = Number.MAX_SAFE_INTEGER;
@@ -54,20 +55,14 @@ export const Pet = Type.Object(
 );
 export type Pet = Static<typeof Pet>;
 
-export const Pets = Type.Array(Pet, { title: 'Pets' });
+export const Pets = Type.Array(Pet, { title: 'Pets', description: 'One page of animals, in id order' });
 
 export const PetParams = Type.Object({
   petId: Type.Integer({ ...Id, description: 'Identifier of the animal to fetch' }),
 });
 
 export const ListPetsQuery = Type.Object({
-  limit: Type.Integer({
-    minimum: 1,
-    maximum: 100,
-    default: 20,
-    description: 'Maximum number of animals to return',
-    'x-error-message': 'must be an integer from 1 to 100',
-  }),
+  limit: PageLimit('Maximum number of animals to return'),
   status: Type.Optional(PetStatus),
   cursor: Type.Optional(
     Type.String({

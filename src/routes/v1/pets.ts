@@ -2,6 +2,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { errors } from '../../errors.js';
 import { refuseOtherMethods } from '../method-not-allowed.js';
 import { decodeCursor, encodeCursor, nextLink } from '../../pagination.js';
+import { DEFAULT_PAGE_SIZE } from '../../schemas/common.js';
 import { ErrorBody } from '../../schemas/error.js';
 import { ListPetsQuery, NewPet, Pet, PetParams, Pets } from '../../schemas/pet.js';
 
@@ -28,7 +29,7 @@ const pets: FastifyPluginAsyncTypebox = async (app) => {
       },
     },
     async (request, reply) => {
-      const { limit, status, cursor } = request.query;
+      const { limit = DEFAULT_PAGE_SIZE, status, cursor } = request.query;
       const page = await app.petsRepository.list({ limit, status, afterId: cursor ? decodeCursor(cursor, status) : 0 });
       if (page.nextAfterId !== undefined) {
         reply.header('link', nextLink(`${base}/pets`, { limit, status, cursor: encodeCursor(page.nextAfterId, status) }));
