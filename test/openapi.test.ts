@@ -84,10 +84,13 @@ describe('the OpenAPI document at /v1/openapi.json', () => {
     check(schemaOf('/pets/{petId}', 'get', 404), (await t.app.inject({ url: '/v1/pets/999999', headers: t.auth })).json());
   });
 
-  test('serves interactive docs at /docs', async ({ t }) => {
+  test('serves interactive docs at /docs, titled for the service, keeping the key across reloads', async ({ t }) => {
     const response = await t.app.inject('/docs/');
     expect(response.statusCode).toBe(200);
     expect(response.headers['content-type']).toMatch(/text\/html/);
+    expect(response.body).toContain('<title>Pet store</title>');
+    const initializer = await t.app.inject('/docs/static/swagger-initializer.js');
+    expect(initializer.body).toMatch(/"persistAuthorization":\s*true/);
   });
 });
 

@@ -37,7 +37,12 @@ export default fp<OpenApiOptions>(
         url: url.slice(apiPrefix.length),
       }),
     });
-    await app.register(swaggerUi, { routePrefix: '/docs' });
+    await app.register(swaggerUi, {
+      routePrefix: '/docs',
+      theme: { title: info.title },
+      // The key pasted into "Authorize" stays across reloads (in the browser's local storage).
+      uiConfig: { persistAuthorization: true },
+    });
   },
   { name: 'openapi' },
 );
