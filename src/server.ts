@@ -82,7 +82,12 @@ try {
   process.exit(1);
 }
 app.log.info(
-  { publicBaseUrl: config.PUBLIC_BASE_URL, database: app.db.kind, admin: admin && `${admin.server.listeningOrigin}${admin.prefix}` },
+  {
+    publicBaseUrl: config.PUBLIC_BASE_URL,
+    docs: config.PUBLIC_BASE_URL.replace(/\/v1$/, '/docs'),
+    database: app.db.kind,
+    admin: admin && `${admin.server.listeningOrigin}${admin.prefix}`,
+  },
   'pet store ready',
 );
 // Straight to stdout, not the log: a key must never be in the logs.

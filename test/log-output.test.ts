@@ -94,4 +94,21 @@ describe('the server', () => {
     const ready = piped.split('\n').find((line) => line.includes('pet store ready'))!;
     expect(JSON.parse(ready)).toMatchObject({ level: 30, msg: 'pet store ready' });
   });
+
+  it(
+    'says what it does while it starts: the database, the migrations, then where the API and its docs are',
+    { timeout: 120_000 },
+    async () => {
+      const lines = (await runServer(false))
+        .split('\n')
+        .filter((line) => line.startsWith('{'))
+        .map((line) => JSON.parse(line));
+      expect(lines.map((line) => line.msg)).toEqual(
+        expect.arrayContaining(['opening the embedded database', 'database schema brought up to date', 'pet store ready']),
+      );
+      expect(lines.find((line) => line.msg === 'pet store ready')).toMatchObject({
+        docs: expect.stringMatching(/^http:\/\/127\.0\.0\.1:\d+\/docs$/),
+      });
+    },
+  );
 });

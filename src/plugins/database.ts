@@ -12,9 +12,12 @@ declare module 'fastify' {
 /** Opens the database the configuration names, brings its schema up to date, and closes it with the app. */
 export default fp<Parameters<typeof openDatabase>[0]>(
   async function database(app, config) {
+    // The embedded engine's first start creates its data directory, the slowest step of a first start.
+    if (!config.DATABASE_URL) app.log.info({ dataDir: config.DATA_DIR }, 'opening the embedded database');
     const db = await openDatabase(config);
     try {
-      await migrate(db);
+      const applied = await migrate(db);
+      if (applied.length > 0) app.log.info({ migrations: applied }, 'database schema brought up to date');
     } catch (error) {
       await db.close();
       throw error;
