@@ -1,5 +1,7 @@
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { PGlite, type Transaction as PgliteTransaction } from '@electric-sql/pglite';
 import { DataDirInUseError, type Database, type Queryable, type Statement } from './database.js';
 
@@ -14,7 +16,7 @@ export async function createPgliteDatabase(dataDir: string): Promise<Database> {
   const unlock = dataDir.startsWith('memory://') ? () => {} : lockDataDir(dataDir);
   let db: PGlite;
   try {
-    db = await PGlite.create(dataDir);
+    db = await openPglite(dataDir);
   } catch (error) {
     unlock();
     throw error;
@@ -65,6 +67,56 @@ const queryOn =
     const { text, rowMode } = typeof statement === 'string' ? { text: statement, rowMode: undefined } : statement;
     return (await target.query<Row>(text, params as unknown[], rowMode && { rowMode })).rows;
   };
+
+/**
+ * initdb is most of the cost of a new database (about 6 s of CPU against under 1 s to unpack its
+ * result), so its result is kept, once per PGlite version, and every later new database starts
+ * from it: a first start, the keys command on a new directory, each test app. Best effort: where
+ * the cache cannot be written, each new database runs initdb.
+ */
+export const PGLITE_TEMPLATE = fileURLToPath(new URL(`../../node_modules/.cache/pet-store/pglite-${pgliteVersion()}.tar`, import.meta.url));
+
+function pgliteVersion(): string {
+  const entry = createRequire(import.meta.url).resolve('@electric-sql/pglite');
+  return JSON.parse(readFileSync(join(dirname(entry), '..', 'package.json'), 'utf8')).version;
+}
+
+async function openPglite(dataDir: string): Promise<PGlite> {
+  const isNew = dataDir.startsWith('memory://') || !existsSync(join(dataDir, 'PG_VERSION'));
+  if (!isNew) return PGlite.create(dataDir);
+  return PGlite.create(dataDir, { loadDataDir: readTemplate() ?? (await makeTemplate()) });
+}
+
+function readTemplate(): Blob | undefined {
+  try {
+    return new Blob([readFileSync(PGLITE_TEMPLATE)]);
+  } catch {
+    return undefined;
+  }
+}
+
+async function makeTemplate(): Promise<Blob> {
+  const fresh = await PGlite.create('memory://');
+  try {
+    const template = await fresh.dumpDataDir('none');
+    await keepTemplate(Buffer.from(await template.arrayBuffer()));
+    return template;
+  } finally {
+    await fresh.close();
+  }
+}
+
+async function keepTemplate(template: Buffer) {
+  try {
+    mkdirSync(dirname(PGLITE_TEMPLATE), { recursive: true });
+    // Written aside and renamed: processes creating databases at once never read half a file.
+    const partial = `${PGLITE_TEMPLATE}.${process.pid}`;
+    writeFileSync(partial, template);
+    renameSync(partial, PGLITE_TEMPLATE);
+  } catch {
+    // Not kept (a read-only install): the next new database runs initdb again.
+  }
+}
 
 /** Takes the data directory for this process; a lock left by a process that is gone is taken over. */
 function lockDataDir(dataDir: string): () => void {
