@@ -47,6 +47,13 @@ describe('Prometheus metrics', () => {
   test('are not served on the API port', async ({ t }) => {
     expect((await t.app.inject('/metrics')).statusCode).toBe(404);
   });
+
+  test('any other path on the metrics listener is a 404 Error that repeats at most the first 100 characters of the path', async ({ t }) => {
+    const path = `/${'m'.repeat(5_000)}`;
+    const response = await buildMetricsServer(t.app.metricsRegistry).inject(`${path}?q=1`);
+    expect(response.statusCode).toBe(404);
+    expect(response.json()).toEqual({ code: 'not_found', message: `No route for GET ${path.slice(0, 100)}…`, status: 404 });
+  });
 });
 
 describe('load shedding', () => {
