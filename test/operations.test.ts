@@ -1,11 +1,11 @@
 import { buildMetricsServer } from '../src/metrics-server.js';
-import { describe, expect } from 'vitest';
+import { describe, expect, vi } from 'vitest';
 import type { TestApp } from './support/app.js';
 import { POSTGRES_URL } from './support/databases.js';
 import { eventually } from './support/eventually.js';
 import { describeAppTest } from './support/fixtures.js';
 import { REDIS_URL, redisStoreEnv } from './support/redis.js';
-import { sleep } from './support/time.js';
+import { sleep, T0 } from './support/time.js';
 
 describe('Prometheus metrics', () => {
   const test = describeAppTest({ envAtBuild: () => (REDIS_URL ? redisStoreEnv() : {}) });
@@ -53,6 +53,31 @@ describe('Prometheus metrics', () => {
     const response = await buildMetricsServer(t.app.metricsRegistry).inject(`${path}?q=1`);
     expect(response.statusCode).toBe(404);
     expect(response.json()).toEqual({ code: 'not_found', message: `No route for GET ${path.slice(0, 100)}…`, status: 404 });
+  });
+});
+
+describe('readiness', () => {
+  const test = describeAppTest({ clock: T0 });
+
+  test('a flood of /readyz costs one database query a second: concurrent probes share one, later ones reuse its answer', async ({
+    t,
+    clock,
+  }) => {
+    const query = vi.spyOn(t.app.db, 'query');
+    const checks = () => query.mock.calls.filter(([statement]) => statement === 'SELECT 1').length;
+    try {
+      const flood = await Promise.all(Array.from({ length: 50 }, () => t.app.inject('/readyz')));
+      expect(flood.map((response) => response.statusCode)).toEqual(Array(50).fill(200));
+      expect(checks()).toBe(1);
+      clock.advance(999);
+      expect((await t.app.inject('/readyz')).json()).toEqual({ status: 'ready' });
+      expect(checks()).toBe(1);
+      clock.advance(1);
+      expect((await t.app.inject('/readyz')).json()).toEqual({ status: 'ready' });
+      expect(checks()).toBe(2);
+    } finally {
+      query.mockRestore();
+    }
   });
 });
 
