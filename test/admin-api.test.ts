@@ -164,6 +164,19 @@ describe('create', () => {
     expect((await t.app.apiKeysRepository.list()).length).toBe(before);
   });
 
+  test('400 for a body that is not valid UTF-8; nothing is created', async ({ t, admin }) => {
+    const before = (await t.app.apiKeysRepository.list()).length;
+    const response = await admin.server.inject({
+      method: 'POST',
+      url: '/admin/v1/keys',
+      headers: { ...bearer(admin.write.token), 'content-type': 'application/json' },
+      payload: Buffer.concat([Buffer.from('{"plan":"free","name":"a'), Buffer.from([0xc3, 0x28]), Buffer.from('"}')]),
+    });
+    expect(response.statusCode, response.body).toBe(400);
+    expect(response.json()).toEqual({ code: 'bad_request', message: 'Request body is not valid UTF-8', status: 400 });
+    expect((await t.app.apiKeysRepository.list()).length).toBe(before);
+  });
+
   test('a retry with the Idempotency-Key gets the same key object, without the secret, and issues no second key', async ({ t, admin }) => {
     const headers = { 'idempotency-key': 'signup-4711' };
     const first = await admin.request('POST', '/admin/v1/keys', { json: { plan: 'pro', name: 'signup 4711' }, headers });

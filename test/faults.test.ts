@@ -15,7 +15,8 @@ import { eventually } from './support/eventually.js';
 import { developmentKey, type ServerProcess, startServer } from './support/processes.js';
 import { REDIS_URL, startRedis } from './support/redis.js';
 import { PRIVATE_POSTGRES_AVAILABLE, startPostgresServer, type PostgresServer } from './support/postgres-server.js';
-import { waitForKeyAt } from './support/keys.js';
+import { buildTestApp } from './support/app.js';
+import { bearer, waitForKeyAt } from './support/keys.js';
 import { sleep } from './support/time.js';
 
 /** A request still unanswered after this is recorded as a hang (the server's request timeout is 30 s). */
@@ -270,6 +271,32 @@ describe.runIf(PRIVATE_POSTGRES_AVAILABLE)('PostgreSQL faults (a private Postgre
       expect(await server.stop('SIGTERM')).toBe(0);
     } finally {
       await server.stop('SIGKILL');
+      await database.drop();
+    }
+  });
+
+  test("a key this instance has not seen, while the database is down: 503 with the address's rate-limit headers, counting nothing", async ({
+    postgres,
+  }) => {
+    const database = await postgres.createDatabase();
+    const t = await buildTestApp({ ...SERVER_ENV, DATABASE_URL: database.url });
+    let stopped = false;
+    try {
+      // A Pro key (300 a minute), so that the Free plan's 60 can only be the address's.
+      const { key } = await t.app.apiKeysRepository.create({ plan: 'pro', name: 'unseen' });
+      await postgres.stop('fast');
+      stopped = true;
+      for (let i = 0; i < 2; i++) {
+        const response = await t.app.inject({ url: '/v1/pets?limit=1', headers: bearer(key) });
+        expect(response.statusCode, response.body).toBe(503);
+        expect(response.json().code).toBe('service_unavailable');
+        expect(response.headers['x-ratelimit-limit']).toBe('60');
+        expect(response.headers['x-ratelimit-remaining']).toBe('60');
+        expect(response.headers['x-ratelimit-reset']).toMatch(/^\d{10}$/);
+      }
+    } finally {
+      if (stopped) await postgres.start();
+      await t.close();
       await database.drop();
     }
   });

@@ -94,6 +94,17 @@ describe('load shedding', () => {
     expect(shed.statusCode).toBe(503);
     expect(shed.json()).toEqual({ code: 'service_unavailable', message: expect.any(String), status: 503 });
     expect(shed.headers['retry-after']).toBe('5');
+    // Under /v1, the rate-limit headers all the same: the key's (known from memory), else the address's.
+    const anonymous = await t.app.inject({ url: '/v1/no-such-path' });
+    expect([shed.statusCode, anonymous.statusCode]).toEqual([503, 503]);
+    for (const [response, limit] of [
+      [shed, '1000000000'],
+      [anonymous, '60'],
+    ] as const) {
+      expect(response.headers['x-ratelimit-limit']).toBe(limit);
+      expect(response.headers['x-ratelimit-remaining']).toMatch(/^\d+$/);
+      expect(response.headers['x-ratelimit-reset']).toMatch(/^\d{10}$/);
+    }
     expect((await t.app.inject('/readyz')).statusCode).toBe(503);
     expect((await t.app.inject('/healthz')).statusCode).toBe(200);
 

@@ -4,9 +4,12 @@ import { POSTGRES_URL } from './support/databases.js';
 import { eventually } from './support/eventually.js';
 import { databaseTest as databaseFixtures, describeAppTest } from './support/fixtures.js';
 import { startServer } from './support/processes.js';
-import { bearer, waitForKey } from './support/keys.js';
+import { buildTestApp } from './support/app.js';
+import { portOf } from './support/http.js';
+import { bearer, waitForKey, waitUntilCached } from './support/keys.js';
+import { closedWithin, openSocket, type RawClient } from './support/raw-socket.js';
 import { RATE_LIMIT_STORES, REDIS_URL, redisStoreEnv } from './support/redis.js';
-import { DAY, MINUTE, sleep, SUNSET, T0 } from './support/time.js';
+import { DAY, MINUTE, sleep, SUNSET, T0, testClock } from './support/time.js';
 
 // T0 is 10:00:00 UTC on a Sunday: the start of a minute, 14 hours before the day ends.
 
@@ -193,6 +196,38 @@ describe('behind a trusted proxy', () => {
     const other = await send('203.0.113.8');
     expect(other.statusCode).toBe(401);
     expect(other.headers['x-ratelimit-remaining']).toBe('59');
+  });
+});
+
+describe('a request answered before the limiter decides it', () => {
+  it('the 503 of a closing server, under /v1, carries the headers of its key as they stand, counting nothing', async () => {
+    const clock = testClock(T0);
+    const t = await buildTestApp({}, { now: clock.now });
+    let closing: Promise<void> | undefined;
+    let client: RawClient | undefined;
+    try {
+      await waitUntilCached(t.app, t.auth);
+      const before = await t.app.inject({ url: '/v1/pets?limit=1', headers: t.auth });
+      client = await openSocket(await portOf(t.app));
+      // The request's head is begun before the close, so that its connection is not idle and stays open through it.
+      client.socket.write(`GET /v1/pets?limit=1 HTTP/1.1\r\nHost: x\r\nAuthorization: ${t.auth.authorization}\r\n`);
+      closing = t.close();
+      await eventually(async () => t.app.shutdown.draining);
+      client.socket.write('\r\n');
+      expect(await closedWithin(client, 5_000)).toBe(true);
+      const [head = '', body = ''] = client.received.split('\r\n\r\n');
+      const headers = new Map(
+        head.split('\r\n').map((line) => [line.slice(0, line.indexOf(':')).toLowerCase(), line.slice(line.indexOf(':') + 1).trim()]),
+      );
+      expect(head).toMatch(/^HTTP\/1.1 503 /);
+      expect(JSON.parse(body)).toEqual({ code: 'service_unavailable', message: expect.any(String), status: 503 });
+      expect(headers.get('x-ratelimit-limit')).toBe('1000000000');
+      expect(headers.get('x-ratelimit-remaining')).toBe(before.headers['x-ratelimit-remaining']);
+      expect(headers.get('x-ratelimit-reset')).toBe(before.headers['x-ratelimit-reset']);
+    } finally {
+      client?.socket.destroy();
+      await (closing ?? t.close());
+    }
   });
 });
 

@@ -3,6 +3,7 @@ import { Counter, Gauge } from 'prom-client';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { errors, secondsUntil, type ApiError } from '../../errors.js';
 import { PLAN_LIMITS, type Limits } from '../../plans.js';
+import type { ApiKeyIdentity } from '../../repositories/api-keys.js';
 import { FallbackStore } from './fallback-store.js';
 import { MemoryStore } from './memory-store.js';
 import { createRedisClient, REDIS_START_WAIT_MS, type RedisCredentials, type RedisTarget } from './redis-connection.js';
@@ -48,18 +49,25 @@ interface Charge {
   counted: boolean;
 }
 
+/** A request decided and with nothing left to settle: refused, or settled already. */
+const SETTLED = 0;
+
 /**
- * Where a request's charge waits for settle(): a request decoration that only this module can
- * name. Set on every request, it is cheaper than a WeakMap entry (README, Performance).
+ * Where a request's charge waits for settle(), unset while the limiter has not decided it: a
+ * request decoration that only this module can name. Set on every request, it is cheaper than a
+ * WeakMap entry (README, Performance).
  */
 const CHARGE = Symbol('rateLimitCharge');
-type Charged = FastifyRequest & { [CHARGE]?: Charge };
+type Charged = FastifyRequest & { [CHARGE]?: Charge | typeof SETTLED };
 
 declare module 'fastify' {
   interface FastifyInstance {
     rateLimit: RateLimiter;
   }
 }
+
+/** The caller's key as far as memory tells, asked only of a request the limiter never decided. */
+export type KnownKey = (request: FastifyRequest) => ApiKeyIdentity | undefined;
 
 export interface RateLimiter {
   /**
@@ -75,8 +83,11 @@ export interface RateLimiter {
   /**
    * Once answered: takes back a counted request that turned out free, or counts an uncounted one
    * that did not. The response waits for it, so the caller's next request, on any instance, sees it.
+   * A request answered before it was decided (load shedding, shutdown, a key lookup that failed)
+   * counts nothing and gets the headers of its caller as they stand: of the key `knownKey` finds
+   * without the database, else of its address.
    */
-  settle(request: FastifyRequest, reply: FastifyReply, { free }: { free: boolean }): Promise<unknown> | undefined;
+  settle(request: FastifyRequest, reply: FastifyReply, options: { free: boolean; knownKey: KnownKey }): Promise<unknown> | undefined;
   /** What a key's quota holds now (both windows, a ban), counting nothing, and which store answered (the admin API). */
   usage(quotaId: number, limits: Limits, now: number): Promise<Inspection>;
   /** Lifts a key's ban in the store decisions go to now (the admin API); says which. */
@@ -120,6 +131,12 @@ export default fp<RateLimitOptions>(
 
     app.decorateRequest(CHARGE, undefined);
 
+    /** What `check` says of the caller now: honest headers for a request that was never counted. */
+    async function describeUndecided(request: FastifyRequest, reply: FastifyReply, key: ApiKeyIdentity | undefined) {
+      const now = app.now();
+      setHeaders(reply, await store.check(key ? keySubject(key.quotaId) : `ip:${request.ip}`, key ?? ANONYMOUS, now), now);
+    }
+
     app.decorate('rateLimit', {
       async mayLookUp(address, now) {
         if ((await store.check(`ip:${address}`, ANONYMOUS, now)).outcome === 'banned') return { lookUp: false };
@@ -142,21 +159,27 @@ export default fp<RateLimitOptions>(
             (request as Charged)[CHARGE] = { subject, limits, decision, now, counted: decision !== checked };
             return;
           case 'banned': {
+            (request as Charged)[CHARGE] = SETTLED;
             const until = new Date(decision.bannedUntil).toISOString();
             if (decision.banStarted) request.log.warn({ keyId: key?.id, address: key ? undefined : request.ip, until }, 'rate limit ban');
             throw errors.banned(until, secondsUntil(decision.bannedUntil - now));
           }
           case 'limited':
+            (request as Charged)[CHARGE] = SETTLED;
             throw errors.rateLimited(binding.limit, binding === decision.day ? 'day' : 'minute', secondsUntil(binding.resetAt - now));
         }
       },
 
       // GitHub's rule: a revalidation that finds the client's copy current (304 for a tag it sent)
       // costs nothing. The request was admitted like any other, so a caller over its limit still got its 429.
-      settle(request, reply, { free }) {
+      settle(request, reply, { free, knownKey }) {
         const charge = (request as Charged)[CHARGE];
-        if (!charge || free !== charge.counted) return undefined;
-        (request as Charged)[CHARGE] = undefined;
+        if (charge === undefined) {
+          (request as Charged)[CHARGE] = SETTLED;
+          return describeUndecided(request, reply, knownKey(request));
+        }
+        if (charge === SETTLED || free !== charge.counted) return undefined;
+        (request as Charged)[CHARGE] = SETTLED;
         if (charge.counted) {
           const uncount = (window: WindowUsage) => ({ ...window, used: Math.max(0, window.used - 1) });
           setHeaders(reply, { ...charge.decision, minute: uncount(charge.decision.minute), day: uncount(charge.decision.day) }, charge.now);
