@@ -1,4 +1,5 @@
 import type { AddressInfo } from 'node:net';
+import type { FastifyInstance } from 'fastify';
 import { describe, expect } from 'vitest';
 import { generateAdminToken, generateKey } from '../src/api-key-format.js';
 import { createAdminTokensRepository } from '../src/repositories/admin-tokens.js';
@@ -7,7 +8,7 @@ import { POSTGRES_URL } from './support/databases.js';
 import { eventually } from './support/eventually.js';
 import { appTest, describeAppTest, twoInstancesTest } from './support/fixtures.js';
 import type { HttpResponse } from './support/http.js';
-import { bearer, waitForKeyOnApp } from './support/keys.js';
+import { bearer, waitForKeyOnApp, waitUntilCached } from './support/keys.js';
 import { closedWithin, openSocket } from './support/raw-socket.js';
 import { buildTestApp } from './support/app.js';
 import { countKeys, RATE_LIMIT_STORES, REDIS_URL, startRedis } from './support/redis.js';
@@ -31,6 +32,33 @@ async function createKey(admin: TestAdmin, body: Record<string, unknown> = { pla
   const response = await admin.request('POST', '/admin/v1/keys', { json: body });
   expect(response.status, JSON.stringify(response.body)).toBe(201);
   return response.body as { id: number; key: string; [field: string]: unknown };
+}
+
+/**
+ * Rotates an enterprise key of 10 a minute with a 600 s overlap, has `api` cache the old key, and
+ * changes the successor to 1 a minute through `admin`: the old key, on `api`, then answers with
+ * the new policy and is refused at the new limit, in the quota it shares with its successor.
+ */
+async function expectSuccessorChangeOnOldKey(admin: TestAdmin, api: FastifyInstance) {
+  const { id, key: old } = await createKey(admin, { plan: 'enterprise', perMinute: 10, perDay: 1_000, name: 'abusive' });
+  const rotated = await admin.request('POST', `/admin/v1/keys/${id}/rotate`, { json: { overlapSeconds: 600 } });
+  expect(rotated.status).toBe(201);
+  await waitForKeyOnApp(api, bearer(old));
+  await waitUntilCached(api, bearer(old));
+  const get = () => api.inject({ url: '/v1/pets?limit=1', headers: bearer(old) });
+  expect((await get()).headers['ratelimit-policy']).toBe('"minute";q=10;w=60, "day";q=1000;w=86400');
+
+  const changed = await admin.request('PATCH', `/admin/v1/keys/${rotated.body.id}`, { json: { perMinute: 1 } });
+  expect(changed.status).toBe(200);
+  await eventually(async () => (await get()).headers['ratelimit-policy'] === '"minute";q=1;w=60, "day";q=1000;w=86400', 1_000);
+  // The quota has counted more than one request this minute; a minute ending meanwhile lets one more through at most.
+  const statuses = [];
+  for (let i = 0; i < 3; i++) statuses.push((await get()).statusCode);
+  expect(statuses).toContain(429);
+  expect((await admin.request('GET', `/admin/v1/keys/${id}`)).body).toMatchObject({ state: 'rotated', perMinute: 1, perDay: 1_000 });
+  // Still not changeable itself: its successor is.
+  expectError(await admin.request('PATCH', `/admin/v1/keys/${id}`, { json: { perMinute: 5 } }), 409, 'conflict');
+  return { id, successorId: rotated.body.id as number };
 }
 
 /** Every operation, whether it writes, and a request of it that a write token may make (on key `id`). */
@@ -328,6 +356,15 @@ describe('change, rotate, revoke', () => {
     expectError(await admin.request('POST', '/admin/v1/keys/999999999/rotate', { json: {} }), 404, 'not_found');
   });
 
+  test("a plan or limits change of a rotated key's successor binds the old key in its overlap too", async ({ t, admin }) => {
+    const { id, successorId } = await expectSuccessorChangeOnOldKey(admin, t.app);
+    const [entry] = (await admin.request('GET', '/admin/v1/audit?limit=1')).body;
+    expect(entry).toMatchObject({ action: 'key.update', keyId: successorId, details: { sameQuota: [id] } });
+    // A change of name alone is the successor's own.
+    await admin.request('PATCH', `/admin/v1/keys/${successorId}`, { json: { name: 'renamed' } });
+    expect((await admin.request('GET', `/admin/v1/keys/${id}`)).body.name).toBe('abusive');
+  });
+
   test('rotate without a body keeps the old key working for a day', async ({ admin }) => {
     const { id } = await createKey(admin);
     const rotated = await admin.request('POST', `/admin/v1/keys/${id}/rotate`);
@@ -543,6 +580,18 @@ describe.runIf(POSTGRES_URL)('two instances', () => {
           1_000,
         );
         console.log(`through the admin API: plan change on the other instance after ${changedMs} ms, revocation after ${revokedMs} ms`);
+      } finally {
+        await admin.close();
+      }
+    },
+  );
+
+  twoInstances(
+    "a limits change of a rotated key's successor reaches the old key cached on the other instance",
+    async ({ instances: { a, b } }) => {
+      const admin = await openAdmin(a.app);
+      try {
+        await expectSuccessorChangeOnOldKey(admin, b.app);
       } finally {
         await admin.close();
       }
