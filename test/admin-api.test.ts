@@ -192,6 +192,25 @@ describe('create', () => {
     expect((await t.app.apiKeysRepository.list()).length).toBe(before);
   });
 
+  test('400 for an expiry that is not on the calendar, on create and rotate, where Date would roll it over; nothing is created', async ({
+    t,
+    admin,
+  }) => {
+    const { id } = await createKey(admin);
+    const before = await t.app.apiKeysRepository.list();
+    for (const expiresAt of ['2099-02-31T00:00:00Z', '2099-04-31T12:00:00+02:00', '2100-02-29T00:00:00Z', '2099-01-01T24:00:00Z']) {
+      const created = await admin.request('POST', '/admin/v1/keys', { json: { plan: 'free', expiresAt } });
+      expectError(created, 400, 'bad_request');
+      expect(created.body.message, expiresAt).toMatch(/^body\/expiresAt .*calendar/);
+      const rotated = await admin.request('POST', `/admin/v1/keys/${id}/rotate`, { json: { expiresAt } });
+      expectError(rotated, 400, 'bad_request');
+      expect(rotated.body.message, expiresAt).toMatch(/^body\/expiresAt .*calendar/);
+    }
+    expect(await t.app.apiKeysRepository.list()).toEqual(before);
+    // A leap day that exists is a date like any other.
+    expect((await admin.request('POST', '/admin/v1/keys', { json: { plan: 'free', expiresAt: '2096-02-29T00:00:00Z' } })).status).toBe(201);
+  });
+
   test('a retry with the Idempotency-Key gets the same key object, without the secret, and issues no second key', async ({ t, admin }) => {
     const headers = { 'idempotency-key': 'signup-4711' };
     const first = await admin.request('POST', '/admin/v1/keys', { json: { plan: 'pro', name: 'signup 4711' }, headers });

@@ -198,6 +198,24 @@ describe('npm run --silent keys', () => {
     }
     expect(await listJson(env)).toEqual(before);
   });
+
+  test('an --expires-at that is not on the calendar is refused, where Date would roll it over: exit 2, nothing written', async ({
+    env,
+  }) => {
+    const before = await listJson(env);
+    const results = await Promise.all(
+      [
+        ['create', '--plan', 'free', '--expires-at', '2099-02-31T00:00:00Z'],
+        ['create', '--plan', 'free', '--expires-at', '2099-01-01T24:00:00Z'],
+        ['rotate', '1', '--expires-at', '2099-04-31T00:00:00+02:00'],
+      ].map((args) => keys(args, env)),
+    );
+    for (const result of results) {
+      expect(result).toMatchObject({ code: 2, stdout: '' });
+      expect(result.stderr).toMatch(/^keys: --expires-at .*calendar/);
+    }
+    expect(await listJson(env)).toEqual(before);
+  });
 });
 
 describe('npm run --silent keys -- admin-token', () => {
