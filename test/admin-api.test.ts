@@ -298,6 +298,27 @@ describe('list and get', () => {
     expectError(await admin.request('GET', `/admin/v1/keys?limit=1&plan=pro&cursor=${cursor}`), 400, 'bad_request');
   });
 
+  test('400 for a cursor made for another name or state, as for another plan', async ({ admin }) => {
+    const name = `cursor name ${Date.now()}`;
+    for (const keyName of [name, name, `${name} b`, `${name} b`]) await createKey(admin, { plan: 'free', name: keyName });
+    const cursorOf = async (query: string) =>
+      (await admin.request('GET', `/admin/v1/keys?limit=1&${query}`)).headers.get('link')!.match(/cursor=([^&>]+)/)![1]!;
+
+    const byName = await cursorOf(`name=${encodeURIComponent(name)}`);
+    expect((await admin.request('GET', `/admin/v1/keys?limit=1&name=${encodeURIComponent(name)}&cursor=${byName}`)).status).toBe(200);
+    expectError(
+      await admin.request('GET', `/admin/v1/keys?limit=1&name=${encodeURIComponent(`${name} b`)}&cursor=${byName}`),
+      400,
+      'bad_request',
+    );
+    expectError(await admin.request('GET', `/admin/v1/keys?limit=1&cursor=${byName}`), 400, 'bad_request');
+
+    const byState = await cursorOf('state=active');
+    expect((await admin.request('GET', `/admin/v1/keys?limit=1&state=active&cursor=${byState}`)).status).toBe(200);
+    expectError(await admin.request('GET', `/admin/v1/keys?limit=1&state=revoked&cursor=${byState}`), 400, 'bad_request');
+    expectError(await admin.request('GET', `/admin/v1/keys?limit=1&cursor=${byState}`), 400, 'bad_request');
+  });
+
   test('get: 200, or 404 for no such key, 400 for no id', async ({ admin }) => {
     const { id } = await createKey(admin);
     expect((await admin.request('GET', `/admin/v1/keys/${id}`)).body.id).toBe(id);
