@@ -2,13 +2,17 @@ import type { AddressInfo } from 'node:net';
 import type { FastifyInstance } from 'fastify';
 import { describe, expect } from 'vitest';
 import { generateAdminToken, generateKey } from '../src/api-key-format.js';
+import { buildApp } from '../src/app.js';
+import { loadConfig } from '../src/config.js';
+import { developmentKeyGreeting } from '../src/development-key.js';
 import { createAdminTokensRepository } from '../src/repositories/admin-tokens.js';
-import { openAdmin, type TestAdmin } from './support/admin.js';
+import { KEYS_COMMAND, openAdmin, type TestAdmin } from './support/admin.js';
 import { POSTGRES_URL } from './support/databases.js';
 import { eventually } from './support/eventually.js';
 import { appTest, describeAppTest, twoInstancesTest } from './support/fixtures.js';
 import type { HttpResponse } from './support/http.js';
 import { bearer, waitForKeyOnApp, waitUntilCached } from './support/keys.js';
+import { captureLogs } from './support/logs.js';
 import { closedWithin, openSocket } from './support/raw-socket.js';
 import { buildTestApp } from './support/app.js';
 import { countKeys, RATE_LIMIT_STORES, REDIS_URL, startRedis } from './support/redis.js';
@@ -78,8 +82,8 @@ const operations = (id: number) =>
 describe('admin tokens', () => {
   test('every operation refuses a missing, malformed, made-up, revoked or API-key credential with 401', async ({ t, admin }) => {
     const { id } = await createKey(admin);
-    const revoked = await createAdminTokensRepository(t.db).create({ name: 'gone', scope: 'write' }, { adminTokenId: null });
-    await createAdminTokensRepository(t.db).revoke(revoked.id, { adminTokenId: null });
+    const revoked = await createAdminTokensRepository(t.db).create({ name: 'gone', scope: 'write' }, KEYS_COMMAND);
+    await createAdminTokensRepository(t.db).revoke(revoked.id, KEYS_COMMAND);
     const { key: apiKey } = await t.app.apiKeysRepository.create({ plan: 'business' });
     const credentials: Array<[string, Record<string, string>]> = [
       ['none', {}],
@@ -122,9 +126,9 @@ describe('admin tokens', () => {
 
   test('a revoked token is refused at once', async ({ t, admin }) => {
     const tokens = createAdminTokensRepository(t.db);
-    const { id, token } = await tokens.create({ name: 'short-lived', scope: 'read' }, { adminTokenId: null });
+    const { id, token } = await tokens.create({ name: 'short-lived', scope: 'read' }, KEYS_COMMAND);
     expect((await admin.request('GET', '/admin/v1/keys', { headers: bearer(token) })).status).toBe(200);
-    await tokens.revoke(id, { adminTokenId: null });
+    await tokens.revoke(id, KEYS_COMMAND);
     expectError(await admin.request('GET', '/admin/v1/keys', { headers: bearer(token) }), 401, 'unauthorized');
   });
 });
@@ -248,7 +252,7 @@ describe('create', () => {
 
   test('a retry by another admin token is another request', async ({ t, admin }) => {
     const headers = { 'idempotency-key': 'shared-name' };
-    const other = await createAdminTokensRepository(t.db).create({ name: 'second billing', scope: 'write' }, { adminTokenId: null });
+    const other = await createAdminTokensRepository(t.db).create({ name: 'second billing', scope: 'write' }, KEYS_COMMAND);
     const first = await admin.request('POST', '/admin/v1/keys', { json: { plan: 'free', name: 'per token' }, headers });
     const second = await admin.request('POST', '/admin/v1/keys', {
       json: { plan: 'free', name: 'per token' },
@@ -445,6 +449,7 @@ describe('the audit trail', () => {
       {
         id: expect.any(Number),
         at: expect.any(String),
+        actor: 'admin-api',
         adminTokenId: writer,
         requestId: expect.any(String),
         action: 'key.revoke',
@@ -454,6 +459,7 @@ describe('the audit trail', () => {
       {
         id: expect.any(Number),
         at: expect.any(String),
+        actor: 'admin-api',
         adminTokenId: writer,
         requestId: rotated.headers.get('x-request-id'),
         action: 'key.rotate',
@@ -463,6 +469,7 @@ describe('the audit trail', () => {
       {
         id: expect.any(Number),
         at: expect.any(String),
+        actor: 'admin-api',
         adminTokenId: writer,
         requestId: changed.headers.get('x-request-id'),
         action: 'key.update',
@@ -475,6 +482,7 @@ describe('the audit trail', () => {
       {
         id: expect.any(Number),
         at: expect.any(String),
+        actor: 'admin-api',
         adminTokenId: writer,
         requestId: created.headers.get('x-request-id'),
         action: 'key.create',
@@ -491,6 +499,31 @@ describe('the audit trail', () => {
     expect(everything).not.toContain(admin.write.token);
     // Each admin request's log line names its token.
     expect(t.logs.entries().some((entry) => entry.adminTokenId === writer && entry.route === '/admin/v1/keys/:id/rotate')).toBe(true);
+  });
+});
+
+describe('the development key', () => {
+  test('is in the audit trail, as issued by the development key greeting', async () => {
+    // An embedded database with no keys yet: a newcomer's first start.
+    const app = await buildApp(loadConfig({ DATABASE_URL: '', DATA_DIR: 'memory://' }), { logStream: captureLogs().stream });
+    try {
+      expect(await developmentKeyGreeting(app)).toMatch(/psk_/);
+      const [key] = await app.apiKeysRepository.list();
+      const admin = await openAdmin(app);
+      try {
+        const trail = (await admin.request('GET', '/admin/v1/audit?limit=100')).body as Array<{ action: string; keyId: number | null }>;
+        expect(trail.find((entry) => entry.action === 'key.create' && entry.keyId === key!.id)).toMatchObject({
+          actor: 'system:development-key',
+          adminTokenId: null,
+          requestId: null,
+          details: { plan: 'business', name: 'development' },
+        });
+      } finally {
+        await admin.close();
+      }
+    } finally {
+      await app.close();
+    }
   });
 });
 

@@ -34,7 +34,7 @@ const USAGE =
   ' | keys admin-token create --scope <read|write> --name TEXT | keys admin-token list [--json] | keys admin-token revoke <id>';
 
 /** Changes made here are recorded as the keys command's: no admin token. */
-const COMMAND: Actor = { adminTokenId: null };
+const COMMAND: Actor = { name: 'cli:keys', adminTokenId: null };
 
 class UsageError extends Error {}
 

@@ -170,8 +170,12 @@ export const AuditEntry = Type.Object(
   {
     id: Type.Integer({ format: 'int64' }),
     at: Timestamp,
+    actor: Type.String({
+      description:
+        'What made the change: admin-api (adminTokenId says which token), cli:keys (the keys command), system:development-key (the development key of an embedded first start)',
+    }),
     adminTokenId: Nullable(
-      Type.Integer({ format: 'int64', description: 'The admin token that made the change; null for the keys command' }),
+      Type.Integer({ format: 'int64', description: 'The admin token that made the change; null when the admin API did not' }),
     ),
     requestId: Nullable(Type.String({ description: 'The X-Request-Id of the admin request, as logged' })),
     action: Type.String({
