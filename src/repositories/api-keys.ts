@@ -89,6 +89,7 @@ const statements = {
            WHERE id = $1`,
   },
   // The key, and the rotated keys of its quota still in their overlap: one statement, so one notice names them all.
+  // Limits stay on each key's row, so the limiter reads them from the key presented, with no lookup of the quota's newest key.
   update: {
     name: 'api_keys_update',
     text: `UPDATE api_keys SET plan = $2, per_minute = $3, per_day = $4, name = CASE WHEN id = $1 THEN $5 ELSE name END
