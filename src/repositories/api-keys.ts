@@ -88,9 +88,13 @@ const statements = {
                revoked_at = CASE WHEN $3::int = 0 THEN now() END
            WHERE id = $1`,
   },
+  // The key, and the rotated keys of its quota still in their overlap: one statement, so one notice names them all.
+  // Limits stay on each key's row, so the limiter reads them from the key presented, with no lookup of the quota's newest key.
   update: {
     name: 'api_keys_update',
-    text: `UPDATE api_keys SET plan = $2, per_minute = $3, per_day = $4, name = $5 WHERE id = $1 RETURNING ${RECORD_COLUMNS}`,
+    text: `UPDATE api_keys SET plan = $2, per_minute = $3, per_day = $4, name = CASE WHEN id = $1 THEN $5 ELSE name END
+           WHERE id = $1 OR ((quota_id = $6 OR id = $6) AND revoked_at IS NULL AND expires_at > now())
+           RETURNING ${RECORD_COLUMNS}`,
   },
 } as const;
 
@@ -241,8 +245,10 @@ export function createApiKeysRepository(db: Database) {
 
     /**
      * Changes a key's plan, limits or name, effective wherever the key is cached as soon as the
-     * change notice arrives. Undefined when there is no such key; a LimitsError when the limits do
-     * not go with the plan; a KeyStateError for a revoked or rotated key.
+     * change notice arrives. The plan and limits are the quota's: the keys rotated into this one
+     * and still in their overlap take them too, so a cut binds every key counting in the quota.
+     * Undefined when there is no such key; a LimitsError when the limits do not go with the plan;
+     * a KeyStateError for a revoked or rotated key.
      */
     update(id: number, change: ApiKeyChange, { actor }: ChangeOptions = {}) {
       return db.transaction(async (tx): Promise<ApiKeyRecord | undefined> => {
@@ -257,18 +263,24 @@ export function createApiKeysRepository(db: Database) {
         const after = { plan, ...(limits ?? PLAN_LIMITS[plan as Exclude<Plan, 'enterprise'>]), name };
         const unchanged = (['plan', 'perMinute', 'perDay', 'name'] as const).every((field) => after[field] === before[field]);
         if (unchanged) return before;
-        const [updated] = await tx.query<ApiKeyRecordRow>(statements.update, [
+        const rows = await tx.query<ApiKeyRecordRow>(statements.update, [
           id,
           plan,
           limits?.perMinute ?? null,
           limits?.perDay ?? null,
           name,
+          before.quotaId,
         ]);
+        const sameQuota = rows.filter((updated) => updated.id !== id).map((updated) => updated.id);
         if (actor) {
           const { perMinute, perDay } = before;
-          await recordAudit(tx, actor, 'key.update', id, { before: { plan: before.plan, perMinute, perDay, name: before.name }, after });
+          await recordAudit(tx, actor, 'key.update', id, {
+            before: { plan: before.plan, perMinute, perDay, name: before.name },
+            after,
+            ...(sameQuota.length > 0 && { sameQuota }),
+          });
         }
-        return recordOf(updated!);
+        return recordOf(rows.find((updated) => updated.id === id)!);
       });
     },
 
