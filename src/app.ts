@@ -116,6 +116,7 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
     redis: redisTarget(config),
     redisCredentials: redisCredentials(config),
     redisKeyPrefix: config.REDIS_KEY_PREFIX,
+    ipv6Prefix: config.RATE_LIMIT_IPV6_PREFIX,
   });
   await app.register(v1, {
     prefix: API_PREFIX,

@@ -3,6 +3,7 @@ import { Counter, Gauge } from 'prom-client';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { errors, secondsUntil, type ApiError } from '../../errors.js';
 import { PLAN_LIMITS, type Limits } from '../../plans.js';
+import { clientOf } from './address.js';
 import { FallbackStore } from './fallback-store.js';
 import { MemoryStore } from './memory-store.js';
 import { createRedisClient, REDIS_START_WAIT_MS, type RedisCredentials, type RedisTarget } from './redis-connection.js';
@@ -15,6 +16,8 @@ export interface RateLimitOptions {
   redis?: RedisTarget;
   redisCredentials: RedisCredentials;
   redisKeyPrefix: string;
+  /** Callers without a key count per IPv6 network of this many leading bits (see clientOf). */
+  ipv6Prefix: number;
 }
 
 /** Callers without a valid key are limited by address, as the Free plan, so keys cannot be guessed at speed. */
@@ -38,6 +41,8 @@ export const RATE_LIMIT_HEADERS = {
 
 /** The subject a key counts as: its quota, which the keys rotated from one another share. */
 const keySubject = (quotaId: number) => `key:${quotaId}`;
+/** The subject a caller without a valid key counts as: its client address (see clientOf). */
+const addressSubject = (client: string) => `ip:${client}`;
 
 interface Charge {
   subject: string;
@@ -119,11 +124,13 @@ export default fp<RateLimitOptions>(
     });
 
     app.decorateRequest(CHARGE, undefined);
+    const clientOfAddress = (address: string) => clientOf(address, options.ipv6Prefix);
 
     app.decorate('rateLimit', {
       async mayLookUp(address, now) {
-        if ((await store.check(`ip:${address}`, ANONYMOUS, now)).outcome === 'banned') return { lookUp: false };
-        const budget = await lookups.consume(`lookup:${address}`, LOOKUPS, now);
+        const subject = addressSubject(clientOfAddress(address));
+        if ((await store.check(subject, ANONYMOUS, now)).outcome === 'banned') return { lookUp: false };
+        const budget = await lookups.consume(subject, LOOKUPS, now);
         if (budget.outcome === 'allowed') return { lookUp: true };
         const window = budget.day.used >= budget.day.limit ? budget.day : budget.minute;
         return { lookUp: false, refusal: errors.tooManyUnknownKeys(secondsUntil(window.resetAt - now)) };
@@ -131,7 +138,8 @@ export default fp<RateLimitOptions>(
 
       async admit(request, reply, now, { free }) {
         const key = request.apiKey;
-        const subject = key ? keySubject(key.quotaId) : `ip:${request.ip}`;
+        const client = key ? undefined : clientOfAddress(request.ip);
+        const subject = client === undefined ? keySubject(key!.quotaId) : addressSubject(client);
         const limits = key ?? ANONYMOUS;
         const checked = free ? await store.check(subject, limits, now) : undefined;
         const decision = checked?.outcome === 'allowed' ? checked : await store.consume(subject, limits, now);
@@ -143,7 +151,7 @@ export default fp<RateLimitOptions>(
             return;
           case 'banned': {
             const until = new Date(decision.bannedUntil).toISOString();
-            if (decision.banStarted) request.log.warn({ keyId: key?.id, address: key ? undefined : request.ip, until }, 'rate limit ban');
+            if (decision.banStarted) request.log.warn({ keyId: key?.id, address: client, until }, 'rate limit ban');
             throw errors.banned(until, secondsUntil(decision.bannedUntil - now));
           }
           case 'limited':
