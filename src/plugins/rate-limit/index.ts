@@ -86,6 +86,13 @@ export interface RateLimiter {
   usage(quotaId: number, limits: Limits, now: number): Promise<Inspection>;
   /** Lifts a key's ban in the store decisions go to now (the admin API); says which. */
   liftBan(quotaId: number, now: number): Promise<StoreKind>;
+  /** The clients (see clientOf) banned now, and which store answered (the admin API). */
+  addressBans(now: number): Promise<{ bans: Array<{ address: string; bannedUntil: number }>; source: StoreKind }>;
+  /**
+   * Lifts the ban of the client an address (or a client as addressBans names it) counts as, in
+   * the store decisions go to now; says which client, when its ban would have ended, if it had one, and which store.
+   */
+  liftAddressBan(address: string, now: number): Promise<{ address: string; bannedUntil?: number; source: StoreKind }>;
 }
 
 /**
@@ -176,6 +183,20 @@ export default fp<RateLimitOptions>(
 
       usage: (quotaId, limits, now) => store.inspect(keySubject(quotaId), limits, now),
       liftBan: (quotaId, now) => store.liftBan(keySubject(quotaId), now),
+
+      async addressBans(now) {
+        const { bans, source } = await store.bans(addressSubject(''), now);
+        const listed = bans.map(({ subject, bannedUntil }) => ({ address: subject.slice(addressSubject('').length), bannedUntil }));
+        return { bans: listed.sort((a, b) => a.address.localeCompare(b.address)), source };
+      },
+
+      async liftAddressBan(address, now) {
+        const client = clientOfAddress(address.replace(/\/\d+$/, ''));
+        const subject = addressSubject(client);
+        const { decision } = await store.inspect(subject, ANONYMOUS, now);
+        const source = await store.liftBan(subject, now);
+        return { address: client, bannedUntil: decision.outcome === 'banned' ? decision.bannedUntil : undefined, source };
+      },
     } satisfies RateLimiter);
   },
   { name: 'rate-limit', dependencies: ['metrics'] },
