@@ -76,6 +76,8 @@ const operations = (id: number) =>
     ['POST', `/admin/v1/keys/${id}/revoke`, undefined, true],
     ['GET', `/admin/v1/keys/${id}/usage`, undefined, false],
     ['DELETE', `/admin/v1/keys/${id}/ban`, undefined, true],
+    ['GET', '/admin/v1/address-bans', undefined, false],
+    ['DELETE', '/admin/v1/address-bans/192.0.2.200', undefined, true],
     ['GET', '/admin/v1/audit', undefined, false],
   ] as const;
 
@@ -121,7 +123,7 @@ describe('admin tokens', () => {
     const { id } = await createKey(admin);
     const statuses = [];
     for (const [method, path, json] of operations(id)) statuses.push((await admin.request(method, path, { json })).status);
-    expect(statuses).toEqual([201, 200, 200, 200, 201, 200, 200, 204, 200]);
+    expect(statuses).toEqual([201, 200, 200, 200, 201, 200, 200, 204, 200, 204, 200]);
   });
 
   test('a revoked token is refused at once', async ({ t, admin }) => {
@@ -599,6 +601,48 @@ describe.each([
       expect(entry).toMatchObject({ action: 'key.ban_lift', keyId: id, adminTokenId: admin.write.id, details: { source } });
       expectError(await admin.request('GET', '/admin/v1/keys/999999999/usage'), 404, 'not_found');
       expectError(await admin.request('DELETE', '/admin/v1/keys/999999999/ban'), 404, 'not_found');
+    });
+
+    test('lists the banned addresses from the store the limiter decides with, and lifts the ban of one there', async ({
+      t,
+      clock,
+      admin,
+    }) => {
+      clock.advance(DAY);
+      const now = clock.now();
+      const send = async (address: string) =>
+        (await t.app.inject({ url: '/v1/pets', remoteAddress: address })).json<{ code: string }>().code;
+      // Threshold 1: 60 requests without a key, then a refusal, and the second refusal starts a ban.
+      for (const address of ['192.0.2.9', '2001:db8:5:6::7']) {
+        for (let i = 0; i < 61; i++) await send(address);
+        expect(await send(address)).toBe('api_key_banned');
+      }
+      const bannedUntil = new Date(now + 900_000).toISOString();
+      const listed = await admin.request('GET', '/admin/v1/address-bans', { headers: bearer(admin.read.token) });
+      expect(listed.status).toBe(200);
+      expect(listed.body).toEqual({
+        bans: [
+          { address: '192.0.2.9', bannedUntil },
+          { address: '2001:db8:5:6::/64', bannedUntil },
+        ],
+        source,
+      });
+
+      // Any address of the /64 names it; so does the listed form.
+      expect((await admin.request('DELETE', `/admin/v1/address-bans/${encodeURIComponent('2001:db8:5:6::ffff')}`)).status).toBe(204);
+      expect(await send('2001:db8:5:6::7')).toBe('rate_limited');
+      expect((await admin.request('GET', '/admin/v1/address-bans')).body.bans).toEqual([{ address: '192.0.2.9', bannedUntil }]);
+      const [entry] = (await admin.request('GET', '/admin/v1/audit?limit=1')).body;
+      expect(entry).toMatchObject({
+        action: 'address.ban_lift',
+        keyId: null,
+        adminTokenId: admin.write.id,
+        details: { address: '2001:db8:5:6::/64', bannedUntil, source },
+      });
+      expect((await admin.request('DELETE', `/admin/v1/address-bans/${encodeURIComponent('192.0.2.9')}`)).status).toBe(204);
+      expect((await admin.request('GET', '/admin/v1/address-bans')).body.bans).toEqual([]);
+      expect((await admin.request('DELETE', `/admin/v1/address-bans/${encodeURIComponent('192.0.2.9')}`)).status).toBe(204);
+      expectError(await admin.request('DELETE', '/admin/v1/address-bans/not-an-address'), 400, 'bad_request');
     });
 
     test('a rotated key and its successor show one quota', async ({ t, admin }) => {

@@ -9,7 +9,14 @@ export interface Actor {
 }
 
 export type AuditAction =
-  'key.create' | 'key.update' | 'key.rotate' | 'key.revoke' | 'key.ban_lift' | 'admin_token.create' | 'admin_token.revoke';
+  | 'key.create'
+  | 'key.update'
+  | 'key.rotate'
+  | 'key.revoke'
+  | 'key.ban_lift'
+  | 'address.ban_lift'
+  | 'admin_token.create'
+  | 'admin_token.revoke';
 
 /** One change as the trail keeps it: never a secret, never a hash. */
 export interface AuditEntry {

@@ -61,6 +61,8 @@ const STATE = `CASE WHEN revoked_at IS NOT NULL THEN 'revoked' WHEN replaced_by 
                     WHEN expires_at <= now() THEN 'expired' ELSE 'active' END`;
 const RECORD_COLUMNS = `${COLUMNS}, ${STATE} AS state`;
 
+const USABLE = 'revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())';
+
 const statements = {
   insert: {
     name: 'api_keys_insert',
@@ -95,6 +97,16 @@ const statements = {
     text: `UPDATE api_keys SET plan = $2, per_minute = $3, per_day = $4, name = CASE WHEN id = $1 THEN $5 ELSE name END
            WHERE id = $1 OR ((quota_id = $6 OR id = $6) AND revoked_at IS NULL AND expires_at > now())
            RETURNING ${RECORD_COLUMNS}`,
+  },
+  // Usable keys for the key filter (src/key-filter.ts): expired ones would only be refused.
+  countUsable: { name: 'api_keys_count_usable', text: `SELECT count(*)::int AS count FROM api_keys WHERE ${USABLE}` },
+  usableHashes: {
+    name: 'api_keys_usable_hashes',
+    text: `SELECT id, key_hash FROM api_keys WHERE id > $1 AND ${USABLE} ORDER BY id LIMIT $2`,
+  },
+  usableHashesOf: {
+    name: 'api_keys_usable_hashes_of',
+    text: `SELECT id, key_hash FROM api_keys WHERE id = ANY($1::bigint[]) AND ${USABLE}`,
   },
 } as const;
 
@@ -321,7 +333,29 @@ export function createApiKeysRepository(db: Database) {
       const [row] = await db.query<ApiKeyRow>(statements.findUsable, [Buffer.from(hash, 'base64')]);
       return row && identityOf(row);
     },
+
+    async countUsable(): Promise<number> {
+      const [row] = await db.query<{ count: number }>(statements.countUsable);
+      return row!.count;
+    },
+
+    /** The hashes (base64) of usable keys after an id, in id order, `limit` of them: a page of all there are. */
+    async usableHashes(afterId: number, limit: number): Promise<Array<{ id: number; hash: string }>> {
+      return hashesOf(await db.query<HashRow>(statements.usableHashes, [afterId, limit]));
+    },
+
+    /** The hashes (base64) of those of these keys that are usable. */
+    async usableHashesOf(ids: number[]): Promise<Array<{ id: number; hash: string }>> {
+      return hashesOf(await db.query<HashRow>(statements.usableHashesOf, [ids]));
+    },
   };
 }
+
+interface HashRow {
+  id: number;
+  key_hash: Buffer | Uint8Array;
+}
+
+const hashesOf = (rows: HashRow[]) => rows.map((row) => ({ id: row.id, hash: Buffer.from(row.key_hash).toString('base64') }));
 
 export type ApiKeysRepository = ReturnType<typeof createApiKeysRepository>;

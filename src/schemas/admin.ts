@@ -166,6 +166,30 @@ export const KeyUsage = Type.Object(
 );
 export type KeyUsage = Static<typeof KeyUsage>;
 
+const Source = Type.Union([Type.Literal('redis'), Type.Literal('memory')], {
+  description: "The store that answered: redis, or this instance's memory (no Redis configured, or during a Redis outage)",
+});
+
+export const AddressBans = Type.Object(
+  {
+    bans: Type.Array(
+      Type.Object({
+        address: Type.String({ description: 'An IPv4 address, or an IPv6 network of RATE_LIMIT_IPV6_PREFIX bits (`2001:db8:1:2::/64`)' }),
+        bannedUntil: { ...Timestamp, description: 'When the ban ends' },
+      }),
+    ),
+    source: Source,
+  },
+  { title: 'AddressBans', description: "The client addresses banned now, in address order, read from the limiter's own store" },
+);
+
+export const AddressParams = Type.Object({
+  address: Type.String({
+    maxLength: 100,
+    description: 'An address of the client (any address of its IPv6 network will do), or the client as the list names it',
+  }),
+});
+
 export const AuditEntry = Type.Object(
   {
     id: Type.Integer({ format: 'int64' }),
@@ -179,7 +203,7 @@ export const AuditEntry = Type.Object(
     ),
     requestId: Nullable(Type.String({ description: 'The X-Request-Id of the admin request, as logged' })),
     action: Type.String({
-      description: 'key.create, key.update, key.rotate, key.revoke, key.ban_lift, admin_token.create, admin_token.revoke',
+      description: 'key.create, key.update, key.rotate, key.revoke, key.ban_lift, address.ban_lift, admin_token.create, admin_token.revoke',
     }),
     keyId: Nullable(Type.Integer({ format: 'int64' })),
     details: Type.Object({}, { additionalProperties: true, description: 'What changed; never a secret' }),

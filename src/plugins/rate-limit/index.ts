@@ -4,6 +4,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify';
 import { errors, secondsUntil, type ApiError } from '../../errors.js';
 import { PLAN_LIMITS, type Limits } from '../../plans.js';
 import type { ApiKeyIdentity } from '../../repositories/api-keys.js';
+import { clientOf } from './address.js';
 import { FallbackStore } from './fallback-store.js';
 import { MemoryStore } from './memory-store.js';
 import { createRedisClient, REDIS_START_WAIT_MS, type RedisCredentials, type RedisTarget } from './redis-connection.js';
@@ -16,6 +17,8 @@ export interface RateLimitOptions {
   redis?: RedisTarget;
   redisCredentials: RedisCredentials;
   redisKeyPrefix: string;
+  /** Callers without a key count per IPv6 network of this many leading bits (see clientOf). */
+  ipv6Prefix: number;
 }
 
 /** Callers without a valid key are limited by address, as the Free plan, so keys cannot be guessed at speed. */
@@ -39,6 +42,8 @@ export const RATE_LIMIT_HEADERS = {
 
 /** The subject a key counts as: its quota, which the keys rotated from one another share. */
 const keySubject = (quotaId: number) => `key:${quotaId}`;
+/** The subject a caller without a valid key counts as: its client address (see clientOf). */
+const addressSubject = (client: string) => `ip:${client}`;
 
 interface Charge {
   subject: string;
@@ -92,6 +97,13 @@ export interface RateLimiter {
   usage(quotaId: number, limits: Limits, now: number): Promise<Inspection>;
   /** Lifts a key's ban in the store decisions go to now (the admin API); says which. */
   liftBan(quotaId: number, now: number): Promise<StoreKind>;
+  /** The clients (see clientOf) banned now, and which store answered (the admin API). */
+  addressBans(now: number): Promise<{ bans: Array<{ address: string; bannedUntil: number }>; source: StoreKind }>;
+  /**
+   * Lifts the ban of the client an address (or a client as addressBans names it) counts as, in
+   * the store decisions go to now; says which client, when its ban would have ended, if it had one, and which store.
+   */
+  liftAddressBan(address: string, now: number): Promise<{ address: string; bannedUntil?: number; source: StoreKind }>;
 }
 
 /**
@@ -130,17 +142,23 @@ export default fp<RateLimitOptions>(
     });
 
     app.decorateRequest(CHARGE, undefined);
+    const clientOfAddress = (address: string) => clientOf(address, options.ipv6Prefix);
 
     /** What `check` says of the caller now: honest headers for a request that was never counted. */
     async function describeUndecided(request: FastifyRequest, reply: FastifyReply, key: ApiKeyIdentity | undefined) {
       const now = app.now();
-      setHeaders(reply, await store.check(key ? keySubject(key.quotaId) : `ip:${request.ip}`, key ?? ANONYMOUS, now), now);
+      setHeaders(
+        reply,
+        await store.check(key ? keySubject(key.quotaId) : addressSubject(clientOfAddress(request.ip)), key ?? ANONYMOUS, now),
+        now,
+      );
     }
 
     app.decorate('rateLimit', {
       async mayLookUp(address, now) {
-        if ((await store.check(`ip:${address}`, ANONYMOUS, now)).outcome === 'banned') return { lookUp: false };
-        const budget = await lookups.consume(`lookup:${address}`, LOOKUPS, now);
+        const subject = addressSubject(clientOfAddress(address));
+        if ((await store.check(subject, ANONYMOUS, now)).outcome === 'banned') return { lookUp: false };
+        const budget = await lookups.consume(subject, LOOKUPS, now);
         if (budget.outcome === 'allowed') return { lookUp: true };
         const window = budget.day.used >= budget.day.limit ? budget.day : budget.minute;
         return { lookUp: false, refusal: errors.tooManyUnknownKeys(secondsUntil(window.resetAt - now)) };
@@ -148,7 +166,8 @@ export default fp<RateLimitOptions>(
 
       async admit(request, reply, now, { free }) {
         const key = request.apiKey;
-        const subject = key ? keySubject(key.quotaId) : `ip:${request.ip}`;
+        const client = key ? undefined : clientOfAddress(request.ip);
+        const subject = client === undefined ? keySubject(key!.quotaId) : addressSubject(client);
         const limits = key ?? ANONYMOUS;
         const checked = free ? await store.check(subject, limits, now) : undefined;
         const decision = checked?.outcome === 'allowed' ? checked : await store.consume(subject, limits, now);
@@ -161,7 +180,7 @@ export default fp<RateLimitOptions>(
           case 'banned': {
             (request as Charged)[CHARGE] = SETTLED;
             const until = new Date(decision.bannedUntil).toISOString();
-            if (decision.banStarted) request.log.warn({ keyId: key?.id, address: key ? undefined : request.ip, until }, 'rate limit ban');
+            if (decision.banStarted) request.log.warn({ keyId: key?.id, address: client, until }, 'rate limit ban');
             throw errors.banned(until, secondsUntil(decision.bannedUntil - now));
           }
           case 'limited':
@@ -191,6 +210,20 @@ export default fp<RateLimitOptions>(
 
       usage: (quotaId, limits, now) => store.inspect(keySubject(quotaId), limits, now),
       liftBan: (quotaId, now) => store.liftBan(keySubject(quotaId), now),
+
+      async addressBans(now) {
+        const { bans, source } = await store.bans(addressSubject(''), now);
+        const listed = bans.map(({ subject, bannedUntil }) => ({ address: subject.slice(addressSubject('').length), bannedUntil }));
+        return { bans: listed.sort((a, b) => a.address.localeCompare(b.address)), source };
+      },
+
+      async liftAddressBan(address, now) {
+        const client = clientOfAddress(address.replace(/\/\d+$/, ''));
+        const subject = addressSubject(client);
+        const { decision } = await store.inspect(subject, ANONYMOUS, now);
+        const source = await store.liftBan(subject, now);
+        return { address: client, bannedUntil: decision.outcome === 'banned' ? decision.bannedUntil : undefined, source };
+      },
     } satisfies RateLimiter);
   },
   { name: 'rate-limit', dependencies: ['metrics'] },

@@ -50,7 +50,10 @@ const v1: FastifyPluginAsync<V1Options> = async (app, options) => {
     let credential = app.auth.identify(request);
     let lookupRefusal: ApiError | undefined;
     if (credential.kind === 'unverified') {
-      const budget = credential.recheck ? { lookUp: true as const } : await app.rateLimit.mayLookUp(request.ip, now);
+      // A key stored as far as the filter knows is looked up whatever its address did; any other
+      // spends the address's budget (a key made a moment ago elsewhere, whose notice is on its way).
+      const listed = credential.recheck || app.keyFilter.mayHold(credential.hash);
+      const budget = listed ? { lookUp: true as const } : await app.rateLimit.mayLookUp(request.ip, now);
       if (budget.lookUp) credential = await app.auth.verify(credential);
       else lookupRefusal = budget.refusal;
     }
