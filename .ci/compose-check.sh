@@ -131,8 +131,16 @@ given="$(tr -d '\r' < "$RUN_DIR/chosen.headers" | sed -n 's/^x-request-id: //Ip'
 [[ "$given" =~ ^[0-9a-f]{32}$ ]] || fail "with X-Request-Id: client-chosen-id-123 sent, the response's id was '$given', not nginx's own"
 replayed="$(curl -s -D - -o /dev/null -H "X-Request-Id: $given" "$BASE/v1/openapi.json" | tr -d '\r' | sed -n 's/^x-request-id: //Ip')"
 [[ "$replayed" =~ ^[0-9a-f]{32}$ ]] && [ "$replayed" != "$given" ] || fail "an earlier request's id sent again came back as '$replayed'"
-docker-compose -p "$PROJECT" logs --no-color api 2> /dev/null | grep -q "\"reqId\":\"$given\"" || fail "no replica logged the request under nginx's id $given"
-if docker-compose -p "$PROJECT" logs --no-color api 2> /dev/null | grep -q 'client-chosen-id-123'; then fail "a client's X-Request-Id reached a replica's log"; fi
+# The replicas' logs are read into a file, then searched: grep -q on a pipe would end the pipe
+# early and fail it under pipefail. A log line is written just after its response: waited for.
+api_logs() { docker-compose -p "$PROJECT" logs --no-color api > "$RUN_DIR/api.log" 2> /dev/null || true; }
+for _ in $(seq 50); do
+  api_logs
+  grep -q "\"reqId\":\"$given\"" "$RUN_DIR/api.log" && break
+  sleep 0.2
+done
+grep -q "\"reqId\":\"$given\"" "$RUN_DIR/api.log" || fail "no replica logged the request under nginx's id $given"
+if grep -q 'client-chosen-id-123' "$RUN_DIR/api.log"; then fail "a client's X-Request-Id reached a replica's log"; fi
 server_header="$(tr -d '\r' < "$RUN_DIR/chosen.headers" | sed -n 's/^server: //Ip')"
 [ "$server_header" = nginx ] || fail "nginx announces itself as '$server_header'"
 for path in /healthz /readyz; do
