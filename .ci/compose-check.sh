@@ -108,15 +108,45 @@ podman build --network host --format docker -t pet-store:local . > "$RUN_DIR/bui
   { tail -n 30 "$RUN_DIR/build.log"; fail "the Dockerfile did not build"; }
 say "image built from the Dockerfile in $(($(date +%s) - started)) s"
 docker-compose -p "$PROJECT" up -d --no-build > "$RUN_DIR/up.log" 2>&1 || { cat "$RUN_DIR/up.log"; fail "docker-compose up failed"; }
-# Ready means both replicas reach PostgreSQL: /readyz answers 200 several times in a row, round robin.
+# Ready means both replicas reach PostgreSQL (each one's /readyz, asked inside its container: nginx
+# does not pass /readyz on) and nginx reaches both: a public path answers 200 several times in a
+# row, round robin.
+ready_inside() { podman exec "$1" node -e "fetch('http://127.0.0.1:3000/readyz').then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))" > /dev/null 2>&1; }
+status() { curl -s -o /dev/null -w '%{http_code}' "$@"; }
 in_a_row=0
 for _ in $(seq 120); do
-  if curl -fsS "$BASE/readyz" > /dev/null 2>&1; then in_a_row=$((in_a_row + 1)); else in_a_row=0; fi
+  ready=1
+  for id in $(docker-compose -p "$PROJECT" ps -q api); do ready_inside "$id" || ready=""; done
+  if [ -n "$ready" ] && curl -fsS "$BASE/v1/openapi.json" > /dev/null 2>&1; then in_a_row=$((in_a_row + 1)); else in_a_row=0; fi
   [ "$in_a_row" -ge 6 ] && break
   sleep 0.5
 done
-[ "$in_a_row" -ge 6 ] || fail "the replicas were not ready through nginx within 60 s"
+[ "$in_a_row" -ge 6 ] || fail "the replicas were not ready, or not reached through nginx, within 60 s"
 say "stack up (postgres, redis, migrate, 2 api replicas, nginx) in $(($(date +%s) - started)) s"
+
+# The edge as a client meets it: nginx's own request id whatever the client sends (the service
+# believes nginx's header), no version in Server, and no health or readiness from outside.
+curl -s -D "$RUN_DIR/chosen.headers" -o /dev/null -H 'X-Request-Id: client-chosen-id-123' "$BASE/v1/openapi.json"
+given="$(tr -d '\r' < "$RUN_DIR/chosen.headers" | sed -n 's/^x-request-id: //Ip')"
+[[ "$given" =~ ^[0-9a-f]{32}$ ]] || fail "with X-Request-Id: client-chosen-id-123 sent, the response's id was '$given', not nginx's own"
+replayed="$(curl -s -D - -o /dev/null -H "X-Request-Id: $given" "$BASE/v1/openapi.json" | tr -d '\r' | sed -n 's/^x-request-id: //Ip')"
+[[ "$replayed" =~ ^[0-9a-f]{32}$ ]] && [ "$replayed" != "$given" ] || fail "an earlier request's id sent again came back as '$replayed'"
+# The replicas' logs are read into a file, then searched: grep -q on a pipe would end the pipe
+# early and fail it under pipefail. A log line is written just after its response: waited for.
+api_logs() { docker-compose -p "$PROJECT" logs --no-color api > "$RUN_DIR/api.log" 2> /dev/null || true; }
+for _ in $(seq 50); do
+  api_logs
+  grep -q "\"reqId\":\"$given\"" "$RUN_DIR/api.log" && break
+  sleep 0.2
+done
+grep -q "\"reqId\":\"$given\"" "$RUN_DIR/api.log" || fail "no replica logged the request under nginx's id $given"
+if grep -q 'client-chosen-id-123' "$RUN_DIR/api.log"; then fail "a client's X-Request-Id reached a replica's log"; fi
+server_header="$(tr -d '\r' < "$RUN_DIR/chosen.headers" | sed -n 's/^server: //Ip')"
+[ "$server_header" = nginx ] || fail "nginx announces itself as '$server_header'"
+for path in /healthz /readyz; do
+  [ "$(status "$BASE$path")" = 404 ] || fail "GET $path through nginx answered $(status "$BASE$path"), not 404"
+done
+say "nginx: its own request id whatever the client sends, Server without a version, /healthz and /readyz not public"
 
 # For the first seconds after `up`, new connections to PostgreSQL by name often time out under
 # podman's network (seen here for up to ~20 s; never once settled); retries go through.
@@ -131,7 +161,6 @@ new_key() {
   done
   cat "$RUN_DIR/key.out" >&2
 }
-status() { curl -s -o /dev/null -w '%{http_code}' "$@"; }
 # A burst must fall within one UTC minute window for exact counts.
 wait_for_fresh_minute() { while [ "$(date +%-S)" -gt 40 ]; do sleep 1; done; }
 
@@ -256,7 +285,6 @@ LOAD
 roller="$(new_key rolling --plan enterprise --per-minute 1000000000 --per-day 2000000000)"
 [[ "$roller" =~ ^psk_ ]] || fail "no enterprise key for the rolling restart"
 replicas="$(docker-compose -p "$PROJECT" ps -q api)"
-ready_inside() { podman exec "$1" node -e "fetch('http://127.0.0.1:3000/readyz').then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))" > /dev/null 2>&1; }
 for id in $replicas; do ready_inside "$id" || fail "replica ${id:0:12} not ready before the rolling restart"; done
 node "$RUN_DIR/load.mjs" "$BASE" "Bearer $roller" 6 2000 "$RUN_DIR/load.stop" > "$RUN_DIR/load.json" 2> "$RUN_DIR/load.err" &
 load_pid=$!
@@ -322,4 +350,4 @@ for _ in $(seq 10); do
   [ "$answer" = 200 ] || fail "with one replica stopped, GET /v1/pets through nginx answered $answer"
 done
 say "a replica stopped with exit 0 while the other served 10 of 10"
-say "image built, stack up, 10 checks passed in $(($(date +%s) - started)) s"
+say "image built, stack up, 11 checks passed in $(($(date +%s) - started)) s"

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # The real engines the engine tests (test/engines.test.ts, test/support/engines/) start privately on
-# free loopback ports: redis-server (cluster mode), redis-sentinel and pgbouncer, from Debian's
-# packages. Idempotent and quiet: installs only what is missing (apt-get update only when a first
+# free loopback ports: redis-server (cluster mode), redis-sentinel, pgbouncer and nginx (the edge
+# proxy's template, test/nginx.test.ts), from Debian's packages. Idempotent and quiet: installs only what is missing (apt-get update only when a first
 # attempt fails), then stops the daemons the install itself started (a pgbouncer on 6432, a sentinel
-# on 26379), since the tests run their own. Processes that were running before it are never
+# on 26379, an nginx on 80), since the tests run their own. Processes that were running before it are never
 # touched: the Redis on 6379 that CI shares stays up. Exits non-zero on failure.
 set -euo pipefail
 
-declare -A wanted=([redis-server]=redis-server [redis-sentinel]=redis-sentinel [pgbouncer]=pgbouncer)
-# pgbouncer is in /usr/sbin, which a non-login PATH may lack.
+declare -A wanted=([redis-server]=redis-server [redis-sentinel]=redis-sentinel [pgbouncer]=pgbouncer [nginx-light]=nginx)
+# pgbouncer and nginx are in /usr/sbin, which a non-login PATH may lack.
 have() { command -v "$1" > /dev/null || [ -x "/usr/sbin/$1" ]; }
 missing=()
 for package in "${!wanted[@]}"; do
@@ -17,7 +17,7 @@ done
 [ "${#missing[@]}" -eq 0 ] && exit 0
 
 # The daemons' processes now: whatever appears after the install, the install started.
-daemons() { pgrep -x 'pgbouncer|redis-server|redis-sentinel' | sort || true; }
+daemons() { pgrep -x 'pgbouncer|redis-server|redis-sentinel|nginx' | sort || true; }
 before="$(daemons)"
 
 export DEBIAN_FRONTEND=noninteractive
@@ -34,6 +34,8 @@ for pid in $(comm -13 <(echo "$before") <(daemons)); do
   case "$args" in
     *pgbouncer*/etc/pgbouncer/*) service=pgbouncer ;;
     *:26379*) service=redis-sentinel ;;
+    # The package's own (a test's runs with -p and its own directory; workers go with their master).
+    *'nginx: master process /usr/sbin/nginx -g daemon on'*) service=nginx ;;
     # A plain redis-server the install started is the one on 6379, which CI may use: left alone.
     *) continue ;;
   esac

@@ -10,6 +10,7 @@ import loadShedding from './plugins/load-shedding.js';
 import metrics from './plugins/metrics.js';
 import { SECURITY_SCHEME } from './plugins/auth.js';
 import openapi from './plugins/openapi.js';
+import keyFilter from './plugins/key-filter.js';
 import rateLimit from './plugins/rate-limit/index.js';
 import repositories from './plugins/repositories.js';
 import shutdown from './plugins/shutdown.js';
@@ -90,6 +91,7 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
   await app.register(database, config);
   await app.register(metrics);
   await app.register(repositories, { petsCacheMaxBytes: config.PETS_CACHE_MAX_BYTES });
+  await app.register(keyFilter);
   await app.register(loadShedding, {
     maxEventLoopDelayMs: config.LOAD_SHED_EVENT_LOOP_DELAY_MS,
     maxPoolWaiting: config.LOAD_SHED_POOL_WAITING,
@@ -116,6 +118,7 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
     redis: redisTarget(config),
     redisCredentials: redisCredentials(config),
     redisKeyPrefix: config.REDIS_KEY_PREFIX,
+    ipv6Prefix: config.RATE_LIMIT_IPV6_PREFIX,
   });
   await app.register(v1, {
     prefix: API_PREFIX,

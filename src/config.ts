@@ -46,6 +46,8 @@ export const ConfigSchema = Type.Object({
   /** More refused requests than this within one minute window ban the caller. */
   RATE_LIMIT_BAN_THRESHOLD: Type.Integer({ minimum: 1, default: 30 }),
   RATE_LIMIT_BAN_SECONDS: Type.Integer({ minimum: 1, default: 900 }),
+  /** Callers without a valid key are counted per IPv6 network of this many leading bits (IPv4: per address). */
+  RATE_LIMIT_IPV6_PREFIX: Type.Integer({ minimum: 1, maximum: 128, default: 64 }),
   /** API keys each instance keeps in memory at most (the recently used ones); memory follows this, not the number of keys. */
   KEY_CACHE_MAX_ENTRIES: Type.Integer({ minimum: 1, default: 100_000 }),
   /** How long an Idempotency-Key and the response it stored are kept; at least the 24 hours clients are promised. */

@@ -1,4 +1,8 @@
 import type { FastifyInstance } from 'fastify';
+import type { Actor } from './repositories/admin-audit.js';
+
+/** The audit trail's name for this start-up step, which issues a key with no operator or token. */
+const DEVELOPMENT_KEY: Actor = { name: 'system:development-key', adminTokenId: null };
 
 /**
  * On an embedded database with no keys at all (a newcomer's first `npm start`), issues one
@@ -7,7 +11,7 @@ import type { FastifyInstance } from 'fastify';
  */
 export async function developmentKeyGreeting(app: FastifyInstance): Promise<string | undefined> {
   if (app.db.kind !== 'pglite' || (await app.apiKeysRepository.list()).length > 0) return undefined;
-  const { id, key } = await app.apiKeysRepository.create({ plan: 'business', name: 'development' });
+  const { id, key } = await app.apiKeysRepository.create({ plan: 'business', name: 'development' }, { actor: DEVELOPMENT_KEY });
   const base = app.config.PUBLIC_BASE_URL;
   return [
     '',

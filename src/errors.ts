@@ -28,6 +28,7 @@ export const UNAVAILABLE_RETRY_SECONDS = 5;
 /** Every error the API answers, defined once: call sites name the error, never its status and code. */
 export const errors = {
   badRequest: (message: string) => new ApiError(400, 'bad_request', message),
+  bodyNotUtf8: () => new ApiError(400, 'bad_request', 'Request body is not valid UTF-8'),
   credentialsMissing: () =>
     new ApiError(401, 'unauthorized', 'Authentication required: send Authorization: Bearer <API key>', { 'www-authenticate': REALM }),
   credentialsInvalid: () =>

@@ -1,13 +1,18 @@
 import type { AddressInfo } from 'node:net';
+import type { FastifyInstance } from 'fastify';
 import { describe, expect } from 'vitest';
 import { generateAdminToken, generateKey } from '../src/api-key-format.js';
+import { buildApp } from '../src/app.js';
+import { loadConfig } from '../src/config.js';
+import { developmentKeyGreeting } from '../src/development-key.js';
 import { createAdminTokensRepository } from '../src/repositories/admin-tokens.js';
-import { openAdmin, type TestAdmin } from './support/admin.js';
+import { KEYS_COMMAND, openAdmin, type TestAdmin } from './support/admin.js';
 import { POSTGRES_URL } from './support/databases.js';
 import { eventually } from './support/eventually.js';
 import { appTest, describeAppTest, twoInstancesTest } from './support/fixtures.js';
 import type { HttpResponse } from './support/http.js';
-import { bearer, waitForKeyOnApp } from './support/keys.js';
+import { bearer, waitForKeyOnApp, waitUntilCached } from './support/keys.js';
+import { captureLogs } from './support/logs.js';
 import { closedWithin, openSocket } from './support/raw-socket.js';
 import { buildTestApp } from './support/app.js';
 import { countKeys, RATE_LIMIT_STORES, REDIS_URL, startRedis } from './support/redis.js';
@@ -33,6 +38,33 @@ async function createKey(admin: TestAdmin, body: Record<string, unknown> = { pla
   return response.body as { id: number; key: string; [field: string]: unknown };
 }
 
+/**
+ * Rotates an enterprise key of 10 a minute with a 600 s overlap, has `api` cache the old key, and
+ * changes the successor to 1 a minute through `admin`: the old key, on `api`, then answers with
+ * the new policy and is refused at the new limit, in the quota it shares with its successor.
+ */
+async function expectSuccessorChangeOnOldKey(admin: TestAdmin, api: FastifyInstance) {
+  const { id, key: old } = await createKey(admin, { plan: 'enterprise', perMinute: 10, perDay: 1_000, name: 'abusive' });
+  const rotated = await admin.request('POST', `/admin/v1/keys/${id}/rotate`, { json: { overlapSeconds: 600 } });
+  expect(rotated.status).toBe(201);
+  await waitForKeyOnApp(api, bearer(old));
+  await waitUntilCached(api, bearer(old));
+  const get = () => api.inject({ url: '/v1/pets?limit=1', headers: bearer(old) });
+  expect((await get()).headers['ratelimit-policy']).toBe('"minute";q=10;w=60, "day";q=1000;w=86400');
+
+  const changed = await admin.request('PATCH', `/admin/v1/keys/${rotated.body.id}`, { json: { perMinute: 1 } });
+  expect(changed.status).toBe(200);
+  await eventually(async () => (await get()).headers['ratelimit-policy'] === '"minute";q=1;w=60, "day";q=1000;w=86400', 1_000);
+  // The quota has counted more than one request this minute; a minute ending meanwhile lets one more through at most.
+  const statuses = [];
+  for (let i = 0; i < 3; i++) statuses.push((await get()).statusCode);
+  expect(statuses).toContain(429);
+  expect((await admin.request('GET', `/admin/v1/keys/${id}`)).body).toMatchObject({ state: 'rotated', perMinute: 1, perDay: 1_000 });
+  // Still not changeable itself: its successor is.
+  expectError(await admin.request('PATCH', `/admin/v1/keys/${id}`, { json: { perMinute: 5 } }), 409, 'conflict');
+  return { id, successorId: rotated.body.id as number };
+}
+
 /** Every operation, whether it writes, and a request of it that a write token may make (on key `id`). */
 const operations = (id: number) =>
   [
@@ -44,14 +76,16 @@ const operations = (id: number) =>
     ['POST', `/admin/v1/keys/${id}/revoke`, undefined, true],
     ['GET', `/admin/v1/keys/${id}/usage`, undefined, false],
     ['DELETE', `/admin/v1/keys/${id}/ban`, undefined, true],
+    ['GET', '/admin/v1/address-bans', undefined, false],
+    ['DELETE', '/admin/v1/address-bans/192.0.2.200', undefined, true],
     ['GET', '/admin/v1/audit', undefined, false],
   ] as const;
 
 describe('admin tokens', () => {
   test('every operation refuses a missing, malformed, made-up, revoked or API-key credential with 401', async ({ t, admin }) => {
     const { id } = await createKey(admin);
-    const revoked = await createAdminTokensRepository(t.db).create({ name: 'gone', scope: 'write' }, { adminTokenId: null });
-    await createAdminTokensRepository(t.db).revoke(revoked.id, { adminTokenId: null });
+    const revoked = await createAdminTokensRepository(t.db).create({ name: 'gone', scope: 'write' }, KEYS_COMMAND);
+    await createAdminTokensRepository(t.db).revoke(revoked.id, KEYS_COMMAND);
     const { key: apiKey } = await t.app.apiKeysRepository.create({ plan: 'business' });
     const credentials: Array<[string, Record<string, string>]> = [
       ['none', {}],
@@ -89,14 +123,14 @@ describe('admin tokens', () => {
     const { id } = await createKey(admin);
     const statuses = [];
     for (const [method, path, json] of operations(id)) statuses.push((await admin.request(method, path, { json })).status);
-    expect(statuses).toEqual([201, 200, 200, 200, 201, 200, 200, 204, 200]);
+    expect(statuses).toEqual([201, 200, 200, 200, 201, 200, 200, 204, 200, 204, 200]);
   });
 
   test('a revoked token is refused at once', async ({ t, admin }) => {
     const tokens = createAdminTokensRepository(t.db);
-    const { id, token } = await tokens.create({ name: 'short-lived', scope: 'read' }, { adminTokenId: null });
+    const { id, token } = await tokens.create({ name: 'short-lived', scope: 'read' }, KEYS_COMMAND);
     expect((await admin.request('GET', '/admin/v1/keys', { headers: bearer(token) })).status).toBe(200);
-    await tokens.revoke(id, { adminTokenId: null });
+    await tokens.revoke(id, KEYS_COMMAND);
     expectError(await admin.request('GET', '/admin/v1/keys', { headers: bearer(token) }), 401, 'unauthorized');
   });
 });
@@ -164,6 +198,38 @@ describe('create', () => {
     expect((await t.app.apiKeysRepository.list()).length).toBe(before);
   });
 
+  test('400 for a body that is not valid UTF-8; nothing is created', async ({ t, admin }) => {
+    const before = (await t.app.apiKeysRepository.list()).length;
+    const response = await admin.server.inject({
+      method: 'POST',
+      url: '/admin/v1/keys',
+      headers: { ...bearer(admin.write.token), 'content-type': 'application/json' },
+      payload: Buffer.concat([Buffer.from('{"plan":"free","name":"a'), Buffer.from([0xc3, 0x28]), Buffer.from('"}')]),
+    });
+    expect(response.statusCode, response.body).toBe(400);
+    expect(response.json()).toEqual({ code: 'bad_request', message: 'Request body is not valid UTF-8', status: 400 });
+    expect((await t.app.apiKeysRepository.list()).length).toBe(before);
+  });
+
+  test('400 for an expiry that is not on the calendar, on create and rotate, where Date would roll it over; nothing is created', async ({
+    t,
+    admin,
+  }) => {
+    const { id } = await createKey(admin);
+    const before = await t.app.apiKeysRepository.list();
+    for (const expiresAt of ['2099-02-31T00:00:00Z', '2099-04-31T12:00:00+02:00', '2100-02-29T00:00:00Z', '2099-01-01T24:00:00Z']) {
+      const created = await admin.request('POST', '/admin/v1/keys', { json: { plan: 'free', expiresAt } });
+      expectError(created, 400, 'bad_request');
+      expect(created.body.message, expiresAt).toMatch(/^body\/expiresAt .*calendar/);
+      const rotated = await admin.request('POST', `/admin/v1/keys/${id}/rotate`, { json: { expiresAt } });
+      expectError(rotated, 400, 'bad_request');
+      expect(rotated.body.message, expiresAt).toMatch(/^body\/expiresAt .*calendar/);
+    }
+    expect(await t.app.apiKeysRepository.list()).toEqual(before);
+    // A leap day that exists is a date like any other.
+    expect((await admin.request('POST', '/admin/v1/keys', { json: { plan: 'free', expiresAt: '2096-02-29T00:00:00Z' } })).status).toBe(201);
+  });
+
   test('a retry with the Idempotency-Key gets the same key object, without the secret, and issues no second key', async ({ t, admin }) => {
     const headers = { 'idempotency-key': 'signup-4711' };
     const first = await admin.request('POST', '/admin/v1/keys', { json: { plan: 'pro', name: 'signup 4711' }, headers });
@@ -201,7 +267,7 @@ describe('create', () => {
 
   test('a retry by another admin token is another request', async ({ t, admin }) => {
     const headers = { 'idempotency-key': 'shared-name' };
-    const other = await createAdminTokensRepository(t.db).create({ name: 'second billing', scope: 'write' }, { adminTokenId: null });
+    const other = await createAdminTokensRepository(t.db).create({ name: 'second billing', scope: 'write' }, KEYS_COMMAND);
     const first = await admin.request('POST', '/admin/v1/keys', { json: { plan: 'free', name: 'per token' }, headers });
     const second = await admin.request('POST', '/admin/v1/keys', {
       json: { plan: 'free', name: 'per token' },
@@ -249,6 +315,27 @@ describe('list and get', () => {
     const cursor = first.headers.get('link')!.match(/cursor=([^&>]+)/)![1];
     expect((await admin.request('GET', `/admin/v1/keys?limit=1&plan=free&cursor=${cursor}`)).status).toBe(200);
     expectError(await admin.request('GET', `/admin/v1/keys?limit=1&plan=pro&cursor=${cursor}`), 400, 'bad_request');
+  });
+
+  test('400 for a cursor made for another name or state, as for another plan', async ({ admin }) => {
+    const name = `cursor name ${Date.now()}`;
+    for (const keyName of [name, name, `${name} b`, `${name} b`]) await createKey(admin, { plan: 'free', name: keyName });
+    const cursorOf = async (query: string) =>
+      (await admin.request('GET', `/admin/v1/keys?limit=1&${query}`)).headers.get('link')!.match(/cursor=([^&>]+)/)![1]!;
+
+    const byName = await cursorOf(`name=${encodeURIComponent(name)}`);
+    expect((await admin.request('GET', `/admin/v1/keys?limit=1&name=${encodeURIComponent(name)}&cursor=${byName}`)).status).toBe(200);
+    expectError(
+      await admin.request('GET', `/admin/v1/keys?limit=1&name=${encodeURIComponent(`${name} b`)}&cursor=${byName}`),
+      400,
+      'bad_request',
+    );
+    expectError(await admin.request('GET', `/admin/v1/keys?limit=1&cursor=${byName}`), 400, 'bad_request');
+
+    const byState = await cursorOf('state=active');
+    expect((await admin.request('GET', `/admin/v1/keys?limit=1&state=active&cursor=${byState}`)).status).toBe(200);
+    expectError(await admin.request('GET', `/admin/v1/keys?limit=1&state=revoked&cursor=${byState}`), 400, 'bad_request');
+    expectError(await admin.request('GET', `/admin/v1/keys?limit=1&cursor=${byState}`), 400, 'bad_request');
   });
 
   test('get: 200, or 404 for no such key, 400 for no id', async ({ admin }) => {
@@ -328,6 +415,15 @@ describe('change, rotate, revoke', () => {
     expectError(await admin.request('POST', '/admin/v1/keys/999999999/rotate', { json: {} }), 404, 'not_found');
   });
 
+  test("a plan or limits change of a rotated key's successor binds the old key in its overlap too", async ({ t, admin }) => {
+    const { id, successorId } = await expectSuccessorChangeOnOldKey(admin, t.app);
+    const [entry] = (await admin.request('GET', '/admin/v1/audit?limit=1')).body;
+    expect(entry).toMatchObject({ action: 'key.update', keyId: successorId, details: { sameQuota: [id] } });
+    // A change of name alone is the successor's own.
+    await admin.request('PATCH', `/admin/v1/keys/${successorId}`, { json: { name: 'renamed' } });
+    expect((await admin.request('GET', `/admin/v1/keys/${id}`)).body.name).toBe('abusive');
+  });
+
   test('rotate without a body keeps the old key working for a day', async ({ admin }) => {
     const { id } = await createKey(admin);
     const rotated = await admin.request('POST', `/admin/v1/keys/${id}/rotate`);
@@ -368,6 +464,7 @@ describe('the audit trail', () => {
       {
         id: expect.any(Number),
         at: expect.any(String),
+        actor: 'admin-api',
         adminTokenId: writer,
         requestId: expect.any(String),
         action: 'key.revoke',
@@ -377,6 +474,7 @@ describe('the audit trail', () => {
       {
         id: expect.any(Number),
         at: expect.any(String),
+        actor: 'admin-api',
         adminTokenId: writer,
         requestId: rotated.headers.get('x-request-id'),
         action: 'key.rotate',
@@ -386,6 +484,7 @@ describe('the audit trail', () => {
       {
         id: expect.any(Number),
         at: expect.any(String),
+        actor: 'admin-api',
         adminTokenId: writer,
         requestId: changed.headers.get('x-request-id'),
         action: 'key.update',
@@ -398,6 +497,7 @@ describe('the audit trail', () => {
       {
         id: expect.any(Number),
         at: expect.any(String),
+        actor: 'admin-api',
         adminTokenId: writer,
         requestId: created.headers.get('x-request-id'),
         action: 'key.create',
@@ -414,6 +514,31 @@ describe('the audit trail', () => {
     expect(everything).not.toContain(admin.write.token);
     // Each admin request's log line names its token.
     expect(t.logs.entries().some((entry) => entry.adminTokenId === writer && entry.route === '/admin/v1/keys/:id/rotate')).toBe(true);
+  });
+});
+
+describe('the development key', () => {
+  test('is in the audit trail, as issued by the development key greeting', async () => {
+    // An embedded database with no keys yet: a newcomer's first start.
+    const app = await buildApp(loadConfig({ DATABASE_URL: '', DATA_DIR: 'memory://' }), { logStream: captureLogs().stream });
+    try {
+      expect(await developmentKeyGreeting(app)).toMatch(/psk_/);
+      const [key] = await app.apiKeysRepository.list();
+      const admin = await openAdmin(app);
+      try {
+        const trail = (await admin.request('GET', '/admin/v1/audit?limit=100')).body as Array<{ action: string; keyId: number | null }>;
+        expect(trail.find((entry) => entry.action === 'key.create' && entry.keyId === key!.id)).toMatchObject({
+          actor: 'system:development-key',
+          adminTokenId: null,
+          requestId: null,
+          details: { plan: 'business', name: 'development' },
+        });
+      } finally {
+        await admin.close();
+      }
+    } finally {
+      await app.close();
+    }
   });
 });
 
@@ -476,6 +601,48 @@ describe.each([
       expect(entry).toMatchObject({ action: 'key.ban_lift', keyId: id, adminTokenId: admin.write.id, details: { source } });
       expectError(await admin.request('GET', '/admin/v1/keys/999999999/usage'), 404, 'not_found');
       expectError(await admin.request('DELETE', '/admin/v1/keys/999999999/ban'), 404, 'not_found');
+    });
+
+    test('lists the banned addresses from the store the limiter decides with, and lifts the ban of one there', async ({
+      t,
+      clock,
+      admin,
+    }) => {
+      clock.advance(DAY);
+      const now = clock.now();
+      const send = async (address: string) =>
+        (await t.app.inject({ url: '/v1/pets', remoteAddress: address })).json<{ code: string }>().code;
+      // Threshold 1: 60 requests without a key, then a refusal, and the second refusal starts a ban.
+      for (const address of ['192.0.2.9', '2001:db8:5:6::7']) {
+        for (let i = 0; i < 61; i++) await send(address);
+        expect(await send(address)).toBe('api_key_banned');
+      }
+      const bannedUntil = new Date(now + 900_000).toISOString();
+      const listed = await admin.request('GET', '/admin/v1/address-bans', { headers: bearer(admin.read.token) });
+      expect(listed.status).toBe(200);
+      expect(listed.body).toEqual({
+        bans: [
+          { address: '192.0.2.9', bannedUntil },
+          { address: '2001:db8:5:6::/64', bannedUntil },
+        ],
+        source,
+      });
+
+      // Any address of the /64 names it; so does the listed form.
+      expect((await admin.request('DELETE', `/admin/v1/address-bans/${encodeURIComponent('2001:db8:5:6::ffff')}`)).status).toBe(204);
+      expect(await send('2001:db8:5:6::7')).toBe('rate_limited');
+      expect((await admin.request('GET', '/admin/v1/address-bans')).body.bans).toEqual([{ address: '192.0.2.9', bannedUntil }]);
+      const [entry] = (await admin.request('GET', '/admin/v1/audit?limit=1')).body;
+      expect(entry).toMatchObject({
+        action: 'address.ban_lift',
+        keyId: null,
+        adminTokenId: admin.write.id,
+        details: { address: '2001:db8:5:6::/64', bannedUntil, source },
+      });
+      expect((await admin.request('DELETE', `/admin/v1/address-bans/${encodeURIComponent('192.0.2.9')}`)).status).toBe(204);
+      expect((await admin.request('GET', '/admin/v1/address-bans')).body.bans).toEqual([]);
+      expect((await admin.request('DELETE', `/admin/v1/address-bans/${encodeURIComponent('192.0.2.9')}`)).status).toBe(204);
+      expectError(await admin.request('DELETE', '/admin/v1/address-bans/not-an-address'), 400, 'bad_request');
     });
 
     test('a rotated key and its successor show one quota', async ({ t, admin }) => {
@@ -543,6 +710,18 @@ describe.runIf(POSTGRES_URL)('two instances', () => {
           1_000,
         );
         console.log(`through the admin API: plan change on the other instance after ${changedMs} ms, revocation after ${revokedMs} ms`);
+      } finally {
+        await admin.close();
+      }
+    },
+  );
+
+  twoInstances(
+    "a limits change of a rotated key's successor reaches the old key cached on the other instance",
+    async ({ instances: { a, b } }) => {
+      const admin = await openAdmin(a.app);
+      try {
+        await expectSuccessorChangeOnOldKey(admin, b.app);
       } finally {
         await admin.close();
       }

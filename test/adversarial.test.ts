@@ -1,8 +1,9 @@
 import { describe, expect } from 'vitest';
-import { generateKey } from '../src/api-key-format.js';
+import type { FastifyInstance } from 'fastify';
+import { generateKey, hashKey } from '../src/api-key-format.js';
 import { eventually } from './support/eventually.js';
 import { appTest } from './support/fixtures.js';
-import { bearer, keyLookups, waitForKey, waitUntilCached } from './support/keys.js';
+import { bearer, keyLookups, waitForKey, waitUntilCached, waitUntilListed } from './support/keys.js';
 import { closedWithin, openSocket, sendRaw } from './support/raw-socket.js';
 import { DAY, MINUTE } from './support/time.js';
 
@@ -88,6 +89,49 @@ describe('made-up keys from one address do not lock out a valid key sent from it
     }
     expect(await keyLookups(t.app)).toBe(before);
     expect((await request('GET', '/v1/pets?limit=1', { headers: valid })).status).toBe(200);
+  });
+});
+
+describe('a valid key this instance never saw, from an address that made up keys', () => {
+  const madeUp = () => ({ authorization: `Bearer ${generateKey()}` });
+  /** A key as an operator makes it, which no request has presented to this instance yet. */
+  const unseenKey = async (t: { app: FastifyInstance }) => {
+    const { key } = await t.app.apiKeysRepository.create({ plan: 'pro', name: 'unseen' });
+    await waitUntilListed(t.app, key);
+    return bearer(key);
+  };
+
+  test('is looked up once the address has spent its lookups, and made-up keys are not', async ({ t, request }) => {
+    const valid = await unseenKey(t);
+    for (let i = 0; i < 60; i++) expect((await request('GET', '/v1/pets?limit=1', { headers: madeUp() })).status).toBe(401);
+    const before = await keyLookups(t.app);
+    for (let i = 0; i < 5; i++) expect((await request('GET', '/v1/pets?limit=1', { headers: madeUp() })).status).toBe(429);
+    expect(await keyLookups(t.app)).toBe(before);
+    const first = await request('GET', '/v1/pets?limit=1', { headers: valid });
+    expect(first.status, JSON.stringify(first.body)).toBe(200);
+  });
+
+  test('is looked up from a banned address, and made-up keys still are not', async ({ t, request }) => {
+    for (let i = 0; i < 200; i++) {
+      const response = await request('GET', '/v1/pets?limit=1', { headers: madeUp() });
+      if (response.body?.code === 'api_key_banned') break;
+    }
+    const valid = await unseenKey(t);
+    const before = await keyLookups(t.app);
+    for (let i = 0; i < 5; i++) expect((await request('GET', '/v1/pets?limit=1', { headers: madeUp() })).body.code).toBe('api_key_banned');
+    expect(await keyLookups(t.app)).toBe(before);
+    const first = await request('GET', '/v1/pets?limit=1', { headers: valid });
+    expect(first.status, JSON.stringify(first.body)).toBe(200);
+  });
+
+  test('is known after a bulk import, whose notice names no key', async ({ t, request }) => {
+    // More than 100 keys in one statement: one notice, '*', and every instance reads the stored keys again.
+    const imported = Array.from({ length: 150 }, () => generateKey());
+    await t.db.query("INSERT INTO api_keys (plan, key_hash) SELECT 'free', unnest($1::bytea[])", [imported.map((key) => hashKey(key))]);
+    await waitUntilListed(t.app, imported[149]!);
+    for (let i = 0; i < 65; i++) await request('GET', '/v1/pets?limit=1', { headers: madeUp() });
+    const first = await request('GET', '/v1/pets?limit=1', { headers: bearer(imported[149]!) });
+    expect(first.status, JSON.stringify(first.body)).toBe(200);
   });
 });
 

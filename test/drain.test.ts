@@ -61,7 +61,7 @@ const test = base.extend(
   // eslint-disable-next-line no-empty-pattern -- vitest reads a fixture's dependencies from this pattern
   async ({}, { onCleanup }) => {
     const defer = cleanupStack(onCleanup);
-    const env: Record<string, string> = { SHUTDOWN_DRAIN_MS: String(DRAIN_MS), LOAD_SHED_EVENT_LOOP_DELAY_MS: '60000' };
+    const env: Record<string, string> = { SHUTDOWN_DRAIN_MS: String(DRAIN_MS) };
     let server: ServerProcess;
     let authorization: string;
     if (POSTGRES_URL) {

@@ -15,18 +15,12 @@ import { eventually } from './support/eventually.js';
 import { developmentKey, type ServerProcess, startServer } from './support/processes.js';
 import { REDIS_URL, startRedis } from './support/redis.js';
 import { PRIVATE_POSTGRES_AVAILABLE, startPostgresServer, type PostgresServer } from './support/postgres-server.js';
-import { waitForKeyAt } from './support/keys.js';
+import { buildTestApp } from './support/app.js';
+import { bearer, waitForKeyAt } from './support/keys.js';
 import { sleep } from './support/time.js';
 
 /** A request still unanswered after this is recorded as a hang (the server's request timeout is 30 s). */
 const CLIENT_TIMEOUT_MS = 29_000;
-
-/**
- * Settings of every server started here. The machine is shared with a benchmark, so the event
- * loop may lag: load shedding on lag is switched off, since it is not what these tests are about
- * and its 503s would blur theirs (shedding on pool waiting stays on).
- */
-const SERVER_ENV = { LOAD_SHED_EVENT_LOOP_DELAY_MS: '60000' };
 
 interface Outcome {
   op: 'create' | 'list';
@@ -211,7 +205,7 @@ describe.runIf(PRIVATE_POSTGRES_AVAILABLE)('PostgreSQL faults (a private Postgre
     postgres,
   }) => {
     const database = await postgres.createDatabase();
-    const server = await startServer({ env: { ...SERVER_ENV, DATABASE_URL: database.url } });
+    const server = await startServer({ env: { DATABASE_URL: database.url } });
     try {
       const authorization = await createKey(database.url);
       await keyAccepted(server, authorization);
@@ -274,13 +268,39 @@ describe.runIf(PRIVATE_POSTGRES_AVAILABLE)('PostgreSQL faults (a private Postgre
     }
   });
 
+  test("a key this instance has not seen, while the database is down: 503 with the address's rate-limit headers, counting nothing", async ({
+    postgres,
+  }) => {
+    const database = await postgres.createDatabase();
+    const t = await buildTestApp({ DATABASE_URL: database.url });
+    let stopped = false;
+    try {
+      // A Pro key (300 a minute), so that the Free plan's 60 can only be the address's.
+      const { key } = await t.app.apiKeysRepository.create({ plan: 'pro', name: 'unseen' });
+      await postgres.stop('fast');
+      stopped = true;
+      for (let i = 0; i < 2; i++) {
+        const response = await t.app.inject({ url: '/v1/pets?limit=1', headers: bearer(key) });
+        expect(response.statusCode, response.body).toBe(503);
+        expect(response.json().code).toBe('service_unavailable');
+        expect(response.headers['x-ratelimit-limit']).toBe('60');
+        expect(response.headers['x-ratelimit-remaining']).toBe('60');
+        expect(response.headers['x-ratelimit-reset']).toMatch(/^\d{10}$/);
+      }
+    } finally {
+      if (stopped) await postgres.start();
+      await t.close();
+      await database.drop();
+    }
+  });
+
   test('frozen (it accepts connections and answers nothing): every request ends within the bounded pg waits, then it recovers', async ({
     postgres,
   }) => {
     const database = await postgres.createDatabase();
     // Twice as many clients as connections: when it freezes, some requests wait on a frozen query
     // (bounded at 10 s) and the others for a connection (bounded at 5 s); both bounds are needed.
-    const server = await startServer({ env: { ...SERVER_ENV, DATABASE_URL: database.url, DB_POOL_SIZE: '4' } });
+    const server = await startServer({ env: { DATABASE_URL: database.url, DB_POOL_SIZE: '4' } });
     try {
       const authorization = await createKey(database.url);
       await keyAccepted(server, authorization);
@@ -353,7 +373,7 @@ describe.runIf(PRIVATE_POSTGRES_AVAILABLE)('PostgreSQL faults (a private Postgre
     postgres,
   }) => {
     const database = await postgres.createDatabase();
-    const server = await startServer({ env: { ...SERVER_ENV, DATABASE_URL: database.url } });
+    const server = await startServer({ env: { DATABASE_URL: database.url } });
     const locker = new pg.Client({ connectionString: database.url });
     try {
       const authorization = await createKey(database.url);
@@ -423,7 +443,7 @@ describe.runIf(PRIVATE_POSTGRES_AVAILABLE)('PostgreSQL faults (a private Postgre
     await holder.connect();
     await holder.query('BEGIN');
     await holder.query('SELECT pg_advisory_xact_lock($1)', [MIGRATION_LOCK]);
-    const env = { ...SERVER_ENV, DATABASE_URL: database.url };
+    const env = { DATABASE_URL: database.url };
     const starting = Promise.allSettled([startServer({ env }), startServer({ env })]);
     const servers: ServerProcess[] = [];
     try {
@@ -487,7 +507,6 @@ describe.skipIf(!REDIS_URL)('Redis faults (a private Redis server)', () => {
     const database = POSTGRES_URL ? await createTestDatabase() : undefined;
     const server = await startServer({
       env: {
-        ...SERVER_ENV,
         ...(database ? { DATABASE_URL: database.url! } : { DATA_DIR: 'memory://' }),
         REDIS_URL: redis.url,
         REDIS_KEY_PREFIX: prefix,
@@ -558,7 +577,7 @@ describe.skipIf(POSTGRES_URL)('SIGTERM on the embedded database', () => {
   dataDirTest(
     'while 50 clients create pets: every 201 is on disk afterwards and nothing else, exit 0 within the grace period',
     async ({ dir: dataDir }) => {
-      const server = await startServer({ env: { ...SERVER_ENV, DATA_DIR: dataDir } });
+      const server = await startServer({ env: { DATA_DIR: dataDir } });
       try {
         // The development key (business plan, 1,000 a minute): this test sends a few hundred requests.
         const authorization = `Bearer ${await developmentKey(server)}`;

@@ -138,6 +138,39 @@ describe('property: any request body', () => {
   });
 });
 
+describe('a body that is not UTF-8', () => {
+  // A lone byte of a two-byte sequence, a continuation byte alone, an overlong '/', an encoded
+  // surrogate, a sequence cut short: each would become U+FFFD if decoded leniently.
+  const invalid = [[0xc3, 0x28], [0x80], [0xc0, 0xaf], [0xed, 0xa0, 0x80], [0xe2, 0x82]];
+
+  test('is a 400 that names the encoding, and nothing is stored', async ({ t }) => {
+    for (const bytes of invalid) {
+      const before = await countPets(t.db);
+      const response = await t.app.inject({
+        method: 'POST',
+        url: '/v1/pets',
+        headers: { ...t.auth, 'content-type': 'application/json' },
+        payload: Buffer.concat([Buffer.from('{"name":"Rex'), Buffer.from(bytes), Buffer.from('","categoryId":1}')]),
+      });
+      expect(response.statusCode, bytes.join(' ')).toBe(400);
+      expect(response.json()).toEqual({ code: 'bad_request', message: 'Request body is not valid UTF-8', status: 400 });
+      expect(await countPets(t.db)).toBe(before);
+    }
+  });
+
+  test('is told apart from valid UTF-8 of every width', async ({ t }) => {
+    const name = 'Rex é € 😀';
+    const response = await t.app.inject({
+      method: 'POST',
+      url: '/v1/pets',
+      headers: { ...t.auth, 'content-type': 'application/json; charset=utf-8' },
+      payload: Buffer.from(JSON.stringify({ name, categoryId: 1 }), 'utf8'),
+    });
+    expect(response.statusCode, response.body).toBe(201);
+    expect(response.json().name).toBe(name);
+  });
+});
+
 describe('property: any query string and path', () => {
   test('GET /v1/pets answers 200 or a well-formed 400, whatever the parameters', async ({ t, tried }) => {
     const param = fc.oneof(

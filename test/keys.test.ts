@@ -198,6 +198,24 @@ describe('npm run --silent keys', () => {
     }
     expect(await listJson(env)).toEqual(before);
   });
+
+  test('an --expires-at that is not on the calendar is refused, where Date would roll it over: exit 2, nothing written', async ({
+    env,
+  }) => {
+    const before = await listJson(env);
+    const results = await Promise.all(
+      [
+        ['create', '--plan', 'free', '--expires-at', '2099-02-31T00:00:00Z'],
+        ['create', '--plan', 'free', '--expires-at', '2099-01-01T24:00:00Z'],
+        ['rotate', '1', '--expires-at', '2099-04-31T00:00:00+02:00'],
+      ].map((args) => keys(args, env)),
+    );
+    for (const result of results) {
+      expect(result).toMatchObject({ code: 2, stdout: '' });
+      expect(result.stderr).toMatch(/^keys: --expires-at .*calendar/);
+    }
+    expect(await listJson(env)).toEqual(before);
+  });
 });
 
 describe('npm run --silent keys -- admin-token', () => {
@@ -235,12 +253,17 @@ describe('npm run --silent keys -- admin-token', () => {
       const admin = `http://127.0.0.1:${adminPort}/admin/v1`;
       const audit = await fetch(`${admin}/audit?limit=100`, { headers: bearer(token) });
       expect(audit.status).toBe(200);
-      const actions = ((await audit.json()) as Array<{ action: string; adminTokenId: number | null; keyId: number | null }>).map(
-        (entry) => `${entry.action} ${entry.adminTokenId}`,
+      const actions = ((await audit.json()) as Array<{ action: string; actor: string; adminTokenId: number | null }>).map(
+        (entry) => `${entry.action} ${entry.actor} ${entry.adminTokenId}`,
       );
       // The keys command's changes are its own: no admin token.
       expect(actions).toEqual(
-        expect.arrayContaining(['admin_token.create null', 'admin_token.revoke null', 'key.create null', 'key.revoke null']),
+        expect.arrayContaining([
+          'admin_token.create cli:keys null',
+          'admin_token.revoke cli:keys null',
+          'key.create cli:keys null',
+          'key.revoke cli:keys null',
+        ]),
       );
       expect((await fetch(`${admin}/keys/${keyId}`, { headers: bearer(support) })).status).toBe(401);
       // The admin API is on its own port only.

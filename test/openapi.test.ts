@@ -223,6 +223,8 @@ describe('the admin OpenAPI document at /admin/v1/openapi.json, on the admin lis
     ['/keys/{id}/revoke', 'post', 'revokeKey', true],
     ['/keys/{id}/usage', 'get', 'getKeyUsage', false],
     ['/keys/{id}/ban', 'delete', 'liftKeyBan', true],
+    ['/address-bans', 'get', 'listAddressBans', false],
+    ['/address-bans/{address}', 'delete', 'liftAddressBan', true],
     ['/audit', 'get', 'listAudit', false],
   ] as const;
 

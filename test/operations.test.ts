@@ -1,11 +1,11 @@
 import { buildMetricsServer } from '../src/metrics-server.js';
-import { describe, expect } from 'vitest';
+import { describe, expect, vi } from 'vitest';
 import type { TestApp } from './support/app.js';
 import { POSTGRES_URL } from './support/databases.js';
 import { eventually } from './support/eventually.js';
 import { describeAppTest } from './support/fixtures.js';
 import { REDIS_URL, redisStoreEnv } from './support/redis.js';
-import { sleep } from './support/time.js';
+import { sleep, T0 } from './support/time.js';
 
 describe('Prometheus metrics', () => {
   const test = describeAppTest({ envAtBuild: () => (REDIS_URL ? redisStoreEnv() : {}) });
@@ -47,6 +47,38 @@ describe('Prometheus metrics', () => {
   test('are not served on the API port', async ({ t }) => {
     expect((await t.app.inject('/metrics')).statusCode).toBe(404);
   });
+
+  test('any other path on the metrics listener is a 404 Error that repeats at most the first 100 characters of the path', async ({ t }) => {
+    const path = `/${'m'.repeat(5_000)}`;
+    const response = await buildMetricsServer(t.app.metricsRegistry).inject(`${path}?q=1`);
+    expect(response.statusCode).toBe(404);
+    expect(response.json()).toEqual({ code: 'not_found', message: `No route for GET ${path.slice(0, 100)}…`, status: 404 });
+  });
+});
+
+describe('readiness', () => {
+  const test = describeAppTest({ clock: T0 });
+
+  test('a flood of /readyz costs one database query a second: concurrent probes share one, later ones reuse its answer', async ({
+    t,
+    clock,
+  }) => {
+    const query = vi.spyOn(t.app.db, 'query');
+    const checks = () => query.mock.calls.filter(([statement]) => statement === 'SELECT 1').length;
+    try {
+      const flood = await Promise.all(Array.from({ length: 50 }, () => t.app.inject('/readyz')));
+      expect(flood.map((response) => response.statusCode)).toEqual(Array(50).fill(200));
+      expect(checks()).toBe(1);
+      clock.advance(999);
+      expect((await t.app.inject('/readyz')).json()).toEqual({ status: 'ready' });
+      expect(checks()).toBe(1);
+      clock.advance(1);
+      expect((await t.app.inject('/readyz')).json()).toEqual({ status: 'ready' });
+      expect(checks()).toBe(2);
+    } finally {
+      query.mockRestore();
+    }
+  });
 });
 
 describe('load shedding', () => {
@@ -62,6 +94,17 @@ describe('load shedding', () => {
     expect(shed.statusCode).toBe(503);
     expect(shed.json()).toEqual({ code: 'service_unavailable', message: expect.any(String), status: 503 });
     expect(shed.headers['retry-after']).toBe('5');
+    // Under /v1, the rate-limit headers all the same: the key's (known from memory), else the address's.
+    const anonymous = await t.app.inject({ url: '/v1/no-such-path' });
+    expect([shed.statusCode, anonymous.statusCode]).toEqual([503, 503]);
+    for (const [response, limit] of [
+      [shed, '1000000000'],
+      [anonymous, '60'],
+    ] as const) {
+      expect(response.headers['x-ratelimit-limit']).toBe(limit);
+      expect(response.headers['x-ratelimit-remaining']).toMatch(/^\d+$/);
+      expect(response.headers['x-ratelimit-reset']).toMatch(/^\d{10}$/);
+    }
     expect((await t.app.inject('/readyz')).statusCode).toBe(503);
     expect((await t.app.inject('/healthz')).statusCode).toBe(200);
 

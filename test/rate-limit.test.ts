@@ -1,12 +1,17 @@
+import type { FastifyInstance } from 'fastify';
 import { describe, expect, it } from 'vitest';
+import { clientOf } from '../src/plugins/rate-limit/address.js';
 import { MemoryStore } from '../src/plugins/rate-limit/memory-store.js';
 import { POSTGRES_URL } from './support/databases.js';
 import { eventually } from './support/eventually.js';
 import { databaseTest as databaseFixtures, describeAppTest } from './support/fixtures.js';
 import { startServer } from './support/processes.js';
-import { bearer, waitForKey } from './support/keys.js';
+import { buildTestApp } from './support/app.js';
+import { portOf } from './support/http.js';
+import { bearer, waitForKey, waitUntilCached } from './support/keys.js';
+import { closedWithin, openSocket, type RawClient } from './support/raw-socket.js';
 import { RATE_LIMIT_STORES, REDIS_URL, redisStoreEnv } from './support/redis.js';
-import { DAY, MINUTE, sleep, SUNSET, T0 } from './support/time.js';
+import { DAY, MINUTE, sleep, SUNSET, T0, testClock } from './support/time.js';
 
 // T0 is 10:00:00 UTC on a Sunday: the start of a minute, 14 hours before the day ends.
 
@@ -182,17 +187,83 @@ describe.each(RATE_LIMIT_STORES)('rate limiting with the $name store', (store) =
   });
 });
 
-describe('behind a trusted proxy', () => {
-  const test = describeAppTest({ env: { TRUST_PROXY: '127.0.0.1, 10.0.0.0/8' }, clock: T0 });
+describe.each(RATE_LIMIT_STORES)('behind a trusted proxy, with the $name store', (store) => {
+  const test = describeAppTest({ env: { TRUST_PROXY: '127.0.0.1, 10.0.0.0/8' }, clock: T0, envAtBuild: store.env })
+    // A fresh day for every test: no window of an earlier one is still open.
+    .extend('freshDay', { auto: true }, ({ clock }) => clock.advance(DAY));
+  const sendFrom = (app: FastifyInstance) => (address: string) =>
+    app.inject({ url: '/v1/pets', headers: { 'x-forwarded-for': address }, remoteAddress: '127.0.0.1' });
 
-  test('limits each client address from X-Forwarded-For separately', async ({ t }) => {
-    const send = (address: string) =>
-      t.app.inject({ url: '/v1/pets', headers: { 'x-forwarded-for': address }, remoteAddress: '127.0.0.1' });
-    for (let i = 0; i < 60; i++) expect((await send('203.0.113.7')).statusCode).toBe(401);
-    expect((await send('203.0.113.7')).statusCode).toBe(429);
-    const other = await send('203.0.113.8');
-    expect(other.statusCode).toBe(401);
-    expect(other.headers['x-ratelimit-remaining']).toBe('59');
+  describe.skipIf(store.usesRedis && !REDIS_URL)('', () => {
+    test('limits each client address from X-Forwarded-For separately', async ({ t }) => {
+      const send = sendFrom(t.app);
+      for (let i = 0; i < 60; i++) expect((await send('203.0.113.7')).statusCode).toBe(401);
+      expect((await send('203.0.113.7')).statusCode).toBe(429);
+      const other = await send('203.0.113.8');
+      expect(other.statusCode).toBe(401);
+      expect(other.headers['x-ratelimit-remaining']).toBe('59');
+    });
+
+    test('counts the addresses of one IPv6 /64 as one client, and another /64 apart', async ({ t }) => {
+      const send = sendFrom(t.app);
+      const addresses = ['2001:db8:1:2::1', '2001:db8:1:2::2', '2001:db8:1:2:ffff:ffff:ffff:fffe', '2001:0db8:0001:0002:0:0:0:abcd'];
+      for (let i = 0; i < 60; i++) expect((await send(addresses[i % 4]!)).statusCode).toBe(401);
+      for (const address of addresses) expect((await send(address)).statusCode, address).toBe(429);
+      const other = await send('2001:db8:1:3::1');
+      expect(other.statusCode).toBe(401);
+      expect(other.headers['x-ratelimit-remaining']).toBe('59');
+    });
+
+    test('counts one IPv4 address as one client however it is written', async ({ t }) => {
+      const send = sendFrom(t.app);
+      const forms = ['198.51.100.4', '::ffff:198.51.100.4', '::ffff:c633:6404', '0:0:0:0:0:ffff:198.51.100.4'];
+      for (let i = 0; i < 60; i++) expect((await send(forms[i % 4]!)).statusCode).toBe(401);
+      for (const form of forms) expect((await send(form)).statusCode, form).toBe(429);
+      expect((await send('198.51.100.5')).statusCode).toBe(401);
+    });
+  });
+});
+
+describe('the client an address counts as', () => {
+  it('is an IPv4 address in its usual form, an IPv6 network of RATE_LIMIT_IPV6_PREFIX bits, or the text of anything else', () => {
+    expect(clientOf('::FFFF:10.1.2.3', 64)).toBe('10.1.2.3');
+    expect(clientOf('2001:db8:aaaa:bbbb:cccc::1', 64)).toBe('2001:db8:aaaa:bbbb::/64');
+    expect(clientOf('2001:db8:aaaa:bbbb:cccc::1', 48)).toBe('2001:db8:aaaa::/48');
+    expect(clientOf('2001:db8:aaaa:bbbb:cccc::1', 56)).toBe('2001:db8:aaaa:bb00::/56');
+    expect(clientOf('2001:db8::1', 128)).toBe('2001:db8::1/128');
+    expect(clientOf('not an address', 64)).toBe('not an address');
+  });
+});
+
+describe('a request answered before the limiter decides it', () => {
+  it('the 503 of a closing server, under /v1, carries the headers of its key as they stand, counting nothing', async () => {
+    const clock = testClock(T0);
+    const t = await buildTestApp({}, { now: clock.now });
+    let closing: Promise<void> | undefined;
+    let client: RawClient | undefined;
+    try {
+      await waitUntilCached(t.app, t.auth);
+      const before = await t.app.inject({ url: '/v1/pets?limit=1', headers: t.auth });
+      client = await openSocket(await portOf(t.app));
+      // The request's head is begun before the close, so that its connection is not idle and stays open through it.
+      client.socket.write(`GET /v1/pets?limit=1 HTTP/1.1\r\nHost: x\r\nAuthorization: ${t.auth.authorization}\r\n`);
+      closing = t.close();
+      await eventually(async () => t.app.shutdown.draining);
+      client.socket.write('\r\n');
+      expect(await closedWithin(client, 5_000)).toBe(true);
+      const [head = '', body = ''] = client.received.split('\r\n\r\n');
+      const headers = new Map(
+        head.split('\r\n').map((line) => [line.slice(0, line.indexOf(':')).toLowerCase(), line.slice(line.indexOf(':') + 1).trim()]),
+      );
+      expect(head).toMatch(/^HTTP\/1.1 503 /);
+      expect(JSON.parse(body)).toEqual({ code: 'service_unavailable', message: expect.any(String), status: 503 });
+      expect(headers.get('x-ratelimit-limit')).toBe('1000000000');
+      expect(headers.get('x-ratelimit-remaining')).toBe(before.headers['x-ratelimit-remaining']);
+      expect(headers.get('x-ratelimit-reset')).toBe(before.headers['x-ratelimit-reset']);
+    } finally {
+      client?.socket.destroy();
+      await (closing ?? t.close());
+    }
   });
 });
 

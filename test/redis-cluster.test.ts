@@ -3,6 +3,7 @@ import { Redis } from 'ioredis';
 import { describe, expect } from 'vitest';
 import { POSTGRES_URL } from './support/databases.js';
 import { eventually } from './support/eventually.js';
+import { bearer, waitForKeyOnApp } from './support/keys.js';
 import { startRedisCluster, type RedisCluster } from './support/engines/index.js';
 import { fallbackGauge, freeKeyRun, twoInstancesOn } from './support/scale.js';
 import { MINUTE, sleep } from './support/time.js';
@@ -18,21 +19,30 @@ const test = twoInstancesOn(
   (cluster) => ({ REDIS_CLUSTER_NODES: cluster.seeds, REDIS_PASSWORD: PASSWORD, REDIS_KEY_PREFIX: `test:${randomUUID()}:` }),
 );
 
-/** A new Free key whose rate-limit subject hashes to a slot of each master, by master port. */
-async function freeKeysOnEachMaster(cluster: RedisCluster, create: () => Promise<{ id: number; key: string }>) {
+/**
+ * The master serving the slot of a key's rate-limit subject (`key:<quota id>`, the hash tag of
+ * every Redis key the limiter keeps for it), asked of the cluster itself.
+ */
+async function masterOfQuota(cluster: RedisCluster, quotaId: number) {
   const masters = await cluster.masters();
   const probe = new Redis({ host: masters[0]!.host, port: masters[0]!.port, password: PASSWORD, lazyConnect: true });
   await probe.connect();
-  const found = new Map<number, string>();
   try {
-    while (found.size < masters.length) {
-      const { id, key } = await create();
-      const slot = Number(await probe.call('CLUSTER', 'KEYSLOT', `key:${id}`));
-      const master = masters.find((each) => each.slots.some(([first, last]) => slot >= first && slot <= last))!;
-      if (!found.has(master.port)) found.set(master.port, key);
-    }
+    const slot = Number(await probe.call('CLUSTER', 'KEYSLOT', `key:${quotaId}`));
+    return masters.find((each) => each.slots.some(([first, last]) => slot >= first && slot <= last))!;
   } finally {
     probe.disconnect();
+  }
+}
+
+/** A new Free key whose rate-limit subject hashes to a slot of each master, by master port. */
+async function freeKeysOnEachMaster(cluster: RedisCluster, create: () => Promise<{ key: string; record: { quotaId: number } }>) {
+  const masterCount = (await cluster.masters()).length;
+  const found = new Map<number, string>();
+  while (found.size < masterCount) {
+    const { key, record } = await create();
+    const master = await masterOfQuota(cluster, record.quotaId);
+    if (!found.has(master.port)) found.set(master.port, key);
   }
   return found;
 }
@@ -53,7 +63,7 @@ describe.skipIf(!POSTGRES_URL)('a Redis Cluster (REDIS_CLUSTER_NODES)', () => {
     expect([await fallbackGauge(a), await fallbackGauge(b)]).toEqual([0, 0]);
   });
 
-  test('fails no request while a master fails over to its replica, and is exact again afterwards', async ({
+  test("fails no request while the master of the load key's slot fails over to its replica, and is exact again afterwards", async ({
     engine,
     instances,
     clock,
@@ -61,10 +71,13 @@ describe.skipIf(!POSTGRES_URL)('a Redis Cluster (REDIS_CLUSTER_NODES)', () => {
   }) => {
     clock.advance(MINUTE);
     const [a, b] = instances;
-    const running = load.start(a.auth);
+    // A key of the load's own, so that the master killed is the one its counters live on.
+    const loadKey = await a.app.apiKeysRepository.create({ plan: 'enterprise', name: 'load', limits: { perMinute: 1e9, perDay: 2e9 } });
+    await Promise.all([a, b].map((instance) => waitForKeyOnApp(instance.app, bearer(loadKey.key))));
+    const victim = await masterOfQuota(engine, loadKey.record.quotaId);
+    const running = load.start(bearer(loadKey.key));
     await sleep(300);
-    const [victim] = await engine.masters();
-    await engine.kill(victim!.port);
+    await engine.kill(victim.port);
     const failoverMs = await engine.waitUntilOk(30_000);
     await sleep(500);
     const { statuses, slowestMs } = await running.stop();

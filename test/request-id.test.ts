@@ -23,6 +23,8 @@ async function sendRaw(port: number, request: string) {
 const direct = appTest();
 // Without the pets cache, so that the listing below reaches the broken table.
 const proxied = appTest({ env: { TRUST_PROXY: '127.0.0.1', PETS_CACHE_MAX_BYTES: '0' } });
+// Proxies are trusted, but not the one this test connects from (127.0.0.1).
+const proxiedElsewhere = appTest({ env: { TRUST_PROXY: '127.0.0.2,10.1.2.3' } });
 
 describe('a client that reaches the service directly', () => {
   const test = direct;
@@ -47,6 +49,19 @@ describe('a client that reaches the service directly', () => {
     const ids = responses.map((response) => response.headers.get('x-request-id'));
     for (const id of ids) expect(id).toMatch(UUID);
     expect(new Set(ids).size).toBe(ids.length);
+  });
+});
+
+describe('a client that is not the trusted proxy (TRUST_PROXY=127.0.0.2,10.1.2.3)', () => {
+  const test = proxiedElsewhere;
+
+  test("cannot choose its request id though a proxy is trusted: a new UUID, and the client's id in no log line", async ({ t, request }) => {
+    const response = await request('GET', '/v1/pets', { headers: { 'x-request-id': 'a3c1e9f04b7d4e2a9c3f1b6d8e0a2c4f' } });
+    expect(response.status).toBe(200);
+    const id = response.headers.get('x-request-id')!;
+    expect(id).toMatch(UUID);
+    expect(requestLine(t.logs.entries(), id)).toMatchObject({ status: 200, route: '/v1/pets' });
+    expect(t.logs.lines.join('\n')).not.toContain('a3c1e9f04b7d4e2a9c3f1b6d8e0a2c4f');
   });
 });
 

@@ -16,7 +16,11 @@ declare module 'fastify' {
 export const ADMIN_SECURITY_SCHEME = 'adminToken';
 
 /** Who an admin request's changes are recorded as: its token and its request id. */
-export const actorOf = (request: FastifyRequest): Actor => ({ adminTokenId: request.adminToken!.id, requestId: request.id });
+export const actorOf = (request: FastifyRequest): Actor => ({
+  name: 'admin-api',
+  adminTokenId: request.adminToken!.id,
+  requestId: request.id,
+});
 
 /**
  * Every admin request but the documents needs `Authorization: Bearer <admin token>`: 401 without

@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { errors } from '../errors.js';
+import { ExpiryError, parseExpiry } from '../expiry.js';
 import { decodeCursor, encodeCursor, nextLink } from '../pagination.js';
 import { LimitsError, ownLimits } from '../plans.js';
 import type { RateLimiter } from '../plugins/rate-limit/index.js';
@@ -22,12 +23,16 @@ export interface AdminKeysOptions {
 
 const LOCATION = { location: { type: 'string', description: 'Path of the key' } } as const;
 
-/** The repository's refusals as the API's: limits that do not go with the plan (400), a key whose state forbids the change (409). */
+/**
+ * The refusals of the rules shared with the keys command as the API's: limits that do not go with
+ * the plan or an expiry that is no future date (400), a key whose state forbids the change (409).
+ */
 async function refusalsAsErrors<T>(work: () => T | Promise<T>): Promise<T> {
   try {
     return await work();
   } catch (error) {
     if (error instanceof LimitsError) throw errors.badRequest(`body ${error.message}`);
+    if (error instanceof ExpiryError) throw errors.badRequest(`body/expiresAt ${error.message}`);
     if (error instanceof KeyStateError) throw errors.conflict(error.message);
     throw error;
   }
@@ -37,14 +42,6 @@ const found = (key: ApiKeyRecord | undefined, id: number): ApiKeyRecord => {
   if (!key) throw errors.notFound(`No API key with id ${id}`);
   return key;
 };
-
-/** An expiry as the body gives it, which must be ahead of the clock. */
-function futureDate(text: string, now: number): Date {
-  const date = new Date(text);
-  if (Number.isNaN(date.getTime()) || date.getTime() <= now)
-    throw errors.badRequest('body/expiresAt must be a valid date-time in the future');
-  return date;
-}
 
 /** The listing's filters, so that a cursor is used only with the filters it was made for (short: they include a name). */
 const filterOf = (query: { plan?: string; state?: string; name?: string }) =>
@@ -74,7 +71,7 @@ const adminKeys: FastifyPluginAsyncTypebox<AdminKeysOptions> = async (admin, { k
     async (request, reply) => {
       const { plan, name, perMinute, perDay, expiresAt, readOnly } = request.body;
       const limits = await refusalsAsErrors(() => ownLimits(plan, perMinute, perDay));
-      const expiry = expiresAt === undefined ? undefined : futureDate(expiresAt, admin.now());
+      const expiry = expiresAt === undefined ? undefined : await refusalsAsErrors(() => parseExpiry(expiresAt, admin.now()));
       // The secret leaves in this answer only: the stored response a retry gets has no secret.
       let secret: string | undefined;
       const { status, location, body } = await admin.idempotently(request, reply, async (tx) => {
@@ -176,7 +173,7 @@ const adminKeys: FastifyPluginAsyncTypebox<AdminKeysOptions> = async (admin, { k
     async (request, reply) => {
       const { id } = request.params;
       const { overlapSeconds, expiresAt } = request.body;
-      const expiry = expiresAt === undefined ? undefined : futureDate(expiresAt, admin.now());
+      const expiry = expiresAt === undefined ? undefined : await refusalsAsErrors(() => parseExpiry(expiresAt, admin.now()));
       const rotated = await refusalsAsErrors(() =>
         keys.rotate(id, overlapSeconds ?? DEFAULT_OVERLAP_SECONDS, { expiresAt: expiry, actor: actorOf(request) }),
       );

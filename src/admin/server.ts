@@ -11,6 +11,7 @@ import adminAudit from './audit.js';
 import adminAuth, { ADMIN_SECURITY_SCHEME } from './auth.js';
 import { documentAdminOperation } from './contract.js';
 import adminKeys from './keys.js';
+import adminAddressBans from './address-bans.js';
 
 export const ADMIN_PREFIX = '/admin/v1';
 
@@ -45,12 +46,13 @@ export async function buildAdminServer(app: FastifyInstance): Promise<FastifyIns
       version: '1.0.0',
       description:
         'Key management for the systems that sell and support access: issue, list, change, rotate and revoke API keys, ' +
-        'read their usage, lift bans, and read the audit trail. Every error is an `Error` body `{code, message, status}`.',
+        'read their usage, list and lift bans of keys and addresses, and read the audit trail. Every error is an `Error` body `{code, message, status}`.',
     },
     serverUrl: ADMIN_PREFIX,
     apiPrefix: ADMIN_PREFIX,
     tags: [
       { name: 'keys', description: 'API keys, their usage and bans' },
+      { name: 'address bans', description: 'Client addresses banned for what was sent from them without a valid key' },
       { name: 'audit', description: 'Who changed what, and when' },
     ],
     securityScheme: {
@@ -74,6 +76,7 @@ export async function buildAdminServer(app: FastifyInstance): Promise<FastifyIns
       ownerOf: (request) => request.adminToken?.id,
     });
     await operations.register(adminKeys, { keys: app.apiKeysRepository, audit, rateLimit: app.rateLimit });
+    await operations.register(adminAddressBans, { audit, rateLimit: app.rateLimit });
     await operations.register(adminAudit, { audit });
   });
   return admin;

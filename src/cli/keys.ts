@@ -2,6 +2,7 @@ import { parseArgs } from 'node:util';
 import { ConfigError, loadConfig } from '../config.js';
 import { DataDirInUseError } from '../db/database.js';
 import { openDatabase } from '../db/open.js';
+import { ExpiryError, parseExpiry } from '../expiry.js';
 import { migrate } from '../db/migrate.js';
 import { isPlan, LimitsError, ownLimits, PLANS } from '../plans.js';
 import type { Actor } from '../repositories/admin-audit.js';
@@ -33,7 +34,7 @@ const USAGE =
   ' | keys admin-token create --scope <read|write> --name TEXT | keys admin-token list [--json] | keys admin-token revoke <id>';
 
 /** Changes made here are recorded as the keys command's: no admin token. */
-const COMMAND: Actor = { adminTokenId: null };
+const COMMAND: Actor = { name: 'cli:keys', adminTokenId: null };
 
 class UsageError extends Error {}
 
@@ -52,14 +53,14 @@ function positiveInteger(option: string, value: string, max = 2_147_483_647): nu
   return Number(value);
 }
 
-/** An ISO 8601 date-time with a time zone, in the future. */
+/** An expiry as the admin API takes it (parseExpiry): an ISO 8601 date-time with a time zone, on the calendar, in the future. */
 function futureDate(value: string): Date {
-  const date = new Date(value);
-  if (!/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:\d{2})$/.test(value) || Number.isNaN(date.getTime())) {
-    throw new UsageError('--expires-at must be an ISO 8601 date-time with a time zone, such as 2027-01-31T00:00:00Z');
+  try {
+    return parseExpiry(value, Date.now());
+  } catch (error) {
+    if (!(error instanceof ExpiryError)) throw error;
+    throw new UsageError(`--expires-at ${error.message}`);
   }
-  if (date.getTime() <= Date.now()) throw new UsageError('--expires-at must be in the future');
-  return date;
 }
 
 function validName(option: string, value: string): string {

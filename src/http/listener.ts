@@ -1,5 +1,7 @@
+import { isUtf8 } from 'node:buffer';
 import type { FastifyInstance } from 'fastify';
 import type { Config } from '../config.js';
+import { errors } from '../errors.js';
 import { formatValidationError, validatorCompiler } from '../validation.js';
 import { clientErrorHandler, frameworkErrors } from './client-errors.js';
 import { escapeMalformedPath } from './malformed-url.js';
@@ -31,7 +33,8 @@ export const listenerOptions = (config: Config) => ({
 /**
  * What such a listener does on every request: security headers and the request id on every
  * response, a response sent before the body was read closes the connection, and JSON (TypeBox
- * validated) is the only media type read: anything else is a 415.
+ * validated) is the only media type read: anything else is a 415. JSON is UTF-8 (RFC 8259): a
+ * body that is not is a 400, where decoding it leniently would store U+FFFD in place of what was sent.
  */
 export function serveJson(listener: FastifyInstance) {
   // Callback hooks: they run on every request, and need no promise.
@@ -42,4 +45,11 @@ export function serveJson(listener: FastifyInstance) {
   listener.addHook('onSend', closeIfBodyUnread);
   listener.setValidatorCompiler(validatorCompiler);
   listener.removeContentTypeParser('text/plain');
+  const parseJson = listener.getDefaultJsonParser('error', 'error');
+  listener.removeContentTypeParser('application/json');
+  listener.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, body: Buffer, done) => {
+    if (!isUtf8(body)) return done(errors.bodyNotUtf8(), undefined);
+    // Fastify's own parser (a callback, no promise): empty bodies and prototype poisoning as before.
+    void parseJson(request, body.toString(), done);
+  });
 }

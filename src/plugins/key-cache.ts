@@ -30,11 +30,20 @@ export default fp<{ maxEntries: number }>(
     });
     const stopListening = await app.db.listen(
       'api_key_changed',
-      (payload) => keys.invalidate(parseKeyChange(payload)),
-      () => keys.invalidate('*'),
+      (payload) => {
+        const change = parseKeyChange(payload);
+        keys.invalidate(change);
+        // The key filter (plugins/key-filter.ts) hears of new keys here, on the same listening connection.
+        if (change === '*') void app.keyFilter.reload();
+        else void app.keyFilter.learn(change);
+      },
+      () => {
+        keys.invalidate('*');
+        void app.keyFilter.reload();
+      },
     );
     app.addHook('onClose', stopListening);
     app.decorate('keyCache', keys);
   },
-  { name: 'key-cache', dependencies: ['database', 'repositories', 'metrics'] },
+  { name: 'key-cache', dependencies: ['database', 'repositories', 'metrics', 'key-filter'] },
 );

@@ -1,18 +1,28 @@
 import type { Database, Queryable } from '../db/database.js';
 
-/** Who made a change: the admin token of an API request (and the request's id), or null for the keys command. */
+/** Who made a change: what did (the admin API, the keys command, the server itself) and, for the admin API, with which token in which request. */
 export interface Actor {
+  /** Recorded as `actor`: 'admin-api', 'cli:keys' or 'system:<what>'. */
+  name: string;
   adminTokenId: number | null;
   requestId?: string;
 }
 
 export type AuditAction =
-  'key.create' | 'key.update' | 'key.rotate' | 'key.revoke' | 'key.ban_lift' | 'admin_token.create' | 'admin_token.revoke';
+  | 'key.create'
+  | 'key.update'
+  | 'key.rotate'
+  | 'key.revoke'
+  | 'key.ban_lift'
+  | 'address.ban_lift'
+  | 'admin_token.create'
+  | 'admin_token.revoke';
 
 /** One change as the trail keeps it: never a secret, never a hash. */
 export interface AuditEntry {
   id: number;
   at: string;
+  actor: string;
   adminTokenId: number | null;
   requestId: string | null;
   action: AuditAction;
@@ -23,6 +33,7 @@ export interface AuditEntry {
 interface AuditRow {
   id: number;
   at: Date;
+  actor: string;
   actor_token_id: number | null;
   request_id: string | null;
   action: AuditAction;
@@ -33,12 +44,12 @@ interface AuditRow {
 const statements = {
   insert: {
     name: 'admin_audit_insert',
-    text: `INSERT INTO admin_audit (actor_token_id, request_id, action, key_id, details) VALUES ($1, $2, $3, $4, $5::jsonb)`,
+    text: `INSERT INTO admin_audit (actor, actor_token_id, request_id, action, key_id, details) VALUES ($1, $2, $3, $4, $5, $6::jsonb)`,
   },
   // Newest first; the cursor is the last id of the previous page.
   page: {
     name: 'admin_audit_page',
-    text: `SELECT id, at, actor_token_id, request_id, action, key_id, details FROM admin_audit
+    text: `SELECT id, at, actor, actor_token_id, request_id, action, key_id, details FROM admin_audit
            WHERE id < $1 ORDER BY id DESC LIMIT $2`,
   },
 } as const;
@@ -51,7 +62,7 @@ export async function recordAudit(
   keyId: number | null,
   details: Record<string, unknown> = {},
 ): Promise<void> {
-  await target.query(statements.insert, [actor.adminTokenId, actor.requestId ?? null, action, keyId, JSON.stringify(details)]);
+  await target.query(statements.insert, [actor.name, actor.adminTokenId, actor.requestId ?? null, action, keyId, JSON.stringify(details)]);
 }
 
 export function createAdminAuditRepository(db: Database) {
@@ -66,6 +77,7 @@ export function createAdminAuditRepository(db: Database) {
       const entries = rows.slice(0, limit).map((row) => ({
         id: row.id,
         at: new Date(row.at).toISOString(),
+        actor: row.actor,
         adminTokenId: row.actor_token_id,
         requestId: row.request_id,
         action: row.action,

@@ -61,6 +61,8 @@ const STATE = `CASE WHEN revoked_at IS NOT NULL THEN 'revoked' WHEN replaced_by 
                     WHEN expires_at <= now() THEN 'expired' ELSE 'active' END`;
 const RECORD_COLUMNS = `${COLUMNS}, ${STATE} AS state`;
 
+const USABLE = 'revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())';
+
 const statements = {
   insert: {
     name: 'api_keys_insert',
@@ -88,9 +90,23 @@ const statements = {
                revoked_at = CASE WHEN $3::int = 0 THEN now() END
            WHERE id = $1`,
   },
+  // The key, and the rotated keys of its quota still in their overlap: one statement, so one notice names them all.
+  // Limits stay on each key's row, so the limiter reads them from the key presented, with no lookup of the quota's newest key.
   update: {
     name: 'api_keys_update',
-    text: `UPDATE api_keys SET plan = $2, per_minute = $3, per_day = $4, name = $5 WHERE id = $1 RETURNING ${RECORD_COLUMNS}`,
+    text: `UPDATE api_keys SET plan = $2, per_minute = $3, per_day = $4, name = CASE WHEN id = $1 THEN $5 ELSE name END
+           WHERE id = $1 OR ((quota_id = $6 OR id = $6) AND revoked_at IS NULL AND expires_at > now())
+           RETURNING ${RECORD_COLUMNS}`,
+  },
+  // Usable keys for the key filter (src/key-filter.ts): expired ones would only be refused.
+  countUsable: { name: 'api_keys_count_usable', text: `SELECT count(*)::int AS count FROM api_keys WHERE ${USABLE}` },
+  usableHashes: {
+    name: 'api_keys_usable_hashes',
+    text: `SELECT id, key_hash FROM api_keys WHERE id > $1 AND ${USABLE} ORDER BY id LIMIT $2`,
+  },
+  usableHashesOf: {
+    name: 'api_keys_usable_hashes_of',
+    text: `SELECT id, key_hash FROM api_keys WHERE id = ANY($1::bigint[]) AND ${USABLE}`,
   },
 } as const;
 
@@ -241,8 +257,10 @@ export function createApiKeysRepository(db: Database) {
 
     /**
      * Changes a key's plan, limits or name, effective wherever the key is cached as soon as the
-     * change notice arrives. Undefined when there is no such key; a LimitsError when the limits do
-     * not go with the plan; a KeyStateError for a revoked or rotated key.
+     * change notice arrives. The plan and limits are the quota's: the keys rotated into this one
+     * and still in their overlap take them too, so a cut binds every key counting in the quota.
+     * Undefined when there is no such key; a LimitsError when the limits do not go with the plan;
+     * a KeyStateError for a revoked or rotated key.
      */
     update(id: number, change: ApiKeyChange, { actor }: ChangeOptions = {}) {
       return db.transaction(async (tx): Promise<ApiKeyRecord | undefined> => {
@@ -257,18 +275,24 @@ export function createApiKeysRepository(db: Database) {
         const after = { plan, ...(limits ?? PLAN_LIMITS[plan as Exclude<Plan, 'enterprise'>]), name };
         const unchanged = (['plan', 'perMinute', 'perDay', 'name'] as const).every((field) => after[field] === before[field]);
         if (unchanged) return before;
-        const [updated] = await tx.query<ApiKeyRecordRow>(statements.update, [
+        const rows = await tx.query<ApiKeyRecordRow>(statements.update, [
           id,
           plan,
           limits?.perMinute ?? null,
           limits?.perDay ?? null,
           name,
+          before.quotaId,
         ]);
+        const sameQuota = rows.filter((updated) => updated.id !== id).map((updated) => updated.id);
         if (actor) {
           const { perMinute, perDay } = before;
-          await recordAudit(tx, actor, 'key.update', id, { before: { plan: before.plan, perMinute, perDay, name: before.name }, after });
+          await recordAudit(tx, actor, 'key.update', id, {
+            before: { plan: before.plan, perMinute, perDay, name: before.name },
+            after,
+            ...(sameQuota.length > 0 && { sameQuota }),
+          });
         }
-        return recordOf(updated!);
+        return recordOf(rows.find((updated) => updated.id === id)!);
       });
     },
 
@@ -309,7 +333,29 @@ export function createApiKeysRepository(db: Database) {
       const [row] = await db.query<ApiKeyRow>(statements.findUsable, [Buffer.from(hash, 'base64')]);
       return row && identityOf(row);
     },
+
+    async countUsable(): Promise<number> {
+      const [row] = await db.query<{ count: number }>(statements.countUsable);
+      return row!.count;
+    },
+
+    /** The hashes (base64) of usable keys after an id, in id order, `limit` of them: a page of all there are. */
+    async usableHashes(afterId: number, limit: number): Promise<Array<{ id: number; hash: string }>> {
+      return hashesOf(await db.query<HashRow>(statements.usableHashes, [afterId, limit]));
+    },
+
+    /** The hashes (base64) of those of these keys that are usable. */
+    async usableHashesOf(ids: number[]): Promise<Array<{ id: number; hash: string }>> {
+      return hashesOf(await db.query<HashRow>(statements.usableHashesOf, [ids]));
+    },
   };
 }
+
+interface HashRow {
+  id: number;
+  key_hash: Buffer | Uint8Array;
+}
+
+const hashesOf = (rows: HashRow[]) => rows.map((row) => ({ id: row.id, hash: Buffer.from(row.key_hash).toString('base64') }));
 
 export type ApiKeysRepository = ReturnType<typeof createApiKeysRepository>;

@@ -1,4 +1,5 @@
 import { Type, type Static, type TSchema } from '@sinclair/typebox';
+import { DATE_TIME } from '../expiry.js';
 import { PLANS } from '../plans.js';
 import { DEFAULT_OVERLAP_SECONDS, KEY_STATES, MAX_OVERLAP_SECONDS } from '../repositories/api-keys.js';
 import { PageLimit } from './common.js';
@@ -38,9 +39,9 @@ const KeyName = Type.String({
   'x-error-message': 'must be at most 200 characters, without control characters',
 });
 
-/** An ISO 8601 date-time with a time zone, as the keys command takes it. */
+/** An ISO 8601 date-time with a time zone, as the keys command takes it; the route checks it is on the calendar and ahead (parseExpiry). */
 const FutureTimestamp = Type.String({
-  pattern: '^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}(:\\d{2}(\\.\\d+)?)?(Z|[+-]\\d{2}:\\d{2})$',
+  pattern: DATE_TIME.source,
   description: 'When the key stops working: an ISO 8601 date-time with a time zone, in the future',
   'x-error-message': 'must be an ISO 8601 date-time with a time zone, such as 2027-01-31T00:00:00Z',
 });
@@ -159,16 +160,44 @@ export const KeyUsage = Type.Object(
 );
 export type KeyUsage = Static<typeof KeyUsage>;
 
+const Source = Type.Union([Type.Literal('redis'), Type.Literal('memory')], {
+  description: "The store that answered: redis, or this instance's memory (no Redis configured, or during a Redis outage)",
+});
+
+export const AddressBans = Type.Object(
+  {
+    bans: Type.Array(
+      Type.Object({
+        address: Type.String({ description: 'An IPv4 address, or an IPv6 network of RATE_LIMIT_IPV6_PREFIX bits (`2001:db8:1:2::/64`)' }),
+        bannedUntil: { ...Timestamp, description: 'When the ban ends' },
+      }),
+    ),
+    source: Source,
+  },
+  { title: 'AddressBans', description: "The client addresses banned now, in address order, read from the limiter's own store" },
+);
+
+export const AddressParams = Type.Object({
+  address: Type.String({
+    maxLength: 100,
+    description: 'An address of the client (any address of its IPv6 network will do), or the client as the list names it',
+  }),
+});
+
 export const AuditEntry = Type.Object(
   {
     id: Type.Integer({ format: 'int64' }),
     at: Timestamp,
+    actor: Type.String({
+      description:
+        'What made the change: admin-api (adminTokenId says which token), cli:keys (the keys command), system:development-key (the development key of an embedded first start)',
+    }),
     adminTokenId: Nullable(
-      Type.Integer({ format: 'int64', description: 'The admin token that made the change; null for the keys command' }),
+      Type.Integer({ format: 'int64', description: 'The admin token that made the change; null when the admin API did not' }),
     ),
     requestId: Nullable(Type.String({ description: 'The X-Request-Id of the admin request, as logged' })),
     action: Type.String({
-      description: 'key.create, key.update, key.rotate, key.revoke, key.ban_lift, admin_token.create, admin_token.revoke',
+      description: 'key.create, key.update, key.rotate, key.revoke, key.ban_lift, address.ban_lift, admin_token.create, admin_token.revoke',
     }),
     keyId: Nullable(Type.Integer({ format: 'int64' })),
     details: Type.Object({}, { additionalProperties: true, description: 'What changed; never a secret' }),

@@ -1,15 +1,16 @@
 import type { FastifyInstance } from 'fastify';
 import { buildAdminServer } from '../../src/admin/server.js';
+import type { Actor } from '../../src/repositories/admin-audit.js';
 import { createAdminTokensRepository, type AdminScope } from '../../src/repositories/admin-tokens.js';
 import { listen } from './http.js';
 import { bearer } from './keys.js';
 
 /** The keys command's actor: tokens made for tests are made as the command makes them. */
-const COMMAND = { adminTokenId: null };
+export const KEYS_COMMAND: Actor = { name: 'cli:keys', adminTokenId: null };
 
 /** An admin token of the app's database, as `keys admin-token create` makes one. */
 export const createAdminToken = (app: FastifyInstance, scope: AdminScope, name = `${scope} token`) =>
-  createAdminTokensRepository(app.db).create({ name, scope }, COMMAND);
+  createAdminTokensRepository(app.db).create({ name, scope }, KEYS_COMMAND);
 
 /**
  * The admin listener of an app (buildAdminServer, as server.ts builds it) on a loopback port, with

@@ -29,6 +29,8 @@ export async function buildTestApp(env: Record<string, string> = {}, deps: AppDe
     DATA_DIR: 'memory://',
     PUBLIC_BASE_URL: 'https://api.example.test/v1',
     LOG_LEVEL: 'info',
+    // A loaded machine stalls event loops for seconds; only the tests of load shedding shed.
+    LOAD_SHED_EVENT_LOOP_DELAY_MS: '60000',
     ...env,
   });
   const app = await buildApp(config, { logStream: logs.stream, ...deps });

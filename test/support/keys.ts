@@ -1,4 +1,5 @@
 import type { FastifyInstance } from 'fastify';
+import { hashKey } from '../../src/api-key-format.js';
 import { eventually } from './eventually.js';
 
 /** The Authorization header of an API key. */
@@ -36,3 +37,10 @@ export const waitUntilCached = (app: FastifyInstance, headers: { authorization: 
     await app.inject({ url: '/v1/pets?limit=1', headers });
     return (await keyLookups(app)) === before;
   });
+
+/**
+ * Waits until the app's filter of stored keys holds a key: the change notice of its creation (or
+ * the reload a bulk change asks for) has reached the app, which has read the key's hash.
+ */
+export const waitUntilListed = (app: FastifyInstance, key: string) =>
+  eventually(async () => app.keyFilter.mayHold(hashKey(key).toString('base64')));

@@ -71,6 +71,8 @@ export async function startServer(spec: ServerSpec = {}): Promise<ServerProcess>
       REDIS_KEY_PREFIX: `test:${randomUUID()}:`,
       // No balancer to wait for: a SIGTERM closes at once, unless a test of the drain sets it.
       SHUTDOWN_DRAIN_MS: '0',
+      // A loaded machine stalls event loops for seconds; only the tests of load shedding shed.
+      LOAD_SHED_EVENT_LOOP_DELAY_MS: '60000',
       ...spec.env,
     },
     stdio: ['ignore', log, log],

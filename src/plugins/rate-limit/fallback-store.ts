@@ -3,7 +3,7 @@ import type { Limits } from '../../plans.js';
 import type { MemoryStore } from './memory-store.js';
 import { pingAll } from './redis-connection.js';
 import type { RedisStore } from './redis-store.js';
-import type { Decision, Inspection, RateLimitStore, StoreKind } from './store.js';
+import type { Bans, Decision, Inspection, RateLimitStore, StoreKind } from './store.js';
 
 /** While on memory, how often Redis is asked whether it answers again: the bound on how long counting stays local after it does. */
 export const REDIS_PROBE_MS = 1_000;
@@ -41,6 +41,10 @@ export class FallbackStore implements RateLimitStore {
 
   inspect(subject: string, limits: Limits, now: number): Promise<Inspection> {
     return this.#decide((store) => store.inspect(subject, limits, now));
+  }
+
+  bans(prefix: string, now: number): Promise<Bans> {
+    return this.#decide((store) => store.bans(prefix, now));
   }
 
   /** In Redis when it answers, and in this instance's memory too, where a ban from an earlier outage would come back with the next. */

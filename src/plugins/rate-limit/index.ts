@@ -3,6 +3,8 @@ import { Counter, Gauge } from 'prom-client';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { errors, secondsUntil, type ApiError } from '../../errors.js';
 import { PLAN_LIMITS, type Limits } from '../../plans.js';
+import type { ApiKeyIdentity } from '../../repositories/api-keys.js';
+import { clientOf } from './address.js';
 import { FallbackStore } from './fallback-store.js';
 import { MemoryStore } from './memory-store.js';
 import { createRedisClient, REDIS_START_WAIT_MS, type RedisCredentials, type RedisTarget } from './redis-connection.js';
@@ -15,6 +17,8 @@ export interface RateLimitOptions {
   redis?: RedisTarget;
   redisCredentials: RedisCredentials;
   redisKeyPrefix: string;
+  /** Callers without a key count per IPv6 network of this many leading bits (see clientOf). */
+  ipv6Prefix: number;
 }
 
 /** Callers without a valid key are limited by address, as the Free plan, so keys cannot be guessed at speed. */
@@ -38,6 +42,8 @@ export const RATE_LIMIT_HEADERS = {
 
 /** The subject a key counts as: its quota, which the keys rotated from one another share. */
 const keySubject = (quotaId: number) => `key:${quotaId}`;
+/** The subject a caller without a valid key counts as: its client address (see clientOf). */
+const addressSubject = (client: string) => `ip:${client}`;
 
 interface Charge {
   subject: string;
@@ -48,18 +54,25 @@ interface Charge {
   counted: boolean;
 }
 
+/** A request decided and with nothing left to settle: refused, or settled already. */
+const SETTLED = 0;
+
 /**
- * Where a request's charge waits for settle(): a request decoration that only this module can
- * name. Set on every request, it is cheaper than a WeakMap entry (README, Performance).
+ * Where a request's charge waits for settle(), unset while the limiter has not decided it: a
+ * request decoration that only this module can name. Set on every request, it is cheaper than a
+ * WeakMap entry (README, Performance).
  */
 const CHARGE = Symbol('rateLimitCharge');
-type Charged = FastifyRequest & { [CHARGE]?: Charge };
+type Charged = FastifyRequest & { [CHARGE]?: Charge | typeof SETTLED };
 
 declare module 'fastify' {
   interface FastifyInstance {
     rateLimit: RateLimiter;
   }
 }
+
+/** The caller's key as far as memory tells, asked only of a request the limiter never decided. */
+export type KnownKey = (request: FastifyRequest) => ApiKeyIdentity | undefined;
 
 export interface RateLimiter {
   /**
@@ -75,12 +88,22 @@ export interface RateLimiter {
   /**
    * Once answered: takes back a counted request that turned out free, or counts an uncounted one
    * that did not. The response waits for it, so the caller's next request, on any instance, sees it.
+   * A request answered before it was decided (load shedding, shutdown, a key lookup that failed)
+   * counts nothing and gets the headers of its caller as they stand: of the key `knownKey` finds
+   * without the database, else of its address.
    */
-  settle(request: FastifyRequest, reply: FastifyReply, { free }: { free: boolean }): Promise<unknown> | undefined;
+  settle(request: FastifyRequest, reply: FastifyReply, options: { free: boolean; knownKey: KnownKey }): Promise<unknown> | undefined;
   /** What a key's quota holds now (both windows, a ban), counting nothing, and which store answered (the admin API). */
   usage(quotaId: number, limits: Limits, now: number): Promise<Inspection>;
   /** Lifts a key's ban in the store decisions go to now (the admin API); says which. */
   liftBan(quotaId: number, now: number): Promise<StoreKind>;
+  /** The clients (see clientOf) banned now, and which store answered (the admin API). */
+  addressBans(now: number): Promise<{ bans: Array<{ address: string; bannedUntil: number }>; source: StoreKind }>;
+  /**
+   * Lifts the ban of the client an address (or a client as addressBans names it) counts as, in
+   * the store decisions go to now; says which client, when its ban would have ended, if it had one, and which store.
+   */
+  liftAddressBan(address: string, now: number): Promise<{ address: string; bannedUntil?: number; source: StoreKind }>;
 }
 
 /**
@@ -119,11 +142,23 @@ export default fp<RateLimitOptions>(
     });
 
     app.decorateRequest(CHARGE, undefined);
+    const clientOfAddress = (address: string) => clientOf(address, options.ipv6Prefix);
+
+    /** What `check` says of the caller now: honest headers for a request that was never counted. */
+    async function describeUndecided(request: FastifyRequest, reply: FastifyReply, key: ApiKeyIdentity | undefined) {
+      const now = app.now();
+      setHeaders(
+        reply,
+        await store.check(key ? keySubject(key.quotaId) : addressSubject(clientOfAddress(request.ip)), key ?? ANONYMOUS, now),
+        now,
+      );
+    }
 
     app.decorate('rateLimit', {
       async mayLookUp(address, now) {
-        if ((await store.check(`ip:${address}`, ANONYMOUS, now)).outcome === 'banned') return { lookUp: false };
-        const budget = await lookups.consume(`lookup:${address}`, LOOKUPS, now);
+        const subject = addressSubject(clientOfAddress(address));
+        if ((await store.check(subject, ANONYMOUS, now)).outcome === 'banned') return { lookUp: false };
+        const budget = await lookups.consume(subject, LOOKUPS, now);
         if (budget.outcome === 'allowed') return { lookUp: true };
         const window = budget.day.used >= budget.day.limit ? budget.day : budget.minute;
         return { lookUp: false, refusal: errors.tooManyUnknownKeys(secondsUntil(window.resetAt - now)) };
@@ -131,7 +166,8 @@ export default fp<RateLimitOptions>(
 
       async admit(request, reply, now, { free }) {
         const key = request.apiKey;
-        const subject = key ? keySubject(key.quotaId) : `ip:${request.ip}`;
+        const client = key ? undefined : clientOfAddress(request.ip);
+        const subject = client === undefined ? keySubject(key!.quotaId) : addressSubject(client);
         const limits = key ?? ANONYMOUS;
         const checked = free ? await store.check(subject, limits, now) : undefined;
         const decision = checked?.outcome === 'allowed' ? checked : await store.consume(subject, limits, now);
@@ -142,21 +178,27 @@ export default fp<RateLimitOptions>(
             (request as Charged)[CHARGE] = { subject, limits, decision, now, counted: decision !== checked };
             return;
           case 'banned': {
+            (request as Charged)[CHARGE] = SETTLED;
             const until = new Date(decision.bannedUntil).toISOString();
-            if (decision.banStarted) request.log.warn({ keyId: key?.id, address: key ? undefined : request.ip, until }, 'rate limit ban');
+            if (decision.banStarted) request.log.warn({ keyId: key?.id, address: client, until }, 'rate limit ban');
             throw errors.banned(until, secondsUntil(decision.bannedUntil - now));
           }
           case 'limited':
+            (request as Charged)[CHARGE] = SETTLED;
             throw errors.rateLimited(binding.limit, binding === decision.day ? 'day' : 'minute', secondsUntil(binding.resetAt - now));
         }
       },
 
       // GitHub's rule: a revalidation that finds the client's copy current (304 for a tag it sent)
       // costs nothing. The request was admitted like any other, so a caller over its limit still got its 429.
-      settle(request, reply, { free }) {
+      settle(request, reply, { free, knownKey }) {
         const charge = (request as Charged)[CHARGE];
-        if (!charge || free !== charge.counted) return undefined;
-        (request as Charged)[CHARGE] = undefined;
+        if (charge === undefined) {
+          (request as Charged)[CHARGE] = SETTLED;
+          return describeUndecided(request, reply, knownKey(request));
+        }
+        if (charge === SETTLED || free !== charge.counted) return undefined;
+        (request as Charged)[CHARGE] = SETTLED;
         if (charge.counted) {
           const uncount = (window: WindowUsage) => ({ ...window, used: Math.max(0, window.used - 1) });
           setHeaders(reply, { ...charge.decision, minute: uncount(charge.decision.minute), day: uncount(charge.decision.day) }, charge.now);
@@ -168,6 +210,20 @@ export default fp<RateLimitOptions>(
 
       usage: (quotaId, limits, now) => store.inspect(keySubject(quotaId), limits, now),
       liftBan: (quotaId, now) => store.liftBan(keySubject(quotaId), now),
+
+      async addressBans(now) {
+        const { bans, source } = await store.bans(addressSubject(''), now);
+        const listed = bans.map(({ subject, bannedUntil }) => ({ address: subject.slice(addressSubject('').length), bannedUntil }));
+        return { bans: listed.sort((a, b) => a.address.localeCompare(b.address)), source };
+      },
+
+      async liftAddressBan(address, now) {
+        const client = clientOfAddress(address.replace(/\/\d+$/, ''));
+        const subject = addressSubject(client);
+        const { decision } = await store.inspect(subject, ANONYMOUS, now);
+        const source = await store.liftBan(subject, now);
+        return { address: client, bannedUntil: decision.outcome === 'banned' ? decision.bannedUntil : undefined, source };
+      },
     } satisfies RateLimiter);
   },
   { name: 'rate-limit', dependencies: ['metrics'] },

@@ -8,6 +8,7 @@ import {
   windowsOf,
   windowStart,
   type BanPolicy,
+  type Bans,
   type Decision,
   type Inspection,
   type RateLimitStore,
@@ -90,6 +91,14 @@ export class MemoryStore implements RateLimitStore {
 
   async inspect(subject: string, limits: Limits, now: number): Promise<Inspection> {
     return { decision: await this.check(subject, limits, now), source: 'memory' };
+  }
+
+  async bans(prefix: string, now: number): Promise<Bans> {
+    const bans: Bans['bans'] = [];
+    for (const [subject, { bannedUntil }] of this.#subjects.entries()) {
+      if (bannedUntil > now && subject.startsWith(prefix)) bans.push({ subject, bannedUntil });
+    }
+    return { bans, source: 'memory' };
   }
 
   async liftBan(subject: string): Promise<StoreKind> {

@@ -1,4 +1,4 @@
-import type { Cluster, Redis } from 'ioredis';
+import { Cluster, type Redis } from 'ioredis';
 import type { Limits } from '../../plans.js';
 import {
   DAY_MS,
@@ -8,6 +8,7 @@ import {
   windowsOf,
   windowStart,
   type BanPolicy,
+  type Bans,
   type Decision,
   type Inspection,
   type RateLimitStore,
@@ -60,6 +61,9 @@ declare module 'ioredis' {
     refundRateLimit(minuteKey: string, dayKey: string): Promise<null>;
   }
 }
+
+/** A literal for a SCAN MATCH pattern, its glob characters escaped. */
+const globEscape = (text: string) => text.replace(/[*?[\]\\]/g, '\\$&');
 
 /** DECIDE's first result: 0 when limited, else one of these (BAN_STARTED: banned by this very request). */
 const ALLOWED = 1;
@@ -141,6 +145,26 @@ export class RedisStore implements RateLimitStore {
 
   async inspect(subject: string, limits: Limits, now: number): Promise<Inspection> {
     return { decision: await this.check(subject, limits, now), source: 'redis' };
+  }
+
+  /**
+   * SCANs every master for the ban keys of such subjects: a walk of the whole keyspace, for an
+   * operator's occasional look, which leaves the decisions' single round trip alone.
+   */
+  async bans(prefix: string, now: number): Promise<Bans> {
+    const start = this.#base(prefix).slice(0, -1);
+    const match = `${globEscape(start)}*}:ban`;
+    const nodes = this.redis instanceof Cluster ? this.redis.nodes('master') : [this.redis];
+    const keys: string[] = [];
+    for (const node of nodes) {
+      for await (const batch of node.scanStream({ match, count: 1000 })) keys.push(...(batch as string[]));
+    }
+    // One GET each: on a cluster the keys live on many slots.
+    const ends = await Promise.all(keys.map((key) => this.redis.get(key)));
+    const bans = keys
+      .map((key, i) => ({ subject: key.slice(start.length - prefix.length, -'}:ban'.length), bannedUntil: Number(ends[i] ?? 0) }))
+      .filter(({ bannedUntil }) => bannedUntil > now);
+    return { bans, source: 'redis' };
   }
 
   async liftBan(subject: string, now: number): Promise<StoreKind> {

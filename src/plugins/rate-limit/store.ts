@@ -49,12 +49,19 @@ export interface RateLimitStore {
   refund(subject: string, decision: Decision): Promise<void>;
   /** What `check` would decide, and which store answered: `memory` also for Redis's fallback during an outage. */
   inspect(subject: string, limits: Limits, now: number): Promise<Inspection>;
+  /** The subjects starting with `prefix` that are banned now, and which store answered. */
+  bans(prefix: string, now: number): Promise<Bans>;
   /** Ends the subject's ban, if any, and forgets its refusals this minute; says which store it was lifted in. */
   liftBan(subject: string, now: number): Promise<StoreKind>;
   close(): Promise<void>;
 }
 
 export type StoreKind = 'memory' | 'redis';
+
+export interface Bans {
+  bans: Array<{ subject: string; bannedUntil: number }>;
+  source: StoreKind;
+}
 
 export interface Inspection {
   decision: Decision;

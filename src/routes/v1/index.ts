@@ -1,4 +1,4 @@
-import type { FastifyPluginAsync } from 'fastify';
+import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
 import auth from '../../plugins/auth.js';
 import conditionalRequests from '../../plugins/conditional-requests.js';
 import deprecation from '../../plugins/deprecation.js';
@@ -26,7 +26,9 @@ export interface V1Options {
  *   validation  the operation's schemas (400); a deprecated operation past its sunset is a 410
  *   preHandler  a revalidation of a tag known current is answered 304 here, before the handler
  *   handler     routes/v1/pets.ts
- *   onSend      ETag and 304; the limiter takes back a free revalidation
+ *   onSend      ETag and 304; the limiter takes back a free revalidation, and gives a response
+ *               answered before it decided (load shedding, shutdown, a failed key lookup) the
+ *               headers of its caller as they stand
  *
  * Unknown paths pass the same pipeline through this context's own not-found handler.
  */
@@ -48,7 +50,10 @@ const v1: FastifyPluginAsync<V1Options> = async (app, options) => {
     let credential = app.auth.identify(request);
     let lookupRefusal: ApiError | undefined;
     if (credential.kind === 'unverified') {
-      const budget = credential.recheck ? { lookUp: true as const } : await app.rateLimit.mayLookUp(request.ip, now);
+      // A key stored as far as the filter knows is looked up whatever its address did; any other
+      // spends the address's budget (a key made a moment ago elsewhere, whose notice is on its way).
+      const listed = credential.recheck || app.keyFilter.mayHold(credential.hash);
+      const budget = listed ? { lookUp: true as const } : await app.rateLimit.mayLookUp(request.ip, now);
       if (budget.lookUp) credential = await app.auth.verify(credential);
       else lookupRefusal = budget.refusal;
     }
@@ -58,13 +63,18 @@ const v1: FastifyPluginAsync<V1Options> = async (app, options) => {
     if (refusal) throw refusal;
   });
 
+  const keyFromMemory = (request: FastifyRequest) => {
+    const credential = app.auth.identify(request);
+    return credential.kind === 'key' ? credential.key : undefined;
+  };
+
   // Callback hooks: they run on every request, and need no promise.
   app.addHook('preHandler', (request, reply, done) => {
     if (!app.conditionalRequests.answerKnown(request, reply)) done();
   });
   app.addHook('onSend', (request, reply, payload, done) => {
     const answer = app.conditionalRequests.finish(request, reply, payload);
-    const settling = app.rateLimit.settle(request, reply, { free: answer.free });
+    const settling = app.rateLimit.settle(request, reply, { free: answer.free, knownKey: keyFromMemory });
     if (settling) settling.then(() => done(null, answer.payload), done);
     else done(null, answer.payload);
   });

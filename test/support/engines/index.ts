@@ -7,4 +7,5 @@ export { startRedisCluster, type RedisCluster, type ClusterOptions, type Cluster
 export { startSentinel, type SentinelSetup, type SentinelOptions, type SwitchEvent } from './sentinel.js';
 export { startPgBouncer, type PgBouncer, type PgBouncerOptions } from './pgbouncer.js';
 export { startPrimaryWithStandby, type PrimaryWithStandby, type PostgresNode } from './postgres-standby.js';
+export { startNginx, NGINX_TEMPLATE, type Nginx, type NginxOptions } from './nginx.js';
 export { findProgram } from './daemon.js';

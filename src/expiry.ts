@@ -1,0 +1,32 @@
+/** An ISO 8601 date-time with a time zone, its fields captured: the one shape an expiry takes. */
+export const DATE_TIME = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2})(?::(\d{2})(?:\.\d+)?)?(?:Z|[+-]\d{2}:\d{2})$/;
+
+/** An expiry the admin API and the keys command refuse alike (400, exit 2): the message says why. */
+export class ExpiryError extends Error {}
+
+/**
+ * The instant an expiry names. It must have the shape of DATE_TIME, name a date and time on the
+ * calendar (Date would roll 2099-02-31 over into March, and 24:00 into the next day), and lie
+ * after `now`; an ExpiryError otherwise.
+ */
+export function parseExpiry(text: string, now: number): Date {
+  const fields = DATE_TIME.exec(text)
+    ?.slice(1, 7)
+    .map((field = '0') => Number(field));
+  if (!fields) throw new ExpiryError('must be an ISO 8601 date-time with a time zone, such as 2027-01-31T00:00:00Z');
+  const [year, month, day, hour, minute, second] = fields as [number, number, number, number, number, number];
+  const written = new Date(0);
+  written.setUTCFullYear(year, month - 1, day);
+  written.setUTCHours(hour, minute, second);
+  const date = new Date(text);
+  const onCalendar =
+    written.getUTCFullYear() === year &&
+    written.getUTCMonth() === month - 1 &&
+    written.getUTCDate() === day &&
+    written.getUTCHours() === hour &&
+    written.getUTCMinutes() === minute &&
+    written.getUTCSeconds() === second;
+  if (!onCalendar || Number.isNaN(date.getTime())) throw new ExpiryError(`must be a date and time on the calendar; ${text} is not`);
+  if (date.getTime() <= now) throw new ExpiryError('must be in the future');
+  return date;
+}
