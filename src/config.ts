@@ -132,7 +132,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
 /** "must be one of ..." for a setting that takes one of a few words: TypeBox alone says "Expected union value". */
 function allowedValues(schema: TSchema): string | undefined {
   if (schema.type === 'boolean') return 'must be true or false';
-  const words = (schema.anyOf as TSchema[] | undefined)?.map((option) => option.const);
+  const words = (schema.anyOf as TSchema[] | undefined)?.map((option): unknown => option.const);
   return words?.every((word) => typeof word === 'string') ? `must be one of ${words.join(', ')}` : undefined;
 }
 

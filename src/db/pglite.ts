@@ -78,7 +78,7 @@ export const PGLITE_TEMPLATE = fileURLToPath(new URL(`../../node_modules/.cache/
 
 function pgliteVersion(): string {
   const entry = createRequire(import.meta.url).resolve('@electric-sql/pglite');
-  return JSON.parse(readFileSync(join(dirname(entry), '..', 'package.json'), 'utf8')).version;
+  return (JSON.parse(readFileSync(join(dirname(entry), '..', 'package.json'), 'utf8')) as { version: string }).version;
 }
 
 async function openPglite(dataDir: string): Promise<PGlite> {
