@@ -4,6 +4,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { ConfigError, loadConfig } from './config.js';
 import { DataDirInUseError } from './db/database.js';
 import { developmentKeyGreeting } from './development-key.js';
+import { keysSocketPath, serveKeysCommands } from './keys-socket.js';
 import { buildMetricsServer } from './metrics-server.js';
 import { startTracing } from './tracing.js';
 
@@ -42,7 +43,13 @@ try {
 }
 const { config } = app;
 const metricsServer = buildMetricsServer(app.metricsRegistry);
+// The embedded database admits this process only: the keys command run beside it asks here.
+const stopKeysCommands =
+  app.db.kind === 'pglite' && !config.DATA_DIR.startsWith('memory://')
+    ? await serveKeysCommands(app, keysSocketPath(config.DATA_DIR))
+    : undefined;
 const close = async () => {
+  await stopKeysCommands?.();
   await admin?.server.close();
   await Promise.all([app.close(), metricsServer.close()]);
 };

@@ -40,6 +40,14 @@ const listJson = async (env: Record<string, string>) =>
   JSON.parse((await keys(['list', '--json'], env)).stdout) as Array<Record<string, unknown>>;
 
 describe('npm run --silent keys', () => {
+  test.for([['--help'], ['help'], ['-h']])('%s lists the commands and exits 0', async (args, { env }) => {
+    const help = await keys(args, env);
+    expect(help).toMatchObject({ code: 0, stderr: '' });
+    for (const command of ['create', 'rotate', 'list', 'revoke', 'admin-token create', 'admin-token list', 'admin-token revoke']) {
+      expect(help.stdout).toContain(`keys ${command}`);
+    }
+  });
+
   test('create prints the key as the last line of stdout and exits 0', async ({ env }) => {
     const created = await keys(['create', '--plan', 'free', '--name', 'ci script'], env);
     expect(created).toMatchObject({ code: 0, stderr: '' });
@@ -275,18 +283,30 @@ describe('npm run --silent keys -- admin-token', () => {
 });
 
 describe.runIf(!POSTGRES_URL)('on the embedded database', () => {
-  test('stops with a clear message while a server holds the data directory, and corrupts nothing', async ({ env }) => {
-    const before = await listJson(env);
+  test('works through the server that holds the data directory: a key it creates works at once, one it revokes stops at once', async ({
+    env,
+  }) => {
     const server = await startServer({ env: { DATA_DIR: env.DATA_DIR! } });
     try {
-      const result = await keys(['create', '--plan', 'free'], env);
-      expect(result.code).toBe(1);
-      expect(result.stdout).toBe('');
-      expect(result.stderr).toMatch(/in use by process \d+.*Stop that process first/);
+      const created = await keys(['create', '--plan', 'free', '--name', 'beside a server'], env);
+      expect(created).toMatchObject({ code: 0, stderr: '' });
+      const key = lastLine(created.stdout);
+      expect(key).toMatch(KEY);
+      const status = () => fetch(`${server.origin}/v1/pets`, { headers: bearer(key) }).then((response) => response.status);
+      expect(await status()).toBe(200);
+
+      const id = (await listJson(env)).find((record) => record.name === 'beside a server')!.id as number;
+      expect(await keys(['revoke', String(id)], env)).toMatchObject({ code: 0, stderr: '' });
+      expect(await status()).toBe(401);
+      // Refusals and usage errors read as they do without a server.
+      expect(await keys(['revoke', '999999'], env)).toMatchObject({ code: 1, stdout: '', stderr: 'keys: no API key with id 999999\n' });
+      expect((await keys(['create', '--plan', 'nope'], env)).code).toBe(2);
+      expect(server.output()).toMatch(/"command":"create","exitCode":0,"msg":"keys command"/);
     } finally {
       expect(await server.stop()).toBe(0);
     }
-    expect(await listJson(env)).toEqual(before);
+    // Without the server, the command opens the database itself and finds the same keys.
+    expect((await listJson(env)).find((record) => record.name === 'beside a server')).toMatchObject({ revokedAt: expect.any(String) });
   });
 });
 
