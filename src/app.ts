@@ -102,14 +102,17 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
       version: '1.0.0',
       description:
         'Browse and manage the animals available for adoption. Every error is an `Error` body ' +
-        '`{code, message, status}`; see the README for the codes and the decisions this service takes.',
+        "`{code, message, status}`. The guides are in the `docs/` folder of the service's repository: " +
+        '`docs/api.md` (errors and their codes, pagination, retries with Idempotency-Key, conditional reads, ' +
+        'rate limits and bans, deprecation), `docs/api-keys.md` (how keys are issued), and `docs/decisions/` ' +
+        '(what this service decided where the interface is silent).',
     },
     serverUrl: config.PUBLIC_BASE_URL,
     apiPrefix: API_PREFIX,
     tags: [{ name: 'pets', description: 'Animals available for adoption' }],
     securityScheme: {
       name: SECURITY_SCHEME,
-      description: 'An API key, sent as `Authorization: Bearer <API key>`. See the README for how keys are issued.',
+      description: 'An API key, sent as `Authorization: Bearer <API key>`. `docs/api-keys.md` says how keys are issued.',
     },
   });
   await app.register(health);

@@ -1,3 +1,4 @@
+import { existsSync } from 'node:fs';
 import SwaggerParser from '@apidevtools/swagger-parser';
 import { Ajv } from 'ajv';
 import { describe, expect } from 'vitest';
@@ -89,6 +90,11 @@ describe('the OpenAPI document at /v1/openapi.json', () => {
     expect(response.statusCode).toBe(200);
     expect(response.headers['content-type']).toMatch(/text\/html/);
     expect(response.body).toContain('<title>Pet store</title>');
+    const { info } = (await t.app.inject('/v1/openapi.json')).json<{ info: { description: string } }>();
+    for (const guide of ['docs/api.md', 'docs/api-keys.md', 'docs/decisions/']) {
+      expect(info.description).toContain(guide);
+      expect(existsSync(guide), guide).toBe(true);
+    }
     const initializer = await t.app.inject('/docs/static/swagger-initializer.js');
     expect(initializer.body).toMatch(/"persistAuthorization":\s*true/);
   });
