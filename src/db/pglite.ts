@@ -95,6 +95,13 @@ function readTemplate(): Blob | undefined {
   }
 }
 
+/** Makes the kept template unless it is there already (at install, so that a first start is quick); true when it made one. */
+export async function preparePgliteTemplate(): Promise<boolean> {
+  if (existsSync(PGLITE_TEMPLATE)) return false;
+  await makeTemplate();
+  return true;
+}
+
 async function makeTemplate(): Promise<Blob> {
   const fresh = await PGlite.create('memory://');
   try {
