@@ -1,13 +1,19 @@
-import { defineConfig } from 'vitest/config';
+import { configDefaults, defineConfig } from 'vitest/config';
 
 export default defineConfig({
   test: {
-    include: ['test/**/*.test.ts'],
-    // Each file gets its own database, so files run in parallel; PGlite and real processes need time to start.
+    // Each file gets its own database; PGlite and real processes need time to start.
     pool: 'forks',
     // Memory tests collect garbage before they measure, so they compare what is really held.
     execArgv: ['--expose-gc'],
     testTimeout: 60_000,
     hookTimeout: 60_000,
+    projects: [
+      // npm test: what needs nothing installed or configured (PGlite; PostgreSQL and Redis when set).
+      { extends: true, test: { name: 'suite', include: ['test/**/*.test.ts'], exclude: [...configDefaults.exclude, 'test/engines/**'] } },
+      // npm run test:engines: the engines production puts in between, started by the tests themselves.
+      // One file at a time: each starts several daemons and servers, and two at once starve each other on 2 cores.
+      { extends: true, test: { name: 'engines', include: ['test/engines/**/*.test.ts'], fileParallelism: false } },
+    ],
   },
 });

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The real engines the engine tests (test/engines.test.ts, test/support/engines/) start privately on
+# The real engines the engine tests (test/engines/, test/support/engines/) start privately on
 # free loopback ports: redis-server (cluster mode), redis-sentinel, pgbouncer and nginx (the edge
-# proxy's template, test/nginx.test.ts), from Debian's packages. Idempotent and quiet: installs only what is missing (apt-get update only when a first
+# proxy's template, test/engines/nginx.test.ts), from Debian's packages. Idempotent and quiet: installs only what is missing (apt-get update only when a first
 # attempt fails), then stops the daemons the install itself started (a pgbouncer on 6432, a sentinel
 # on 26379, an nginx on 80), since the tests run their own. Processes that were running before it are never
 # touched: the Redis on 6379 that CI shares stays up. Exits non-zero on failure.

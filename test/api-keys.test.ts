@@ -7,8 +7,7 @@ import { POSTGRES_URL } from './support/databases.js';
 import { eventually } from './support/eventually.js';
 import { databaseTest as databaseFixtures, describeAppTest, twoInstancesTest } from './support/fixtures.js';
 import { startServer } from './support/processes.js';
-import { bearer, waitForKeyAt } from './support/keys.js';
-import { sleep } from './support/time.js';
+import { bearer, waitForKeyAt, waitUntilCached } from './support/keys.js';
 
 async function metric(t: TestApp, name: string): Promise<number> {
   const text = (await buildMetricsServer(t.app.metricsRegistry).inject('/metrics')).body;
@@ -40,7 +39,7 @@ describe('keys looked up on first use', () => {
     try {
       // The notice of the test key's own creation comes back through PostgreSQL a moment later;
       // a lookup it overtakes is not kept (one more lookup, harmless), and this test counts them.
-      await sleep(300);
+      await waitUntilCached(other.app, other.auth);
       const key = generateKey();
       const before = await metric(other, 'api_key_lookups_total');
       for (let i = 0; i < 10; i++) expect((await other.app.inject({ url: '/v1/pets', headers: bearer(key) })).statusCode).toBe(401);

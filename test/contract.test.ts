@@ -1,9 +1,9 @@
 import { Ajv, type ValidateFunction } from 'ajv';
 import { expect } from 'vitest';
-import { POSTGRES_URL } from './support/databases.js';
+import { insertInFlight, POSTGRES_URL } from './support/databases.js';
 import { appTest } from './support/fixtures.js';
 import type { HttpResponse } from './support/http.js';
-import { sleep, SUNSET, T0 } from './support/time.js';
+import { SUNSET, T0 } from './support/time.js';
 import { bearer } from './support/keys.js';
 
 /** Headers of HTTP itself or of every response alike, which the document does not repeat per operation. */
@@ -144,7 +144,7 @@ test.skipIf(!POSTGRES_URL)('a 409 for an Idempotency-Key in flight conforms too'
   try {
     const headers = { ...t.auth, 'idempotency-key': 'contract-in-flight' };
     const first = call('POST', '/v1/pets', { json: { name: 'Slow contract', categoryId: 1 }, headers });
-    await sleep(150);
+    await insertInFlight(t.db);
     const during = await call('POST', '/v1/pets', { json: { name: 'Slow contract', categoryId: 1 }, headers });
     expect(during.status).toBe(409);
     expect((await first).status).toBe(201);

@@ -60,33 +60,34 @@ const test = base.extend(
   { scope: 'file' },
   // eslint-disable-next-line no-empty-pattern -- vitest reads a fixture's dependencies from this pattern
   async ({}, { onCleanup }) => {
-    const defer = cleanupStack(onCleanup);
-    const env: Record<string, string> = { SHUTDOWN_DRAIN_MS: String(DRAIN_MS) };
-    let server: ServerProcess;
-    let authorization: string;
-    if (POSTGRES_URL) {
-      const scratch = await createScratchDatabase(POSTGRES_URL);
-      defer(() => scratch.drop());
-      server = await startServer({ name: 'drain', env: { ...env, DATABASE_URL: scratch.url }, readyPath: '/readyz' });
-      defer(() => server.stop('SIGKILL'));
-      const db = await openExistingDatabase({ url: scratch.url });
-      try {
-        const { key } = await createApiKeysRepository(db).create({
-          plan: 'enterprise',
-          name: 'drain',
-          limits: { perMinute: 1e9, perDay: 2e9 },
-        });
-        authorization = `Bearer ${key}`;
-      } finally {
-        await db.close();
+    return cleanupStack(onCleanup, async (defer) => {
+      const env: Record<string, string> = { SHUTDOWN_DRAIN_MS: String(DRAIN_MS) };
+      let server: ServerProcess;
+      let authorization: string;
+      if (POSTGRES_URL) {
+        const scratch = await createScratchDatabase(POSTGRES_URL);
+        defer(() => scratch.drop());
+        server = await startServer({ name: 'drain', env: { ...env, DATABASE_URL: scratch.url }, readyPath: '/readyz' });
+        defer(() => server.stop('SIGKILL'));
+        const db = await openExistingDatabase({ url: scratch.url });
+        try {
+          const { key } = await createApiKeysRepository(db).create({
+            plan: 'enterprise',
+            name: 'drain',
+            limits: { perMinute: 1e9, perDay: 2e9 },
+          });
+          authorization = `Bearer ${key}`;
+        } finally {
+          await db.close();
+        }
+      } else {
+        server = await startServer({ name: 'drain', env: { ...env, DATA_DIR: 'memory://' }, readyPath: '/readyz' });
+        defer(() => server.stop('SIGKILL'));
+        authorization = `Bearer ${await developmentKey(server)}`;
       }
-    } else {
-      server = await startServer({ name: 'drain', env: { ...env, DATA_DIR: 'memory://' }, readyPath: '/readyz' });
-      defer(() => server.stop('SIGKILL'));
-      authorization = `Bearer ${await developmentKey(server)}`;
-    }
-    await waitForKeyAt(server.origin, { authorization });
-    return { server, authorization };
+      await waitForKeyAt(server.origin, { authorization });
+      return { server, authorization };
+    });
   },
 );
 

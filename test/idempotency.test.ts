@@ -3,11 +3,11 @@ import { describe, expect } from 'vitest';
 import type { LightMyRequestResponse } from 'fastify';
 import { buildTestApp, type TestApp } from './support/app.js';
 import { appTest, twoInstancesTest } from './support/fixtures.js';
-import { POSTGRES_URL } from './support/databases.js';
+import { insertInFlight, POSTGRES_URL } from './support/databases.js';
 import { countPets } from './support/pets.js';
 import { eventually } from './support/eventually.js';
 import { bearer } from './support/keys.js';
-import { MINUTE, sleep, T0 } from './support/time.js';
+import { MINUTE, T0 } from './support/time.js';
 import { createIdempotencyKeysRepository } from '../src/repositories/idempotency-keys.js';
 
 const newKey = () => `retry-${randomUUID()}`;
@@ -240,7 +240,7 @@ describe.skipIf(!POSTGRES_URL)('Idempotency-Key across two instances on PostgreS
       try {
         const key = newKey();
         const first = post(a, key, { name: 'Slow', categoryId: 1 });
-        await sleep(300);
+        await insertInFlight(a.db);
         const during = await post(b, key, { name: 'Slow', categoryId: 1 }, a.auth);
         expectError(during, 409, 'idempotency_key_in_use');
         expect(during.headers['retry-after']).toBe('1');

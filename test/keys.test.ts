@@ -19,6 +19,8 @@ const KEY = /^psk_[0-9A-Za-z]{49}$/;
 /** Admin tokens: the same format with their own prefix, so a scanner tells the two apart. */
 const ADMIN_TOKEN = /^psa_[0-9A-Za-z]{49}$/;
 const lastLine = (text: string) => text.trimEnd().split('\n').at(-1)!;
+/** For a test that runs the command many times: each run opens the database, seconds apiece on a loaded machine with PGlite. */
+const MANY_RUNS = { timeout: 180_000 };
 
 /** The settings of a database of the file's own, for the command; the compiled code is built first. */
 // eslint-disable-next-line no-empty-pattern -- vitest reads a fixture's dependencies from this pattern
@@ -118,168 +120,166 @@ describe('npm run --silent keys', () => {
     expect(line).toMatch(/\tread-only\t\S+\texpires 2099-01-31T12:00:00.000Z\tactive$/);
   });
 
-  test('rotate prints a new key with the same plan, limits, name and scope, and lists which key replaced which', async ({ env }) => {
-    await keys(['create', '--plan', 'enterprise', '--per-minute', '7', '--per-day', '70', '--name', 'rolled', '--read-only'], env);
-    const old = (await listJson(env)).find((record) => record.name === 'rolled')!;
-    const rotated = await keys(['rotate', String(old.id), '--overlap-seconds', '3600'], env);
-    expect(rotated).toMatchObject({ code: 0, stderr: '' });
-    expect(lastLine(rotated.stdout)).toMatch(KEY);
-    const records = await listJson(env);
-    const replaced = records.find((record) => record.id === old.id)!;
-    const successor = records.find((record) => record.id === replaced.replacedBy)!;
-    expect(successor).toMatchObject({
-      name: 'rolled',
-      plan: 'enterprise',
-      perMinute: 7,
-      perDay: 70,
-      readOnly: true,
-      expiresAt: null,
-      revokedAt: null,
-    });
-    expect(Date.parse(replaced.expiresAt as string) - Date.now()).toBeGreaterThan(3_500_000);
-    expect(replaced.revokedAt).toBeNull();
-    const line = (await keys(['list'], env)).stdout.split('\n').find((text) => text.startsWith(`${String(old.id)}\t`));
-    expect(line).toMatch(new RegExp(`\\tactive, replaced by ${String(successor.id)}$`));
-    // Rotating it again, or a revoked key, is refused; --overlap-seconds 0 revokes the old key at once.
-    expect((await keys(['rotate', String(old.id)], env)).code).toBe(1);
-    const now = await keys(['rotate', String(successor.id), '--overlap-seconds', '0'], env);
-    expect(now.code).toBe(0);
-    expect((await listJson(env)).find((record) => record.id === successor.id)!.revokedAt).toEqual(expect.any(String));
-    expect((await keys(['rotate', '999999'], env)).code).toBe(1);
-  });
-
-  test('bad arguments: one line on stderr, exit 2, nothing written', { timeout: 180_000 }, async ({ env }) => {
-    const cases = [
-      [],
-      ['rotate'],
-      ['create'],
-      ['create', '--plan', 'gold'],
-      ['create', '--plan'],
-      ['create', '--plan', 'enterprise'],
-      ['create', '--plan', 'enterprise', '--per-minute', '10'],
-      ['create', '--plan', 'enterprise', '--per-minute', '0', '--per-day', '10'],
-      ['create', '--plan', 'enterprise', '--per-minute', 'ten', '--per-day', '10'],
-      ['create', '--plan', 'enterprise', '--per-minute', '1.5', '--per-day', '10'],
-      ['create', '--plan', 'free', '--per-minute', '10'],
-      ['create', '--plan', 'pro', '--per-day', '10'],
-      ['create', '--plan', 'free', '--colour', 'red'],
-      ['create', '--plan', 'free', 'extra'],
-      ['create', '--plan', 'free', '--name', 'tab\there'],
-      ['list', '--plan', 'free'],
-      ['revoke'],
-      ['revoke', 'abc'],
-      ['revoke', '1', '2'],
-      ['create', '--plan', 'free', '--expires-at', 'tomorrow'],
-      ['create', '--plan', 'free', '--expires-at', '2027-01-01'],
-      ['create', '--plan', 'free', '--expires-at', '2020-01-01T00:00:00Z'],
-      ['create', '--plan', 'free', '--read-only', 'yes'],
-      ['create', '--plan', 'free', '--overlap-seconds', '5'],
-      ['rotate', 'abc'],
-      ['rotate', '1', '--overlap-seconds', '-1'],
-      ['rotate', '1', '--overlap-seconds', '1.5'],
-      ['rotate', '1', '--read-only'],
-      ['list', '--expires-at', '2030-01-01T00:00:00Z'],
-      ['admin-token'],
-      ['admin-token', 'rotate', '1'],
-      ['admin-token', 'create'],
-      ['admin-token', 'create', '--scope', 'read'],
-      ['admin-token', 'create', '--scope', 'admin', '--name', 'x'],
-      ['admin-token', 'create', '--scope', 'write', '--name', 'x', '--plan', 'free'],
-      ['admin-token', 'create', '--scope', 'write', '--name', 'tab\there'],
-      ['admin-token', 'list', '--scope', 'read'],
-      ['admin-token', 'revoke'],
-      ['admin-token', 'revoke', 'abc'],
-      ['rotate', '1', '--overlap-seconds', '2592001'],
-    ];
-    const before = await listJson(env);
-    // Bad arguments are refused before the database is opened, so the cases can run side by side.
-    for (let i = 0; i < cases.length; i += 4) {
-      const batch = cases.slice(i, i + 4);
-      const results = await Promise.all(batch.map((args) => keys(args, env)));
-      results.forEach((result, j) => {
-        const label = JSON.stringify(batch[j]);
-        expect(result.code, label).toBe(2);
-        expect(result.stdout, label).toBe('');
-        expect(result.stderr.trimEnd().split('\n'), label).toHaveLength(1);
-        expect(result.stderr, label).toMatch(/^keys: /);
+  test(
+    'rotate prints a new key with the same plan, limits, name and scope, and lists which key replaced which',
+    MANY_RUNS,
+    async ({ env }) => {
+      await keys(['create', '--plan', 'enterprise', '--per-minute', '7', '--per-day', '70', '--name', 'rolled', '--read-only'], env);
+      const old = (await listJson(env)).find((record) => record.name === 'rolled')!;
+      const rotated = await keys(['rotate', String(old.id), '--overlap-seconds', '3600'], env);
+      expect(rotated).toMatchObject({ code: 0, stderr: '' });
+      expect(lastLine(rotated.stdout)).toMatch(KEY);
+      const records = await listJson(env);
+      const replaced = records.find((record) => record.id === old.id)!;
+      const successor = records.find((record) => record.id === replaced.replacedBy)!;
+      expect(successor).toMatchObject({
+        name: 'rolled',
+        plan: 'enterprise',
+        perMinute: 7,
+        perDay: 70,
+        readOnly: true,
+        expiresAt: null,
+        revokedAt: null,
       });
-    }
-    expect(await listJson(env)).toEqual(before);
-  });
+      expect(Date.parse(replaced.expiresAt as string) - Date.now()).toBeGreaterThan(3_500_000);
+      expect(replaced.revokedAt).toBeNull();
+      const line = (await keys(['list'], env)).stdout.split('\n').find((text) => text.startsWith(`${String(old.id)}\t`));
+      expect(line).toMatch(new RegExp(`\\tactive, replaced by ${String(successor.id)}$`));
+      // Rotating it again, or a revoked key, is refused; --overlap-seconds 0 revokes the old key at once.
+      expect((await keys(['rotate', String(old.id)], env)).code).toBe(1);
+      const now = await keys(['rotate', String(successor.id), '--overlap-seconds', '0'], env);
+      expect(now.code).toBe(0);
+      expect((await listJson(env)).find((record) => record.id === successor.id)!.revokedAt).toEqual(expect.any(String));
+      expect((await keys(['rotate', '999999'], env)).code).toBe(1);
+    },
+  );
 
-  test('an --expires-at that is not on the calendar is refused, where Date would roll it over: exit 2, nothing written', async ({
-    env,
-  }) => {
-    const before = await listJson(env);
-    const results = await Promise.all(
-      [
+  test(
+    'bad arguments, an --expires-at not on the calendar among them (where Date would roll it over): one line on stderr, exit 2, nothing written',
+    MANY_RUNS,
+    async ({ env }) => {
+      const cases = [
+        [],
+        ['rotate'],
+        ['create'],
+        ['create', '--plan', 'gold'],
+        ['create', '--plan'],
+        ['create', '--plan', 'enterprise'],
+        ['create', '--plan', 'enterprise', '--per-minute', '10'],
+        ['create', '--plan', 'enterprise', '--per-minute', '0', '--per-day', '10'],
+        ['create', '--plan', 'enterprise', '--per-minute', 'ten', '--per-day', '10'],
+        ['create', '--plan', 'enterprise', '--per-minute', '1.5', '--per-day', '10'],
+        ['create', '--plan', 'free', '--per-minute', '10'],
+        ['create', '--plan', 'pro', '--per-day', '10'],
+        ['create', '--plan', 'free', '--colour', 'red'],
+        ['create', '--plan', 'free', 'extra'],
+        ['create', '--plan', 'free', '--name', 'tab\there'],
+        ['list', '--plan', 'free'],
+        ['revoke'],
+        ['revoke', 'abc'],
+        ['revoke', '1', '2'],
+        ['create', '--plan', 'free', '--expires-at', 'tomorrow'],
+        ['create', '--plan', 'free', '--expires-at', '2027-01-01'],
+        ['create', '--plan', 'free', '--expires-at', '2020-01-01T00:00:00Z'],
+        ['create', '--plan', 'free', '--read-only', 'yes'],
+        ['create', '--plan', 'free', '--overlap-seconds', '5'],
+        ['rotate', 'abc'],
+        ['rotate', '1', '--overlap-seconds', '-1'],
+        ['rotate', '1', '--overlap-seconds', '1.5'],
+        ['rotate', '1', '--read-only'],
+        ['list', '--expires-at', '2030-01-01T00:00:00Z'],
+        ['admin-token'],
+        ['admin-token', 'rotate', '1'],
+        ['admin-token', 'create'],
+        ['admin-token', 'create', '--scope', 'read'],
+        ['admin-token', 'create', '--scope', 'admin', '--name', 'x'],
+        ['admin-token', 'create', '--scope', 'write', '--name', 'x', '--plan', 'free'],
+        ['admin-token', 'create', '--scope', 'write', '--name', 'tab\there'],
+        ['admin-token', 'list', '--scope', 'read'],
+        ['admin-token', 'revoke'],
+        ['admin-token', 'revoke', 'abc'],
+        ['rotate', '1', '--overlap-seconds', '2592001'],
+      ];
+      const offCalendar = [
         ['create', '--plan', 'free', '--expires-at', '2099-02-31T00:00:00Z'],
         ['create', '--plan', 'free', '--expires-at', '2099-01-01T24:00:00Z'],
         ['rotate', '1', '--expires-at', '2099-04-31T00:00:00+02:00'],
-      ].map((args) => keys(args, env)),
-    );
-    for (const result of results) {
-      expect(result).toMatchObject({ code: 2, stdout: '' });
-      expect(result.stderr).toMatch(/^keys: --expires-at .*calendar/);
-    }
-    expect(await listJson(env)).toEqual(before);
-  });
+      ];
+      const before = await listJson(env);
+      // Bad arguments are refused before the database is opened, so the cases can run side by side.
+      const all = [...cases, ...offCalendar];
+      for (let i = 0; i < all.length; i += 4) {
+        const batch = all.slice(i, i + 4);
+        const results = await Promise.all(batch.map((args) => keys(args, env)));
+        results.forEach((result, j) => {
+          const label = JSON.stringify(batch[j]);
+          expect(result.code, label).toBe(2);
+          expect(result.stdout, label).toBe('');
+          expect(result.stderr.trimEnd().split('\n'), label).toHaveLength(1);
+          expect(result.stderr, label).toMatch(offCalendar.includes(batch[j]!) ? /^keys: --expires-at .*calendar/ : /^keys: /);
+        });
+      }
+      expect(await listJson(env)).toEqual(before);
+    },
+  );
 });
 
 describe('npm run --silent keys -- admin-token', () => {
-  test('create prints the token last; list shows it, never the secret; revoke revokes; a server with ADMIN_PORT takes it, and the trail has every change', async ({
-    env,
-  }) => {
-    const created = await keys(['admin-token', 'create', '--scope', 'write', '--name', 'billing'], env);
-    expect(created).toMatchObject({ code: 0, stderr: '' });
-    const token = lastLine(created.stdout);
-    expect(token).toMatch(ADMIN_TOKEN);
-    const support = lastLine((await keys(['admin-token', 'create', '--scope', 'read', '--name', 'support'], env)).stdout);
-    expect(support).toMatch(ADMIN_TOKEN);
+  test(
+    'create prints the token last; list shows it, never the secret; revoke revokes; a server with ADMIN_PORT takes it, and the trail has every change',
+    MANY_RUNS,
+    async ({ env }) => {
+      const created = await keys(['admin-token', 'create', '--scope', 'write', '--name', 'billing'], env);
+      expect(created).toMatchObject({ code: 0, stderr: '' });
+      const token = lastLine(created.stdout);
+      expect(token).toMatch(ADMIN_TOKEN);
+      const support = lastLine((await keys(['admin-token', 'create', '--scope', 'read', '--name', 'support'], env)).stdout);
+      expect(support).toMatch(ADMIN_TOKEN);
 
-    const records = JSON.parse((await keys(['admin-token', 'list', '--json'], env)).stdout) as Array<Record<string, unknown>>;
-    const billing = records.find((record) => record.name === 'billing')!;
-    expect(billing).toEqual({ id: expect.any(Number), name: 'billing', scope: 'write', createdAt: expect.any(String), revokedAt: null });
-    const listed = (await keys(['admin-token', 'list'], env)).stdout;
-    expect(listed).toMatch(new RegExp(`^${String(billing.id)}\\tbilling\\twrite\\t\\S+\\tactive$`, 'm'));
-    expect(listed + JSON.stringify(records)).not.toMatch(/psa_|hash/);
+      const records = JSON.parse((await keys(['admin-token', 'list', '--json'], env)).stdout) as Array<Record<string, unknown>>;
+      const billing = records.find((record) => record.name === 'billing')!;
+      expect(billing).toEqual({ id: expect.any(Number), name: 'billing', scope: 'write', createdAt: expect.any(String), revokedAt: null });
+      const listed = (await keys(['admin-token', 'list'], env)).stdout;
+      expect(listed).toMatch(new RegExp(`^${String(billing.id)}\\tbilling\\twrite\\t\\S+\\tactive$`, 'm'));
+      expect(listed + JSON.stringify(records)).not.toMatch(/psa_|hash/);
 
-    const supportId = records.find((record) => record.name === 'support')!.id as number;
-    expect((await keys(['admin-token', 'revoke', String(supportId)], env)).code).toBe(0);
-    const revoked = JSON.parse((await keys(['admin-token', 'list', '--json'], env)).stdout) as Array<Record<string, unknown>>;
-    expect(revoked.find((record) => record.id === supportId)!.revokedAt).toEqual(expect.any(String));
-    const missing = await keys(['admin-token', 'revoke', '999999'], env);
-    expect(missing.code).toBe(1);
-    expect(missing.stderr).toContain('999999');
+      const supportId = records.find((record) => record.name === 'support')!.id as number;
+      expect((await keys(['admin-token', 'revoke', String(supportId)], env)).code).toBe(0);
+      const revoked = JSON.parse((await keys(['admin-token', 'list', '--json'], env)).stdout) as Array<Record<string, unknown>>;
+      expect(revoked.find((record) => record.id === supportId)!.revokedAt).toEqual(expect.any(String));
+      const missing = await keys(['admin-token', 'revoke', '999999'], env);
+      expect(missing.code).toBe(1);
+      expect(missing.stderr).toContain('999999');
 
-    await keys(['create', '--plan', 'free', '--name', 'by the command'], env);
-    const keyId = (await listJson(env)).find((record) => record.name === 'by the command')!.id as number;
-    expect((await keys(['revoke', String(keyId)], env)).code).toBe(0);
-    const adminPort = await freePort();
-    const server = await startServer({ env: { ...env, ADMIN_PORT: String(adminPort) } });
-    try {
-      const admin = `http://127.0.0.1:${adminPort}/admin/v1`;
-      const audit = await fetch(`${admin}/audit?limit=100`, { headers: bearer(token) });
-      expect(audit.status).toBe(200);
-      const actions = ((await audit.json()) as Array<{ action: string; actor: string; adminTokenId: number | null }>).map(
-        (entry) => `${entry.action} ${entry.actor} ${entry.adminTokenId}`,
-      );
-      // The keys command's changes are its own: no admin token.
-      expect(actions).toEqual(
-        expect.arrayContaining([
-          'admin_token.create cli:keys null',
-          'admin_token.revoke cli:keys null',
-          'key.create cli:keys null',
-          'key.revoke cli:keys null',
-        ]),
-      );
-      expect((await fetch(`${admin}/keys/${keyId}`, { headers: bearer(support) })).status).toBe(401);
-      // The admin API is on its own port only.
-      expect((await fetch(`${server.origin}/admin/v1/keys`, { headers: bearer(token) })).status).toBe(404);
-    } finally {
-      expect(await server.stop()).toBe(0);
-    }
-  });
+      await keys(['create', '--plan', 'free', '--name', 'by the command'], env);
+      const keyId = (await listJson(env)).find((record) => record.name === 'by the command')!.id as number;
+      expect((await keys(['revoke', String(keyId)], env)).code).toBe(0);
+      const adminPort = await freePort();
+      const server = await startServer({ env: { ...env, ADMIN_PORT: String(adminPort) } });
+      try {
+        const admin = `http://127.0.0.1:${adminPort}/admin/v1`;
+        const audit = await fetch(`${admin}/audit?limit=100`, { headers: bearer(token) });
+        expect(audit.status).toBe(200);
+        const actions = ((await audit.json()) as Array<{ action: string; actor: string; adminTokenId: number | null }>).map(
+          (entry) => `${entry.action} ${entry.actor} ${entry.adminTokenId}`,
+        );
+        // The keys command's changes are its own: no admin token.
+        expect(actions).toEqual(
+          expect.arrayContaining([
+            'admin_token.create cli:keys null',
+            'admin_token.revoke cli:keys null',
+            'key.create cli:keys null',
+            'key.revoke cli:keys null',
+          ]),
+        );
+        expect((await fetch(`${admin}/keys/${keyId}`, { headers: bearer(support) })).status).toBe(401);
+        // The admin API is on its own port only.
+        expect((await fetch(`${server.origin}/admin/v1/keys`, { headers: bearer(token) })).status).toBe(404);
+      } finally {
+        expect(await server.stop()).toBe(0);
+      }
+    },
+  );
 });
 
 describe.runIf(!POSTGRES_URL)('on the embedded database', () => {

@@ -76,32 +76,33 @@ const test = base.extend(
   { scope: 'file' },
   // eslint-disable-next-line no-empty-pattern -- vitest reads a fixture's dependencies from this pattern
   async ({}, { onCleanup }) => {
-    const defer = cleanupStack(onCleanup);
-    const receiver = await otlpReceiver();
-    defer(() => receiver.close());
-    const dataDir = await mkdtemp(join(tmpdir(), 'pets-tracing-'));
-    defer(() => rm(dataDir, { recursive: true, force: true }));
-    const scratch = POSTGRES_URL ? await createScratchDatabase(POSTGRES_URL) : undefined;
-    if (scratch) defer(() => scratch.drop());
-    const env = {
-      DATABASE_URL: scratch?.url ?? '',
-      DATA_DIR: dataDir,
-      OTEL_EXPORTER_OTLP_ENDPOINT: receiver.origin,
-      PETS_CACHE_MAX_BYTES: '0',
-    };
-    const server = await startServer({ name: 'traced', env });
-    defer(() => server.stop());
-    let key: string;
-    if (scratch) {
-      const created = await run(
-        ['src/cli/keys.ts', 'create', '--plan', 'enterprise', '--per-minute', '100000', '--per-day', '1000000'],
-        env,
-      );
-      key = created.stdout.trim().split('\n').at(-1)!;
-    } else {
-      key = await developmentKey(server);
-    }
-    return { receiver, server, key };
+    return cleanupStack(onCleanup, async (defer) => {
+      const receiver = await otlpReceiver();
+      defer(() => receiver.close());
+      const dataDir = await mkdtemp(join(tmpdir(), 'pets-tracing-'));
+      defer(() => rm(dataDir, { recursive: true, force: true }));
+      const scratch = POSTGRES_URL ? await createScratchDatabase(POSTGRES_URL) : undefined;
+      if (scratch) defer(() => scratch.drop());
+      const env = {
+        DATABASE_URL: scratch?.url ?? '',
+        DATA_DIR: dataDir,
+        OTEL_EXPORTER_OTLP_ENDPOINT: receiver.origin,
+        PETS_CACHE_MAX_BYTES: '0',
+      };
+      const server = await startServer({ name: 'traced', env });
+      defer(() => server.stop());
+      let key: string;
+      if (scratch) {
+        const created = await run(
+          ['src/cli/keys.ts', 'create', '--plan', 'enterprise', '--per-minute', '100000', '--per-day', '1000000'],
+          env,
+        );
+        key = created.stdout.trim().split('\n').at(-1)!;
+      } else {
+        key = await developmentKey(server);
+      }
+      return { receiver, server, key };
+    });
   },
 );
 

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import type { Database } from '../../src/db/database.js';
 import { openDatabase } from '../../src/db/open.js';
+import { eventually } from './eventually.js';
 
 /** The PostgreSQL server the suite runs against, or undefined for PGlite. */
 export const POSTGRES_URL = process.env.DATABASE_URL || undefined;
@@ -50,3 +51,12 @@ export async function createTestDatabase(): Promise<{ db: Database; url?: string
     },
   };
 }
+
+/** Resolves once a statement on the PostgreSQL database of `db` sleeps in pg_sleep: a slowed insert is in flight. */
+export const insertInFlight = (db: Database) =>
+  eventually(async () => {
+    const [sleeping] = await db.query<{ n: number }>(
+      "SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event = 'PgSleep' AND datname = current_database()",
+    );
+    return sleeping!.n > 0;
+  });

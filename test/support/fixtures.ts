@@ -134,13 +134,23 @@ export const tempDirTest = (prefix: string) =>
   });
 
 /**
- * For a fixture that sets up several things: `defer` each one's undoing as it is made; all run
- * (the last made first) at the fixture's one onCleanup, whatever failed half way.
+ * For a fixture that sets up several things: `setUp` defers each one's undoing as it is made; all
+ * run (the last made first) at the fixture's one onCleanup, or at once when setUp fails half way,
+ * for vitest runs the cleanup of a fixture only once it has returned.
  */
-export function cleanupStack(onCleanup: (cleanup: () => Promise<void>) => void) {
+export async function cleanupStack<T>(
+  onCleanup: (cleanup: () => Promise<void>) => void,
+  setUp: (defer: (each: () => unknown) => void) => Promise<T>,
+): Promise<T> {
   const undo: Array<() => unknown> = [];
-  onCleanup(async () => {
-    for (const each of undo.reverse()) await Promise.resolve(each()).catch(() => {});
-  });
-  return (each: () => unknown) => void undo.push(each);
+  const undoAll = async () => {
+    for (const each of undo.splice(0).reverse()) await Promise.resolve(each()).catch(() => {});
+  };
+  onCleanup(undoAll);
+  try {
+    return await setUp((each) => void undo.push(each));
+  } catch (error) {
+    await undoAll();
+    throw error;
+  }
 }

@@ -9,3 +9,4 @@ export { startPgBouncer, type PgBouncer, type PgBouncerOptions } from './pgbounc
 export { startPrimaryWithStandby, type PrimaryWithStandby, type PostgresNode } from './postgres-standby.js';
 export { startNginx, NGINX_TEMPLATE, type Nginx, type NginxOptions } from './nginx.js';
 export { findProgram } from './daemon.js';
+export { describeNeeding, NEEDS } from './requirements.js';

@@ -1,12 +1,11 @@
 import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
-import { describe, expect } from 'vitest';
-import { POSTGRES_URL } from './support/databases.js';
-import { eventually } from './support/eventually.js';
-import { bearer, waitForKeyOnApp } from './support/keys.js';
-import { startRedisCluster, type RedisCluster } from './support/engines/index.js';
-import { fallbackGauge, freeKeyRun, twoInstancesOn } from './support/scale.js';
-import { MINUTE, sleep } from './support/time.js';
+import { expect } from 'vitest';
+import { eventually } from '../support/eventually.js';
+import { bearer, waitForKeyOnApp } from '../support/keys.js';
+import { describeNeeding, NEEDS, startRedisCluster, type RedisCluster } from '../support/engines/index.js';
+import { fallbackGauge, freeKeyRun, twoInstancesOn } from '../support/scale.js';
+import { MINUTE, sleep } from '../support/time.js';
 
 // The limiter on a real Redis Cluster (REDIS_CLUSTER_NODES, issue #20), with AUTH as managed
 // clusters require: 3 masters and their replicas on loopback. Two instances share the counters,
@@ -47,7 +46,7 @@ async function freeKeysOnEachMaster(cluster: RedisCluster, create: () => Promise
   return found;
 }
 
-describe.skipIf(!POSTGRES_URL)('a Redis Cluster (REDIS_CLUSTER_NODES)', () => {
+describeNeeding(NEEDS.postgresUrl, NEEDS.redisServer)('a Redis Cluster (REDIS_CLUSTER_NODES)', () => {
   test('a Free key gets exactly 60 of 70 through two instances, whichever master its subject lands on', async ({
     engine,
     instances,

@@ -1,14 +1,13 @@
-import { test as base, describe, expect } from 'vitest';
-import { DatabaseUnavailableError } from '../src/db/database.js';
-import { encodeCursor } from '../src/pagination.js';
-import { buildTestApp } from './support/app.js';
-import { POSTGRES_URL } from './support/databases.js';
-import { eventually } from './support/eventually.js';
-import { startPgBouncer, startPrimaryWithStandby } from './support/engines/index.js';
-import { databaseTest } from './support/fixtures.js';
-import { bearer } from './support/keys.js';
-import { sqlAt, workerPool } from './support/scale.js';
-import { sleep } from './support/time.js';
+import { test as base, expect } from 'vitest';
+import { DatabaseUnavailableError } from '../../src/db/database.js';
+import { encodeCursor } from '../../src/pagination.js';
+import { buildTestApp } from '../support/app.js';
+import { eventually } from '../support/eventually.js';
+import { describeNeeding, NEEDS, startPgBouncer, startPrimaryWithStandby } from '../support/engines/index.js';
+import { databaseTest } from '../support/fixtures.js';
+import { bearer } from '../support/keys.js';
+import { sqlAt, workerPool } from '../support/scale.js';
+import { sleep } from '../support/time.js';
 
 // PostgreSQL failover (issue #20): a planned switchover from a primary to its streaming standby
 // behind one PgBouncer endpoint an operator moves, and a connection lost in a transaction. Real
@@ -41,7 +40,11 @@ const test = base
     return pool.start;
   });
 
-describe.skipIf(!POSTGRES_URL)('a planned switchover to the standby behind one PgBouncer endpoint', () => {
+describeNeeding(
+  NEEDS.postgresUrl,
+  NEEDS.pgbouncer,
+  NEEDS.privatePostgres,
+)('a planned switchover to the standby behind one PgBouncer endpoint', () => {
   test('loses no acknowledged create, creates again within 5 s of the new primary, and lists its rows within the staleness bound', async ({
     pair,
     bouncer,
@@ -108,7 +111,7 @@ describe.skipIf(!POSTGRES_URL)('a planned switchover to the standby behind one P
 
 const withDatabase = databaseTest();
 
-describe.skipIf(!POSTGRES_URL)('a connection lost between two statements of a transaction', () => {
+describeNeeding(NEEDS.postgresUrl)('a connection lost between two statements of a transaction', () => {
   withDatabase('fails the transaction as unavailable instead of crashing the process', async ({ database }) => {
     const outcome = database.db.transaction(async (tx) => {
       const [backend] = await tx.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');

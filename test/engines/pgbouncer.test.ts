@@ -1,13 +1,13 @@
 import { randomUUID } from 'node:crypto';
-import { test as base, describe, expect } from 'vitest';
-import { encodeCursor } from '../src/pagination.js';
-import { buildTestApp, type TestApp } from './support/app.js';
-import { createScratchDatabase, POSTGRES_URL } from './support/databases.js';
-import { eventually } from './support/eventually.js';
-import { startPgBouncer } from './support/engines/index.js';
-import { bearer } from './support/keys.js';
-import { sqlAt, workerPool } from './support/scale.js';
-import { sleep } from './support/time.js';
+import { test as base, expect } from 'vitest';
+import { encodeCursor } from '../../src/pagination.js';
+import { buildTestApp, type TestApp } from '../support/app.js';
+import { createScratchDatabase, POSTGRES_URL } from '../support/databases.js';
+import { eventually } from '../support/eventually.js';
+import { describeNeeding, NEEDS, startPgBouncer } from '../support/engines/index.js';
+import { bearer } from '../support/keys.js';
+import { sqlAt, workerPool } from '../support/scale.js';
+import { sleep } from '../support/time.js';
 
 // The service behind a transaction pooler (issue #20): two instances through a real PgBouncer in
 // transaction mode, with unnamed statements and LISTEN on a direct session. PostgreSQL suite only.
@@ -51,7 +51,7 @@ const test = base
     return pool.start;
   });
 
-describe.skipIf(!POSTGRES_URL)('two instances through PgBouncer in transaction mode', () => {
+describeNeeding(NEEDS.postgresUrl, NEEDS.pgbouncer)('two instances through PgBouncer in transaction mode', () => {
   test('answers a mixed workload on both instances without a 5xx', async ({ instances: [a, b], workers }) => {
     const statuses: number[] = [];
     const stop = workers(8, async (worker, round) => {

@@ -1,10 +1,11 @@
-import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { afterAll, beforeAll, expect, test } from 'vitest';
 import { Cluster, Redis } from 'ioredis';
 import pg from 'pg';
-import { eventually } from './support/eventually.js';
-import { PRIVATE_POSTGRES_AVAILABLE, startPostgresServer, type PostgresServer } from './support/postgres-server.js';
+import { eventually } from '../support/eventually.js';
+import { startPostgresServer, type PostgresServer } from '../support/postgres-server.js';
 import {
-  findProgram,
+  describeNeeding,
+  NEEDS,
   startPgBouncer,
   startPrimaryWithStandby,
   startRedisCluster,
@@ -13,14 +14,11 @@ import {
   type PrimaryWithStandby,
   type RedisCluster,
   type SentinelSetup,
-} from './support/engines/index.js';
+} from '../support/engines/index.js';
 
 // The harnesses of test/support/engines, each proven on the real engine (issue #20). Every engine
 // runs on free loopback ports in a temporary directory of its own, so this file runs beside the
 // others; afterAll closes each, whatever failed. .ci/install-engines.sh installs the packages.
-
-const HAVE_REDIS = Boolean(findProgram('redis-server') && findProgram('redis-cli'));
-const HAVE_PGBOUNCER = Boolean(findProgram('pgbouncer')) && PRIVATE_POSTGRES_AVAILABLE;
 
 /** Failover happens in about two node timeouts (or down-after periods); this leaves room for a loaded machine. */
 const FAILOVER_BOUND_MS = 15_000;
@@ -47,7 +45,7 @@ const sqlState = (promise: Promise<unknown>) =>
     (error: { code?: string }) => error.code,
   );
 
-describe.skipIf(!HAVE_REDIS)('Redis Cluster (startRedisCluster)', () => {
+describeNeeding(NEEDS.redisServer)('Redis Cluster (startRedisCluster)', () => {
   let cluster: RedisCluster | undefined;
   let client: Cluster | undefined;
 
@@ -107,7 +105,7 @@ describe.skipIf(!HAVE_REDIS)('Redis Cluster (startRedisCluster)', () => {
   });
 });
 
-describe.skipIf(!HAVE_REDIS)('Redis Sentinel (startSentinel)', () => {
+describeNeeding(NEEDS.redisServer)('Redis Sentinel (startSentinel)', () => {
   let setup: SentinelSetup | undefined;
   let client: Redis | undefined;
 
@@ -162,7 +160,7 @@ describe.skipIf(!HAVE_REDIS)('Redis Sentinel (startSentinel)', () => {
   });
 });
 
-describe.skipIf(!HAVE_PGBOUNCER)('PgBouncer (startPgBouncer)', () => {
+describeNeeding(NEEDS.pgbouncer, NEEDS.privatePostgres)('PgBouncer (startPgBouncer)', () => {
   let upstream: PostgresServer | undefined;
   let transaction: PgBouncer | undefined;
   let session: PgBouncer | undefined;
@@ -207,14 +205,14 @@ describe.skipIf(!HAVE_PGBOUNCER)('PgBouncer (startPgBouncer)', () => {
   });
 });
 
-describe.skipIf(!PRIVATE_POSTGRES_AVAILABLE)('PostgreSQL primary and standby (startPrimaryWithStandby)', () => {
+describeNeeding(NEEDS.privatePostgres)('PostgreSQL primary and standby (startPrimaryWithStandby)', () => {
   let pair: PrimaryWithStandby | undefined;
   let bouncer: PgBouncer | undefined;
   const clients = clientPool();
 
   beforeAll(async () => {
     pair = await startPrimaryWithStandby();
-    if (HAVE_PGBOUNCER) bouncer = await startPgBouncer({ upstream: { host: '127.0.0.1', port: pair.primary.port }, mode: 'session' });
+    if (!NEEDS.pgbouncer) bouncer = await startPgBouncer({ upstream: { host: '127.0.0.1', port: pair.primary.port }, mode: 'session' });
   });
   afterAll(async () => {
     await clients.end();
@@ -240,7 +238,7 @@ describe.skipIf(!PRIVATE_POSTGRES_AVAILABLE)('PostgreSQL primary and standby (st
     expect((await promoted.query('SELECT name FROM engines_pets ORDER BY name')).rows).toEqual([{ name: 'Rex' }, { name: 'Tom' }]);
   });
 
-  test.skipIf(!HAVE_PGBOUNCER)('PgBouncer pointed at the promoted standby (pointAt) serves from it', async () => {
+  test.skipIf(NEEDS.pgbouncer !== undefined)('PgBouncer pointed at the promoted standby (pointAt) serves from it', async () => {
     await bouncer!.pointAt({ host: '127.0.0.1', port: pair!.standby.port });
     const client = await clients.connect(bouncer!.url());
     const { rows } = await client.query(`SELECT current_setting('port') AS port, pg_is_in_recovery() AS recovering`);

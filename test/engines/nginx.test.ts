@@ -1,8 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { describe, expect, test as base } from 'vitest';
-import { POSTGRES_URL } from './support/databases.js';
-import { findProgram, NGINX_TEMPLATE, startNginx } from './support/engines/index.js';
-import { appTest } from './support/fixtures.js';
+import { describeNeeding, NEEDS, NGINX_TEMPLATE, startNginx } from '../support/engines/index.js';
+import { appTest } from '../support/fixtures.js';
 
 // The edge proxy the project ships (deploy/nginx.conf.template): its configuration read as nginx
 // reads it, then a real nginx running it in front of the service. .ci/compose-check.sh runs it in
@@ -84,8 +83,7 @@ const behindNginx = appTest({ env: { TRUST_PROXY: '127.0.0.1' } }).extend('nginx
   return nginx;
 });
 
-// A real nginx: on the PostgreSQL suite always (CI installs it: .ci/install-engines.sh), elsewhere when installed.
-describe.runIf(POSTGRES_URL || findProgram('nginx'))('nginx running the template in front of the service', () => {
+describeNeeding(NEEDS.nginx)('nginx running the template in front of the service', () => {
   const test = behindNginx;
 
   test("a client's X-Request-Id never reaches the service: the response and the log line carry nginx's id", async ({ t, nginx }) => {

@@ -1,12 +1,11 @@
 import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
-import { describe, expect } from 'vitest';
-import { POSTGRES_URL } from './support/databases.js';
-import { eventually } from './support/eventually.js';
-import { startSentinel, type SentinelSetup } from './support/engines/index.js';
-import { bearer } from './support/keys.js';
-import { fallbackGauge, freeKeyRun, twoInstancesOn } from './support/scale.js';
-import { MINUTE, sleep } from './support/time.js';
+import { expect } from 'vitest';
+import { eventually } from '../support/eventually.js';
+import { describeNeeding, NEEDS, startSentinel, type SentinelSetup } from '../support/engines/index.js';
+import { bearer } from '../support/keys.js';
+import { fallbackGauge, freeKeyRun, twoInstancesOn } from '../support/scale.js';
+import { MINUTE, sleep } from '../support/time.js';
 
 // The limiter on a real Sentinel-managed Redis (REDIS_SENTINELS, REDIS_SENTINEL_MASTER, issue #20),
 // with AUTH: a master, its replica and three Sentinels on loopback. Two instances share the
@@ -37,7 +36,7 @@ async function keysOnMaster(sentinel: SentinelSetup) {
   }
 }
 
-describe.skipIf(!POSTGRES_URL)('a Sentinel-managed Redis (REDIS_SENTINELS, REDIS_SENTINEL_MASTER)', () => {
+describeNeeding(NEEDS.postgresUrl, NEEDS.redisServer)('a Sentinel-managed Redis (REDIS_SENTINELS, REDIS_SENTINEL_MASTER)', () => {
   test('counts on the master the Sentinels name, exactly across instances', async ({ engine, instances, clock }) => {
     clock.advance(MINUTE);
     const [a, b] = instances;
