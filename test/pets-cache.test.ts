@@ -8,7 +8,6 @@ import { buildTestApp, type TestApp } from './support/app.js';
 import { POSTGRES_URL } from './support/databases.js';
 import { appTest, databaseTest as databaseFixtures, twoInstancesTest } from './support/fixtures.js';
 import { eventually } from './support/eventually.js';
-import { sleep } from './support/time.js';
 
 const NEW_PET = { name: 'Cached', categoryId: 1, status: 'available' };
 
@@ -41,9 +40,12 @@ describe('the pets cache on one instance', () => {
 
   test('keeps a full page cached while pets are added after it, and counts hits and misses', async ({ t }) => {
     for (let i = 0; i < 6; i++) await create(t, { name: `Early ${i}`, categoryId: 2 });
-    // Their notices come back through PostgreSQL a moment later and would drop a page read in
-    // between (harmless, one more miss, but this test counts hits): let them land first.
-    await sleep(300);
+    // Their notices come back through the database a moment later and would drop a page read in
+    // between (harmless, one more miss, but this test counts hits): a notice sent after them
+    // arrives after them, so once it has moved the cache's version, they have landed.
+    const version = t.app.petsVersion!.current();
+    await t.db.query("SELECT pg_notify('pets_changed', '*')");
+    await eventually(async () => t.app.petsVersion!.current() !== version);
     const page = (await get(t, '/v1/pets?limit=3')).json();
     const hits = await lookups(t, 'list', 'hit');
     await create(t);
@@ -77,21 +79,26 @@ describe('the pets cache as a component, over a real database', () => {
     const repository = createPetsRepository(target.db);
     let release!: () => void;
     const gate = new Promise<void>((resolve) => (release = resolve));
+    let readDone!: () => void;
+    const firstReadDone = new Promise<void>((resolve) => (readDone = resolve));
     let reads = 0;
     const cache = cachedPetsRepository(
       {
         ...repository,
-        // The first read is held back until the create below has committed.
+        // The first read is held back, once it has read, until the create below has committed.
         list: async (query) => {
           const page = await repository.list(query);
-          if (reads++ === 0) await gate;
+          if (reads++ === 0) {
+            readDone();
+            await gate;
+          }
           return page;
         },
       },
       { maxBytes: 1e6, ttlMs: 60_000, now: Date.now },
     );
     const early = cache.list({ limit: 100 });
-    await sleep(50);
+    await firstReadDone;
     const pet = await cache.create({ name: 'Late', categoryId: 1 });
     const late = await cache.list({ limit: 100 });
     expect(late.pets.at(-1)).toEqual(pet);
