@@ -5,7 +5,7 @@ import { test as base, describe, expect } from 'vitest';
 import { createTestDatabase, POSTGRES_URL } from './support/databases.js';
 import { eventually } from './support/eventually.js';
 import { freePort } from './support/free-port.js';
-import { runCommand, startServer } from './support/processes.js';
+import { runCommand, startServer, type ServerProcess } from './support/processes.js';
 import { bearer } from './support/keys.js';
 
 /** The command exactly as scripts call it (npm's own warnings about this machine's npmrc aside). */
@@ -22,21 +22,45 @@ const lastLine = (text: string) => text.trimEnd().split('\n').at(-1)!;
 /** For a test that runs the command many times: each run opens the database, seconds apiece on a loaded machine with PGlite. */
 const MANY_RUNS = { timeout: 180_000 };
 
-/** The settings of a database of the file's own, for the command; the compiled code is built first. */
-// eslint-disable-next-line no-empty-pattern -- vitest reads a fixture's dependencies from this pattern
-const test = base.extend('env', { scope: 'file' }, async ({}, { onCleanup }): Promise<Record<string, string>> => {
-  // The command runs the compiled code: build what is being tested.
-  expect((await runCommand('npm', ['run', '--silent', 'build'])).code).toBe(0);
-  if (POSTGRES_URL) {
-    const database = await createTestDatabase();
-    await database.db.close();
-    onCleanup(database.drop);
-    return { DATABASE_URL: database.url! };
-  }
-  const dataDir = await mkdtemp(join(tmpdir(), 'pets-keys-'));
-  onCleanup(() => rm(dataDir, { recursive: true, force: true }));
-  return { DATABASE_URL: '', DATA_DIR: dataDir };
-});
+/** A server with its admin listener. */
+type Running = ServerProcess & { admin: string };
+
+async function startWithAdmin(env: Record<string, string>): Promise<Running> {
+  const adminPort = await freePort();
+  const server = await startServer({ env: { ...env, ADMIN_PORT: String(adminPort) } });
+  return Object.assign(server, { admin: `http://127.0.0.1:${adminPort}/admin/v1` });
+}
+
+/**
+ * The settings of a database of the file's own, for the command; the compiled code is built first.
+ * On the embedded database a server holds it for the whole file, as it would beside a developer's
+ * `npm start`, so the commands are answered by that server; one test runs the command without it.
+ */
+const test = base
+  // eslint-disable-next-line no-empty-pattern -- vitest reads a fixture's dependencies from this pattern
+  .extend('database', { scope: 'file' }, async ({}, { onCleanup }): Promise<Record<string, string>> => {
+    // The command runs the compiled code: build what is being tested.
+    expect((await runCommand('npm', ['run', '--silent', 'build'])).code).toBe(0);
+    if (POSTGRES_URL) {
+      const database = await createTestDatabase();
+      await database.db.close();
+      onCleanup(database.drop);
+      return { DATABASE_URL: database.url! };
+    }
+    const dataDir = await mkdtemp(join(tmpdir(), 'pets-keys-'));
+    onCleanup(() => rm(dataDir, { recursive: true, force: true }));
+    return { DATABASE_URL: '', DATA_DIR: dataDir };
+  })
+  .extend('server', { scope: 'file' }, async ({ database }, { onCleanup }): Promise<Running | undefined> => {
+    if (POSTGRES_URL) return undefined;
+    const server = await startWithAdmin(database);
+    onCleanup(async () => void (await server.stop()));
+    return server;
+  })
+  .extend('env', { scope: 'file' }, ({ database, server }) => {
+    if (!POSTGRES_URL) expect(server).toBeDefined();
+    return database;
+  });
 
 const listJson = async (env: Record<string, string>) =>
   JSON.parse((await keys(['list', '--json'], env)).stdout) as Array<Record<string, unknown>>;
@@ -228,7 +252,7 @@ describe('npm run --silent keys -- admin-token', () => {
   test(
     'create prints the token last; list shows it, never the secret; revoke revokes; a server with ADMIN_PORT takes it, and the trail has every change',
     MANY_RUNS,
-    async ({ env }) => {
+    async ({ env, server: running }) => {
       const created = await keys(['admin-token', 'create', '--scope', 'write', '--name', 'billing'], env);
       expect(created).toMatchObject({ code: 0, stderr: '' });
       const token = lastLine(created.stdout);
@@ -254,10 +278,10 @@ describe('npm run --silent keys -- admin-token', () => {
       await keys(['create', '--plan', 'free', '--name', 'by the command'], env);
       const keyId = (await listJson(env)).find((record) => record.name === 'by the command')!.id as number;
       expect((await keys(['revoke', String(keyId)], env)).code).toBe(0);
-      const adminPort = await freePort();
-      const server = await startServer({ env: { ...env, ADMIN_PORT: String(adminPort) } });
+      // On the embedded database, the server the commands went through; on PostgreSQL, one started now.
+      const server = running ?? (await startWithAdmin(env));
       try {
-        const admin = `http://127.0.0.1:${adminPort}/admin/v1`;
+        const { admin } = server;
         const audit = await fetch(`${admin}/audit?limit=100`, { headers: bearer(token) });
         expect(audit.status).toBe(200);
         const actions = ((await audit.json()) as Array<{ action: string; actor: string; adminTokenId: number | null }>).map(
@@ -276,37 +300,40 @@ describe('npm run --silent keys -- admin-token', () => {
         // The admin API is on its own port only.
         expect((await fetch(`${server.origin}/admin/v1/keys`, { headers: bearer(token) })).status).toBe(404);
       } finally {
-        expect(await server.stop()).toBe(0);
+        if (!running) expect(await server.stop()).toBe(0);
       }
     },
   );
 });
 
 describe.runIf(!POSTGRES_URL)('on the embedded database', () => {
-  test('works through the server that holds the data directory: a key it creates works at once, one it revokes stops at once', async ({
+  test('goes through the server that holds the data directory: a key it creates works at once, one it revokes stops at once', async ({
     env,
+    server,
   }) => {
-    const server = await startServer({ env: { DATA_DIR: env.DATA_DIR! } });
-    try {
-      const created = await keys(['create', '--plan', 'free', '--name', 'beside a server'], env);
-      expect(created).toMatchObject({ code: 0, stderr: '' });
-      const key = lastLine(created.stdout);
-      expect(key).toMatch(KEY);
-      const status = () => fetch(`${server.origin}/v1/pets`, { headers: bearer(key) }).then((response) => response.status);
-      expect(await status()).toBe(200);
+    const created = await keys(['create', '--plan', 'free', '--name', 'beside a server'], env);
+    expect(created).toMatchObject({ code: 0, stderr: '' });
+    const key = lastLine(created.stdout);
+    expect(key).toMatch(KEY);
+    const status = () => fetch(`${server!.origin}/v1/pets`, { headers: bearer(key) }).then((response) => response.status);
+    expect(await status()).toBe(200);
 
-      const id = (await listJson(env)).find((record) => record.name === 'beside a server')!.id as number;
-      expect(await keys(['revoke', String(id)], env)).toMatchObject({ code: 0, stderr: '' });
-      expect(await status()).toBe(401);
-      // Refusals and usage errors read as they do without a server.
-      expect(await keys(['revoke', '999999'], env)).toMatchObject({ code: 1, stdout: '', stderr: 'keys: no API key with id 999999\n' });
-      expect((await keys(['create', '--plan', 'nope'], env)).code).toBe(2);
-      expect(server.output()).toMatch(/"command":"create","exitCode":0,"msg":"keys command"/);
+    const id = (await listJson(env)).find((record) => record.name === 'beside a server')!.id as number;
+    expect(await keys(['revoke', String(id)], env)).toMatchObject({ code: 0, stderr: '' });
+    expect(await status()).toBe(401);
+    expect(server!.output()).toMatch(/"command":"revoke","exitCode":0,"msg":"keys command"/);
+  });
+
+  test('opens the database itself when no server holds it', async () => {
+    const dataDir = await mkdtemp(join(tmpdir(), 'pets-keys-alone-'));
+    try {
+      const alone = { DATABASE_URL: '', DATA_DIR: dataDir };
+      const created = await keys(['create', '--plan', 'pro', '--name', 'no server'], alone);
+      expect(created).toMatchObject({ code: 0, stderr: '' });
+      expect(await listJson(alone)).toEqual([expect.objectContaining({ name: 'no server', plan: 'pro' })]);
     } finally {
-      expect(await server.stop()).toBe(0);
+      await rm(dataDir, { recursive: true, force: true });
     }
-    // Without the server, the command opens the database itself and finds the same keys.
-    expect((await listJson(env)).find((record) => record.name === 'beside a server')).toMatchObject({ revokedAt: expect.any(String) });
   });
 });
 
