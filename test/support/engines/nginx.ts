@@ -39,6 +39,7 @@ export function renderForLoopback(template: string, upstream: { host: string; po
   const rewrites: Array<[RegExp, string]> = [
     [/\$\{NGINX_LOCAL_RESOLVERS\}/g, HOST],
     [/server api:3000 resolve /, `server ${upstream.host}:${upstream.port} `],
+    [/set \$replicas api:3000;/, `set $replicas ${upstream.host}:${upstream.port};`],
     [/listen 80;/, `listen ${HOST}:${port};`],
   ];
   const rendered = rewrites.reduce((text, [pattern, replacement]) => {
