@@ -30,6 +30,7 @@ import {
   startLoad,
   tally,
   type Outcome,
+  answeredSince,
 } from '../support/fault-load.js';
 
 /** An enterprise key no test can exhaust, created straight in the database. */
@@ -95,7 +96,7 @@ describeNeeding(NEEDS.privatePostgres)('PostgreSQL faults (a private PostgreSQL 
       let readyAfter: Awaited<ReturnType<typeof readyz>> | undefined;
       const recoveryMs = await eventually(async () => (readyAfter = await readyz(server)).status === 200, 20_000);
       const ready = Date.now();
-      await sleep(1_500);
+      await answeredSince(load, ready, 10);
       const outcomes = await load.stop();
 
       const before = outcomes.filter((outcome) => outcome.ended < stopping);
@@ -195,7 +196,7 @@ describeNeeding(NEEDS.privatePostgres)('PostgreSQL faults (a private PostgreSQL 
       const { ms: readyDuringMs, ...readyDuring } = await readyDuringFreeze;
       const recoveryMs = await eventually(async () => (await readyz(server)).status === 200, 20_000);
       const ready = Date.now();
-      await sleep(1_000);
+      await answeredSince(load, ready, 10);
       const outcomes = await load.stop();
 
       // Caught by the freeze: sent in its first second. Each either waits for one of the (frozen)
@@ -391,7 +392,7 @@ describeNeeding(NEEDS.redisServer)('Redis faults (a private Redis server)', () =
       // The development key is on the business plan (1,000 a minute): the pace keeps each store
       // (Redis before, memory during, Redis after) under it, so any 429 would be a miscount.
       const load = startLoad(4, mixed(server.origin, authorization), { pauseMs: 40 });
-      await sleep(1_500);
+      await answeredSince(load, 0, 10);
       expect((await probe.keys(`${prefix}*`)).length).toBeGreaterThan(0);
 
       const stopping = Date.now();
@@ -404,7 +405,7 @@ describeNeeding(NEEDS.redisServer)('Redis faults (a private Redis server)', () =
       await redis.start();
       redisUp = true;
       const backMs = await eventually(async () => logged('Redis is back'), 15_000);
-      await sleep(1_500);
+      await answeredSince(load, Date.now(), 10);
       const outcomes = await load.stop();
 
       const during = outcomes.filter((outcome) => outcome.started >= down && outcome.ended < starting);

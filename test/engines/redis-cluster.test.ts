@@ -5,7 +5,7 @@ import { eventually } from '../support/eventually.js';
 import { bearer, waitForKeyOnApp } from '../support/keys.js';
 import { describeNeeding, NEEDS, startRedisCluster, type RedisCluster } from '../support/engines/index.js';
 import { fallbackGauge, freeKeyRun, twoInstancesOn } from '../support/scale.js';
-import { MINUTE, sleep } from '../support/time.js';
+import { MINUTE } from '../support/time.js';
 
 // The limiter on a real Redis Cluster (REDIS_CLUSTER_NODES, issue #20), with AUTH as managed
 // clusters require: 3 masters and their replicas on loopback. Two instances share the counters,
@@ -75,10 +75,11 @@ describeNeeding(NEEDS.postgresUrl, NEEDS.redisServer)('a Redis Cluster (REDIS_CL
     await Promise.all([a, b].map((instance) => waitForKeyOnApp(instance.app, bearer(loadKey.key))));
     const victim = await masterOfQuota(engine, loadKey.record.quotaId);
     const running = load.start(bearer(loadKey.key));
-    await sleep(300);
+    await eventually(async () => running.answered() >= 20);
     await engine.kill(victim.port);
     const failoverMs = await engine.waitUntilOk(30_000);
-    await sleep(500);
+    const answeredByFailover = running.answered();
+    await eventually(async () => running.answered() >= answeredByFailover + 20);
     const { statuses, slowestMs } = await running.stop();
     console.log(`cluster failover: ${failoverMs} ms; ${statuses.length} requests during it, slowest ${slowestMs} ms`);
     expect(statuses.length).toBeGreaterThan(20);

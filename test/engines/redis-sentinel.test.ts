@@ -5,7 +5,7 @@ import { eventually } from '../support/eventually.js';
 import { describeNeeding, NEEDS, startSentinel, type SentinelSetup } from '../support/engines/index.js';
 import { bearer } from '../support/keys.js';
 import { fallbackGauge, freeKeyRun, twoInstancesOn } from '../support/scale.js';
-import { MINUTE, sleep } from '../support/time.js';
+import { MINUTE } from '../support/time.js';
 
 // The limiter on a real Sentinel-managed Redis (REDIS_SENTINELS, REDIS_SENTINEL_MASTER, issue #20),
 // with AUTH: a master, its replica and three Sentinels on loopback. Two instances share the
@@ -52,7 +52,7 @@ describeNeeding(NEEDS.postgresUrl, NEEDS.redisServer)('a Sentinel-managed Redis 
       clock.advance(MINUTE);
       const [a, b] = instances;
       const running = load.start(a.auth);
-      await sleep(300);
+      await eventually(async () => running.answered() >= 20);
       const killed = await engine.killMaster();
       const switched = await engine.waitForSwitch(30_000);
       // Decisions are back in Redis when the promoted master holds this minute's counts of a new key.
@@ -70,7 +70,8 @@ describeNeeding(NEEDS.postgresUrl, NEEDS.redisServer)('a Sentinel-managed Redis 
       // a loaded machine is in TILT for 30 s first, and converts nothing meanwhile. Either way the
       // limiter must count on whichever master the Sentinels name.
       await engine.waitUntilRejoined(killed.port, 60_000);
-      await sleep(1_000);
+      const answeredByRejoin = running.answered();
+      await eventually(async () => running.answered() >= answeredByRejoin + 20);
       const { statuses } = await running.stop();
       expect(statuses.filter((status) => status >= 500)).toEqual([]);
       expect([...a.logs.lines, ...b.logs.lines].filter((line) => line.includes('READONLY'))).toEqual([]);

@@ -68,14 +68,14 @@ describeNeeding(
         await sleep(200);
       }
     });
-    await sleep(1_000);
+    await eventually(async () => acknowledged.length >= 10, 15_000);
     await pair.waitForReplay();
     await pair.stopPrimary();
     await pair.promote(30_000);
     const acceptingAt = Date.now();
     await bouncer.pointAt({ host: '127.0.0.1', port: pair.standby.port });
     const firstAfter = await eventually(async () => acknowledged.some((create) => create.at > acceptingAt), 15_000);
-    await sleep(1_000);
+    await eventually(async () => acknowledged.filter((create) => create.at > acceptingAt).length >= 10, 15_000);
     await stop();
 
     const names = acknowledged.map((create) => create.name);
@@ -117,7 +117,9 @@ describeNeeding(NEEDS.postgresUrl)('a connection lost between two statements of 
       const [backend] = await tx.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
       // Ended from outside while the transaction waits between statements, as a failover ends it.
       await sqlAt(database.url!, 'SELECT pg_terminate_backend($1)', [backend!.pid]);
-      await sleep(200);
+      await eventually(
+        async () => (await sqlAt(database.url!, 'SELECT 1 FROM pg_stat_activity WHERE pid = $1', [backend!.pid])).length === 0,
+      );
       await tx.query('SELECT 1');
     });
     await expect(outcome).rejects.toThrow(DatabaseUnavailableError);

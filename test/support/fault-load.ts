@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { expect } from 'vitest';
+import { eventually } from './eventually.js';
 import { waitForKeyAt } from './keys.js';
 import type { ServerProcess } from './processes.js';
 import { sleep } from './time.js';
@@ -101,6 +102,10 @@ export function startLoad(
     },
   };
 }
+
+/** Resolves once `count` requests sent at `since` or later have been answered: traffic in a window a test looks at. */
+export const answeredSince = (load: { outcomes: Outcome[] }, since: number, count: number) =>
+  eventually(async () => load.outcomes.filter((outcome) => outcome.started >= since).length >= count, 20_000);
 
 /** Create on even sequence numbers, list on odd ones. */
 export const mixed = (origin: string, authorization: string) => (client: number, seq: number) =>

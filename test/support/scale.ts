@@ -59,7 +59,7 @@ export function twoInstancesOn<Engine extends { close(): Promise<void> }>(
         };
         onCleanup(stop);
         return {
-          /** Every status seen, and the slowest answer, once stopped. */
+          /** Every status seen, and the slowest answer, once stopped; `answered` counts them as it goes. */
           start(headers: { authorization: string }) {
             const statuses: number[] = [];
             let slowestMs = 0;
@@ -73,7 +73,7 @@ export function twoInstancesOn<Engine extends { close(): Promise<void> }>(
                 await sleep(5);
               }
             })();
-            return { stop: async () => (await stop(), { statuses, slowestMs }) };
+            return { answered: () => statuses.length, stop: async () => (await stop(), { statuses, slowestMs }) };
           },
         };
       })
