@@ -2,6 +2,7 @@ import fp from 'fastify-plugin';
 import { hash } from 'node:crypto';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { TSchema } from '@sinclair/typebox';
+import { stringify } from 'safe-stable-stringify';
 import type { Transaction } from '../db/database.js';
 import { errors } from '../errors.js';
 import type { IdempotencyKeysRepository, IdempotentOutcome, StoredResponse } from '../repositories/idempotency-keys.js';
@@ -40,12 +41,12 @@ const IN_USE_RETRY_SECONDS = 1;
 
 /**
  * A digest of what makes two requests the same: the operation and the body as validated, with
- * unknown fields (ignored by the operation) left out and keys in a fixed order, so a retry that
- * formats its JSON differently is still the same request.
+ * unknown fields (ignored by the operation) left out and keys in a fixed order (safe-stable-stringify,
+ * already pino's), so a retry that formats its JSON differently is still the same request.
  */
 function requestHash(request: FastifyRequest): string {
   const body = declaredPart(request.routeOptions.schema?.body as TSchema | undefined, request.body);
-  return hash('sha256', `${request.method} ${request.routeOptions.url} ${canonicalJson(body)}`, 'base64url');
+  return hash('sha256', `${request.method} ${request.routeOptions.url} ${stringify(body) ?? 'null'}`, 'base64url');
 }
 
 /**
@@ -64,15 +65,6 @@ function declaredPart(schema: TSchema | undefined, value: unknown): unknown {
   }
   if (schema?.type === 'array' && Array.isArray(value)) return value.map((item) => declaredPart(schema.items as TSchema, item));
   return value;
-}
-
-function canonicalJson(value: unknown): string {
-  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(',')}]`;
-  if (typeof value === 'object' && value !== null) {
-    const entries = Object.entries(value).sort(([a], [b]) => (a < b ? -1 : 1));
-    return `{${entries.map(([key, item]) => `${JSON.stringify(key)}:${canonicalJson(item)}`).join(',')}}`;
-  }
-  return JSON.stringify(value) ?? 'null';
 }
 
 /**
