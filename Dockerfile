@@ -18,7 +18,8 @@ ENV NODE_ENV=production \
     METRICS_PORT=9464
 WORKDIR /app
 COPY package.json package-lock.json ./
-RUN npm ci --omit=dev --ignore-scripts --no-audit --no-fund && npm cache clean --force
+# Without the optional embedded database (PGlite): the image always runs on DATABASE_URL.
+RUN npm ci --omit=dev --omit=optional --ignore-scripts --no-audit --no-fund && npm cache clean --force
 COPY --from=build /app/dist ./dist
 COPY migrations ./migrations
 USER node

@@ -1,3 +1,4 @@
+import { ConfigError } from '../config.js';
 import type { Database } from './database.js';
 
 /** PostgreSQL when a URL is given, otherwise the embedded engine on its data directory. */
@@ -17,6 +18,14 @@ export async function openDatabase(config: {
       max: config.DB_POOL_SIZE,
     });
   }
-  const { createPgliteDatabase } = await import('./pglite.js');
+  const { createPgliteDatabase } = await import('./pglite.js').catch((error: NodeJS.ErrnoException) => {
+    // PGlite is an optional dependency: the container image leaves it out (npm ci --omit=optional).
+    if (error.code !== 'ERR_MODULE_NOT_FOUND') throw error;
+    throw new ConfigError(
+      'DATABASE_URL is not set, and this install has no embedded database (@electric-sql/pglite, an optional dependency, ' +
+        'is left out of the container image): set DATABASE_URL to a PostgreSQL database.',
+      { cause: error },
+    );
+  });
   return createPgliteDatabase(config.DATA_DIR);
 }
