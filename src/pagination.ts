@@ -29,7 +29,7 @@ export function decodeCursor(cursor: string, filter: string | undefined, filterN
 
 /** The RFC 8288 Link to the next page: `url` with `query` (undefined values left out). */
 export function nextLink(url: string, query: Record<string, string | number | undefined>): string {
-  // Built by hand: a list page sends this on every request, and URLSearchParams costs several times more.
+  // Built by hand: a list page sends this on every request, and URLSearchParams is slower at it.
   let search = '';
   for (const [name, value] of Object.entries(query)) {
     if (value !== undefined) search += `${search ? '&' : '?'}${name}=${encodeURIComponent(value)}`;

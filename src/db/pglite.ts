@@ -5,13 +5,13 @@ import { fileURLToPath } from 'node:url';
 import { PGlite, type Transaction as PgliteTransaction } from '@electric-sql/pglite';
 import { DataDirInUseError, type Database, type Queryable, type Statement } from './database.js';
 
+const ANALYZE_EVERY_MS = 60_000;
+
 /**
  * PostgreSQL compiled to WASM, in this process: the zero-install default. It holds one
  * connection and admits one process per data directory, so it is never shared over a socket,
  * and a lock file keeps a second process (a server, or the keys command) out.
  */
-const ANALYZE_EVERY_MS = 60_000;
-
 export async function createPgliteDatabase(dataDir: string): Promise<Database> {
   const unlock = dataDir.startsWith('memory://') ? () => {} : lockDataDir(dataDir);
   let db: PGlite;
@@ -22,7 +22,7 @@ export async function createPgliteDatabase(dataDir: string): Promise<Database> {
     throw error;
   }
   // PGlite has no autovacuum, so nothing would ever gather planner statistics: without them a
-  // status-filtered page sorts every matching row (about 7x slower at 10,000 pets).
+  // status-filtered page sorts every matching row.
   const analyze = () =>
     db.query('ANALYZE').then(
       () => {},
