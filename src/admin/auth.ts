@@ -1,7 +1,7 @@
 import fp from 'fastify-plugin';
 import { hashKey, isPlausibleAdminToken } from '../api-key-format.js';
 import { errors } from '../errors.js';
-import { BEARER } from '../plugins/auth.js';
+import { bearerToken } from '../http/bearer.js';
 import type { Actor } from '../repositories/admin-audit.js';
 import type { AdminTokenIdentity, AdminTokensRepository } from '../repositories/admin-tokens.js';
 import type { FastifyRequest } from 'fastify';
@@ -34,7 +34,7 @@ export default fp<{ tokens: AdminTokensRepository }>(
     admin.addHook('onRequest', async (request) => {
       const { config } = request.routeOptions;
       if (config.public) return;
-      const token = BEARER.exec(request.headers.authorization ?? '')?.[1]?.trim();
+      const token = bearerToken(request.headers.authorization);
       if (!token) throw errors.adminTokenMissing();
       // A token that cannot be ours (its prefix, shape or checksum) never reaches the database.
       const identity = isPlausibleAdminToken(token) ? await tokens.findUsable(hashKey(token)) : undefined;

@@ -3,6 +3,7 @@ import { Counter } from 'prom-client';
 import type { FastifyContextConfig, FastifyRequest } from 'fastify';
 import { hashKey, isPlausibleKey } from '../api-key-format.js';
 import { errors, type ApiError } from '../errors.js';
+import { bearerToken } from '../http/bearer.js';
 import type { ApiKeyIdentity } from '../repositories/api-keys.js';
 
 declare module 'fastify' {
@@ -33,23 +34,31 @@ export type Credential =
    */
   | { kind: 'unverified'; hash: string; recheck: boolean };
 
+/**
+ * What authenticate made of a request: its credential (still unverified when its address, banned,
+ * may not look a key up), or the refusal of a lookup its address had no budget left for (429).
+ */
+export type Authentication = Credential | { kind: 'lookup-refused'; refusal: ApiError };
+
 export interface Authenticator {
   /** From memory alone: never asks the database. */
   identify(request: FastifyRequest): Credential;
-  /** Looks an unverified key up in the database (once, however many requests ask at the same time). */
-  verify(credential: Extract<Credential, { kind: 'unverified' }>): Promise<Credential>;
-  /** Why a request with this credential may not go on here (401 or 403), if it may not. */
-  refusal(credential: Credential, config: FastifyContextConfig): ApiError | undefined;
+  /**
+   * Who the request is, refusing nothing: identified from memory; a key not known here is looked
+   * up in the database (once, however many requests ask at the same time) unless its address may
+   * not spend a lookup (the rate limiter's budget). A valid key becomes `request.apiKey`.
+   */
+  authenticate(request: FastifyRequest, now: number): Promise<Authentication>;
+  /** Why a request so authenticated may not go on here (401, 403, or the 429 of its lookup), if it may not. */
+  refusal(authentication: Authentication, config: FastifyContextConfig): ApiError | undefined;
 }
-
-export const BEARER = /^Bearer +(.*)$/i;
 
 export const SECURITY_SCHEME = 'bearerAuth';
 
 /**
- * Bearer API keys, checked against the key cache and, on a miss, the database. The pipeline under
- * /v1 (routes/v1/index.ts) identifies, lets the rate limiter decide what a lookup may cost,
- * verifies, and refuses only after the limiter has counted the request.
+ * Bearer API keys, checked against the key cache and, on a miss, the database, at the cost the
+ * rate limiter sets for a lookup. The pipeline under /v1 (routes/v1/index.ts) authenticates, lets
+ * the limiter count the request, and only then refuses.
  */
 export default fp(
   async function auth(app) {
@@ -64,33 +73,52 @@ export default fp(
     const usable = (identity: ApiKeyIdentity | null | undefined): Credential =>
       identity && (identity.expiresAt === null || identity.expiresAt > app.now()) ? { kind: 'key', key: identity } : { kind: 'invalid' };
 
+    function identify(request: FastifyRequest): Credential {
+      if (request.routeOptions.config.public) return { kind: 'public' };
+      const token = bearerToken(request.headers.authorization);
+      if (!token) return { kind: 'missing' };
+      // A key that cannot be ours (its shape, or its checksum) never reaches the cache or the database.
+      if (!isPlausibleKey(token)) return { kind: 'invalid' };
+      const hash = hashKey(token).toString('base64');
+      const known = app.keyCache.peek(hash);
+      if (known === undefined || known === 'stale') return { kind: 'unverified', hash, recheck: known === 'stale' };
+      return usable(known);
+    }
+
+    async function verify({ hash }: Extract<Credential, { kind: 'unverified' }>): Promise<Credential> {
+      const found = await app.keyCache.lookUp(hash);
+      lookups.inc({ outcome: found ? 'found' : 'unknown' });
+      return usable(found);
+    }
+
     app.decorateRequest('apiKey', undefined);
+    const recordIdentity = (request: FastifyRequest, credential: Credential): Credential => {
+      if (credential.kind === 'key') request.apiKey = credential.key;
+      return credential;
+    };
+
     app.decorate('auth', {
-      identify(request) {
-        if (request.routeOptions.config.public) return { kind: 'public' };
-        const token = BEARER.exec(request.headers.authorization ?? '')?.[1]?.trim();
-        if (!token) return { kind: 'missing' };
-        // A key that cannot be ours (its shape, or its checksum) never reaches the cache or the database.
-        if (!isPlausibleKey(token)) return { kind: 'invalid' };
-        const hash = hashKey(token).toString('base64');
-        const known = app.keyCache.peek(hash);
-        if (known === undefined || known === 'stale') return { kind: 'unverified', hash, recheck: known === 'stale' };
-        return usable(known);
+      identify,
+
+      async authenticate(request, now) {
+        const credential = identify(request);
+        if (credential.kind !== 'unverified') return recordIdentity(request, credential);
+        // A key stored as far as the filter knows is looked up whatever its address did; any other
+        // spends the address's budget (a key made a moment ago elsewhere, whose notice is on its way).
+        const listed = credential.recheck || app.keyFilter.mayHold(credential.hash);
+        const budget = listed ? { lookUp: true as const } : await app.rateLimit.mayLookUp(request.ip, now);
+        if (budget.lookUp) return recordIdentity(request, await verify(credential));
+        return budget.refusal ? { kind: 'lookup-refused', refusal: budget.refusal } : credential;
       },
 
-      async verify({ hash }) {
-        const found = await app.keyCache.lookUp(hash);
-        lookups.inc({ outcome: found ? 'found' : 'unknown' });
-        return usable(found);
-      },
-
-      refusal(credential, config) {
-        if (credential.kind === 'missing') return errors.credentialsMissing();
-        if (credential.kind === 'invalid' || credential.kind === 'unverified') return errors.credentialsInvalid();
-        if (credential.kind === 'key' && credential.key.readOnly && config.writes) return errors.readOnlyKey();
+      refusal(authentication, config) {
+        if (authentication.kind === 'lookup-refused') return authentication.refusal;
+        if (authentication.kind === 'missing') return errors.credentialsMissing();
+        if (authentication.kind === 'invalid' || authentication.kind === 'unverified') return errors.credentialsInvalid();
+        if (authentication.kind === 'key' && authentication.key.readOnly && config.writes) return errors.readOnlyKey();
         return undefined;
       },
     } satisfies Authenticator);
   },
-  { name: 'auth', dependencies: ['key-cache', 'metrics'] },
+  { name: 'auth', dependencies: ['key-cache', 'key-filter', 'rate-limit', 'metrics'] },
 );

@@ -76,8 +76,9 @@ export type KnownKey = (request: FastifyRequest) => ApiKeyIdentity | undefined;
 
 export interface RateLimiter {
   /**
-   * Whether a key this instance has not seen may be looked up for this address now: not while the
-   * address is banned (its request is refused as the address), and at most LOOKUPS per address.
+   * The lookup budget, which auth spends before it looks up a key this instance has not seen:
+   * whether one may be looked up for this address now. Not while the address is banned (its
+   * request is refused as the address), and at most LOOKUPS per address, past which `refusal` is the 429.
    */
   mayLookUp(address: string, now: number): Promise<{ lookUp: true } | { lookUp: false; refusal?: ApiError }>;
   /**

@@ -4,7 +4,7 @@ import conditionalRequests from '../../plugins/conditional-requests.js';
 import deprecation from '../../plugins/deprecation.js';
 import idempotency from '../../plugins/idempotency.js';
 import keyCache from '../../plugins/key-cache.js';
-import { notFoundHandler, type ApiError } from '../../errors.js';
+import { notFoundHandler } from '../../errors.js';
 import { createIdempotencyKeysRepository } from '../../repositories/idempotency-keys.js';
 import { documentOperation } from './contract.js';
 import pets from './pets.js';
@@ -20,9 +20,9 @@ export interface V1Options {
  * Everything under /v1, and the order one request takes through it, in one place (the rate
  * limiter, app.rateLimit, is the app's: the admin API reads and lifts its bans too):
  *
- *   onRequest   identify the caller from memory; a key not known here is looked up only if the
- *               limiter lets its address spend a lookup; the limiter decides (429 ends here), then
- *               auth refuses (401, 403): every request is counted, refused ones too
+ *   onRequest   auth finds the caller (a key not known here is looked up only if the limiter lets
+ *               its address spend a lookup); the limiter decides (429 ends here), then auth refuses
+ *               (401, 403, the 429 of a lookup): every request is counted, refused ones too
  *   validation  the operation's schemas (400); a deprecated operation past its sunset is a 410
  *   preHandler  a revalidation of a tag known current is answered 304 here, before the handler
  *   handler     routes/v1/pets.ts
@@ -47,19 +47,9 @@ const v1: FastifyPluginAsync<V1Options> = async (app, options) => {
 
   app.addHook('onRequest', async (request, reply) => {
     const now = app.now();
-    let credential = app.auth.identify(request);
-    let lookupRefusal: ApiError | undefined;
-    if (credential.kind === 'unverified') {
-      // A key stored as far as the filter knows is looked up whatever its address did; any other
-      // spends the address's budget (a key made a moment ago elsewhere, whose notice is on its way).
-      const listed = credential.recheck || app.keyFilter.mayHold(credential.hash);
-      const budget = listed ? { lookUp: true as const } : await app.rateLimit.mayLookUp(request.ip, now);
-      if (budget.lookUp) credential = await app.auth.verify(credential);
-      else lookupRefusal = budget.refusal;
-    }
-    if (credential.kind === 'key') request.apiKey = credential.key;
+    const authentication = await app.auth.authenticate(request, now);
     await app.rateLimit.admit(request, reply, now, { free: app.conditionalRequests.knownCurrent(request) });
-    const refusal = lookupRefusal ?? app.auth.refusal(credential, request.routeOptions.config);
+    const refusal = app.auth.refusal(authentication, request.routeOptions.config);
     if (refusal) throw refusal;
   });
 
