@@ -1,5 +1,6 @@
+import { STATUS_CODES } from 'node:http';
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import type { ErrorCode } from './schemas/error.js';
+import type { ErrorBody, ErrorCode } from './schemas/error.js';
 
 /** An error whose status, code and message are safe to show to the client as they are. */
 export class ApiError extends Error {
@@ -25,10 +26,34 @@ const ADMIN_REALM = 'Bearer realm="pets-admin"';
 /** How long a client is asked to wait when the service cannot answer for now. */
 export const UNAVAILABLE_RETRY_SECONDS = 5;
 
-/** Every error the API answers, defined once: call sites name the error, never its status and code. */
+/** The code of a client error the catalog has no entry for, by its status; any other status is a bad_request. */
+const CODE_BY_STATUS: Readonly<Record<number, ErrorCode>> = {
+  400: 'bad_request',
+  401: 'unauthorized',
+  403: 'forbidden',
+  404: 'not_found',
+  405: 'method_not_allowed',
+  410: 'gone',
+  413: 'payload_too_large',
+  415: 'unsupported_media_type',
+  429: 'rate_limited',
+};
+
+/**
+ * Every error the service answers, on every listener and on the raw socket, defined once: call
+ * sites name the error, never its status, code and message.
+ */
 export const errors = {
   badRequest: (message: string) => new ApiError(400, 'bad_request', message),
   bodyNotUtf8: () => new ApiError(400, 'bad_request', 'Request body is not valid UTF-8'),
+  bodyNotJson: () => new ApiError(400, 'bad_request', 'Request body is not valid JSON'),
+  bodyEmpty: () => new ApiError(400, 'bad_request', 'Request body is empty; a JSON object is required'),
+  contentLengthMismatch: () => new ApiError(400, 'bad_request', 'Content-Length does not match the body'),
+  contentTypeMalformed: () => new ApiError(400, 'bad_request', 'Content-Type is malformed'),
+  /** What Node cannot parse as an HTTP request at all. */
+  malformedRequest: () => new ApiError(400, 'bad_request', 'Malformed HTTP request'),
+  /** A request target the router cannot take as a path (`*`, `http:x`). */
+  targetNotPath: () => new ApiError(400, 'bad_request', 'The request target is not a valid URL path'),
   credentialsMissing: () =>
     new ApiError(401, 'unauthorized', 'Authentication required: send Authorization: Bearer <API key>', { 'www-authenticate': REALM }),
   credentialsInvalid: () =>
@@ -61,6 +86,9 @@ export const errors = {
   /** What the state of the thing does not allow (changing a revoked key). */
   conflict: (message: string) => new ApiError(409, 'conflict', message),
   gone: (sunset: string, successor: string) => new ApiError(410, 'gone', `This operation was removed on ${sunset}; use ${successor}`),
+  requestTimeout: () => new ApiError(408, 'request_timeout', 'The request took too long to arrive'),
+  payloadTooLarge: () => new ApiError(413, 'payload_too_large', 'Request body is larger than the limit'),
+  unsupportedMediaType: () => new ApiError(415, 'unsupported_media_type', 'Content-Type must be application/json'),
   idempotencyKeyMismatch: () =>
     new ApiError(
       422,
@@ -83,25 +111,49 @@ export const errors = {
     ),
   banned: (until: string, retryAfterSeconds: number) =>
     new ApiError(429, 'api_key_banned', `Too many requests after being rate limited; banned until ${until}`, retryAfter(retryAfterSeconds)),
-  /** The message of every 5xx ends with the request id to quote (sendError adds it). */
+  headersTooLarge: () => new ApiError(431, 'headers_too_large', 'Request headers are larger than the limit (16 KiB)'),
+  /**
+   * Any other client error (a 4xx) a library raises: its status, with the status's own words, as
+   * its message may quote the request or name a file.
+   */
+  clientError: (status: number) => new ApiError(status, CODE_BY_STATUS[status] ?? 'bad_request', STATUS_CODES[status]!),
+  /** The message of every 5xx ends with the request id to quote (sendApiError adds it). */
   internal: () => new ApiError(500, 'internal_error', 'Internal server error'),
   /** 503 with Retry-After: overloaded, shutting down, or the database unreachable. */
   unavailable: (message: string) => new ApiError(503, 'service_unavailable', message, retryAfter(UNAVAILABLE_RETRY_SECONDS)),
 };
 
 /**
- * Answers with an Error body; every non-2xx response of the service is written here. A 5xx
- * message ends with the request id (also in X-Request-Id and in the request's log line), so a
- * client reporting a fault quotes what finds it in the logs.
+ * Fastify's and Node's codes for what a client sent wrong, each as the catalog's error: their own
+ * messages may quote the request, so they are never passed on.
  */
-export function sendError(reply: FastifyReply, status: number, code: ErrorCode, message: string) {
-  const quoted = status >= 500 ? `${message} (request id ${reply.request.id})` : message;
-  return reply.code(status).type('application/json; charset=utf-8').send({ code, message: quoted, status });
-}
+const FRAMEWORK_ERRORS = new Map<string, () => ApiError>([
+  ['FST_ERR_CTP_INVALID_MEDIA_TYPE', errors.unsupportedMediaType],
+  ['FST_ERR_CTP_INVALID_CONTENT_LENGTH', errors.contentLengthMismatch],
+  ['FST_ERR_CTP_BODY_TOO_LARGE', errors.payloadTooLarge],
+  ['FST_ERR_CTP_EMPTY_JSON_BODY', errors.bodyEmpty],
+  ['FST_ERR_CTP_INVALID_JSON_BODY', errors.bodyNotJson],
+  ['FST_ERR_CTP_INVALID_TYPE', errors.contentTypeMalformed],
+  ['HPE_HEADER_OVERFLOW', errors.headersTooLarge],
+  ['ERR_HTTP_REQUEST_TIMEOUT', errors.requestTimeout],
+]);
 
-/** Answers with an ApiError: its headers, status and Error body. */
-export const sendApiError = (reply: FastifyReply, error: ApiError) =>
-  sendError(reply.headers(error.headers), error.statusCode, error.code, error.message);
+/** The catalog's error for a framework error code; undefined for a code it has none for. */
+export const frameworkError = (code: string | undefined) => (code === undefined ? undefined : FRAMEWORK_ERRORS.get(code)?.());
+
+/** The Error body of an error, as it stands (sendApiError adds the request id to a 5xx message). */
+export const errorBody = ({ code, message, statusCode }: ApiError): ErrorBody => ({ code, message, status: statusCode });
+
+/**
+ * Answers with an ApiError: its headers, status and Error body; every error a listener answers is
+ * written here. A 5xx message ends with the request id (also in X-Request-Id and in the request's
+ * log line), so a client reporting a fault quotes what finds it in the logs.
+ */
+export function sendApiError(reply: FastifyReply, error: ApiError) {
+  const body = errorBody(error);
+  if (error.statusCode >= 500) body.message = `${body.message} (request id ${reply.request.id})`;
+  return reply.headers(error.headers).code(error.statusCode).type('application/json; charset=utf-8').send(body);
+}
 
 /** The most of anything a client sent that an error message repeats: enough to recognise it, never a megaphone. */
 const MAX_QUOTED_LENGTH = 100;

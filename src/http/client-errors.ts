@@ -2,8 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { STATUS_CODES } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
-import { sendError } from '../errors.js';
-import type { ErrorCode } from '../schemas/error.js';
+import { errorBody, errors, frameworkError, sendApiError } from '../errors.js';
 import { REQUEST_ID_HEADER } from './request-id.js';
 import { SECURITY_HEADERS } from './security-headers.js';
 
@@ -18,15 +17,11 @@ export function clientErrorHandler(error: Error & { code?: string }, socket: Dup
     socket.destroy();
     return;
   }
-  const [status, code, message]: [number, ErrorCode, string] =
-    error.code === 'HPE_HEADER_OVERFLOW'
-      ? [431, 'headers_too_large', 'Request headers are larger than the limit (16 KiB)']
-      : error.code === 'ERR_HTTP_REQUEST_TIMEOUT'
-        ? [408, 'request_timeout', 'The request took too long to arrive']
-        : [400, 'bad_request', 'Malformed HTTP request'];
-  const body = JSON.stringify({ code, message, status });
+  const refusal = frameworkError(error.code) ?? errors.malformedRequest();
+  const status = refusal.statusCode;
+  const body = JSON.stringify(errorBody(refusal));
   // No request exists, so nothing was logged under this id; it is there because every response has one.
-  const headers = Object.entries({ ...SECURITY_HEADERS, [REQUEST_ID_HEADER]: randomUUID() }).map(
+  const headers = Object.entries({ ...refusal.headers, ...SECURITY_HEADERS, [REQUEST_ID_HEADER]: randomUUID() }).map(
     ([name, value]) => `${name}: ${value}\r\n`,
   );
   socket.end(
@@ -42,10 +37,5 @@ export function clientErrorHandler(error: Error & { code?: string }, socket: Dup
  * would echo the URL. Malformed paths and long parameters do not get here (see app.ts).
  */
 export function frameworkErrors(_error: FastifyError, request: FastifyRequest, reply: FastifyReply) {
-  sendError(
-    reply.headers(SECURITY_HEADERS).header(REQUEST_ID_HEADER, request.id),
-    400,
-    'bad_request',
-    'The request target is not a valid URL path',
-  );
+  sendApiError(reply.headers(SECURITY_HEADERS).header(REQUEST_ID_HEADER, request.id), errors.targetNotPath());
 }
