@@ -20,6 +20,9 @@ export const secondsUntil = (ms: number) => Math.max(1, Math.ceil(ms / 1000));
 
 const retryAfter = (seconds: number) => ({ 'retry-after': String(seconds) });
 
+/** Retry-After, as the documented responses that carry it list it. */
+export const RETRY_AFTER_HEADERS = { 'retry-after': { type: 'integer', description: 'Seconds to wait before retrying' } } as const;
+
 const REALM = 'Bearer realm="pets"';
 const ADMIN_REALM = 'Bearer realm="pets-admin"';
 

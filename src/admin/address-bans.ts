@@ -3,7 +3,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { errors } from '../errors.js';
 import type { RateLimiter } from '../plugins/rate-limit/index.js';
 import type { AdminAuditRepository } from '../repositories/admin-audit.js';
-import { refuseOtherMethods } from '../routes/method-not-allowed.js';
+import { refuseOtherMethods } from '../http/method-not-allowed.js';
 import { AddressBans, AddressParams } from '../schemas/admin.js';
 import { ErrorBody } from '../schemas/error.js';
 import { actorOf } from './auth.js';

@@ -1,7 +1,7 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { decodeCursor, encodeCursor, nextLink } from '../pagination.js';
 import type { AdminAuditRepository } from '../repositories/admin-audit.js';
-import { refuseOtherMethods } from '../routes/method-not-allowed.js';
+import { refuseOtherMethods } from '../http/method-not-allowed.js';
 import { AuditEntries, AuditQuery } from '../schemas/admin.js';
 import { DEFAULT_PAGE_SIZE } from '../schemas/common.js';
 import { ErrorBody } from '../schemas/error.js';

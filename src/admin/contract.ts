@@ -1,6 +1,7 @@
 import type { TSchema } from '@sinclair/typebox';
 import type { RouteOptions } from 'fastify';
-import { documentIdempotency, REQUEST_ID } from '../routes/v1/contract.js';
+import { REQUEST_ID_RESPONSE_HEADERS } from '../http/request-id.js';
+import { documentIdempotency } from '../plugins/idempotency.js';
 import { ErrorBody } from '../schemas/error.js';
 import { withHeaders, type ResponseSchemas } from '../schemas/responses.js';
 import { ADMIN_SECURITY_SCHEME } from './auth.js';
@@ -29,6 +30,6 @@ export function documentAdminOperation(route: RouteOptions, { retentionHours }: 
     };
   }
   if (config.idempotent) ({ headers, responses } = documentIdempotency(headers, responses, retentionHours));
-  schema.response = withHeaders(responses, REQUEST_ID);
+  schema.response = withHeaders(responses, REQUEST_ID_RESPONSE_HEADERS);
   if (headers) schema.headers = headers;
 }

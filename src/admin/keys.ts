@@ -7,7 +7,7 @@ import { LimitsError, ownLimits } from '../plans.js';
 import type { RateLimiter } from '../plugins/rate-limit/index.js';
 import type { AdminAuditRepository } from '../repositories/admin-audit.js';
 import { DEFAULT_OVERLAP_SECONDS, KeyStateError, type ApiKeyRecord, type ApiKeysRepository } from '../repositories/api-keys.js';
-import { refuseOtherMethods } from '../routes/method-not-allowed.js';
+import { refuseOtherMethods } from '../http/method-not-allowed.js';
 import { AdminKey, AdminKeyChange, AdminKeys, KeyParams, KeyUsage, ListKeysQuery, NewAdminKey, RotateKey } from '../schemas/admin.js';
 import { DEFAULT_PAGE_SIZE } from '../schemas/common.js';
 import { ErrorBody } from '../schemas/error.js';

@@ -5,6 +5,16 @@ import proxyAddr from '@fastify/proxy-addr';
 /** The header that carries a request's id, both ways. */
 export const REQUEST_ID_HEADER = 'x-request-id';
 
+/** On every response of both listeners (documented by each listener's contract). */
+export const REQUEST_ID_RESPONSE_HEADERS = {
+  [REQUEST_ID_HEADER]: {
+    type: 'string',
+    description:
+      "This request's id, as logged and as quoted in every 5xx message: the `X-Request-Id` a trusted proxy sent " +
+      '(1 to 128 characters of `A-Z a-z 0-9 . _ : -`), else a new UUID',
+  },
+} as const;
+
 /**
  * An id a proxy may hand on: 1 to 128 characters of letters, digits and `._:-`. That admits
  * UUIDs, nginx's `$request_id` (32 hex digits), AWS's `Root=1-...` trace ids without the `=`,

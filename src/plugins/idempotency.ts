@@ -4,9 +4,11 @@ import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { TSchema } from '@sinclair/typebox';
 import { stringify } from 'safe-stable-stringify';
 import type { Transaction } from '../db/database.js';
-import { errors } from '../errors.js';
+import { errors, RETRY_AFTER_HEADERS } from '../errors.js';
 import type { IdempotencyKeysRepository, IdempotentOutcome, StoredResponse } from '../repositories/idempotency-keys.js';
-import { idempotencyKeyOf } from '../schemas/headers.js';
+import { ErrorBody } from '../schemas/error.js';
+import { IdempotencyKey, idempotencyKeyOf } from '../schemas/headers.js';
+import { withHeaders, withRequestHeaders, type ResponseSchemas } from '../schemas/responses.js';
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -34,6 +36,37 @@ export interface IdempotencyOptions {
   keys: IdempotencyKeysRepository;
   /** Whose keys a request's are (its API key's, or its admin token's): one caller's never meet another's. */
   ownerOf: (request: FastifyRequest) => number | undefined;
+}
+
+/**
+ * The documentation of an operation whose config says `idempotent`, on either listener: the
+ * header, its replay, and the two ways a key is refused.
+ */
+export function documentIdempotency(headers: TSchema | undefined, responses: ResponseSchemas, retentionHours: number) {
+  const succeeded = Object.fromEntries(Object.entries(responses).filter(([status]) => status.startsWith('2')));
+  return {
+    headers: withRequestHeaders(headers, {
+      'idempotency-key': {
+        ...IdempotencyKey,
+        description: `${IdempotencyKey.description} Keys are kept for ${retentionHours} hours, then forgotten.`,
+      },
+    }),
+    responses: {
+      ...responses,
+      ...withHeaders(succeeded, {
+        'idempotent-replayed': {
+          type: 'string',
+          description: '`true` when this is the stored response of an earlier request with the same Idempotency-Key',
+        },
+      }),
+      409: {
+        ...ErrorBody,
+        description: 'A request with this Idempotency-Key is still in progress (`idempotency_key_in_use`); retry after Retry-After',
+        headers: RETRY_AFTER_HEADERS,
+      },
+      422: { ...ErrorBody, description: 'This Idempotency-Key was used with a different request body (`idempotency_key_mismatch`)' },
+    },
+  };
 }
 
 const PURGE_EVERY_MS = 60_000;
@@ -70,8 +103,8 @@ function declaredPart(schema: TSchema | undefined, value: unknown): unknown {
 /**
  * Idempotency-Key on the routes whose config says `idempotent` (draft-ietf-httpapi-idempotency-
  * key-header-07, and Stripe's rules where the draft is open), under /v1 per API key and on the
- * admin listener per admin token. The route contracts (routes/v1/contract.ts, admin/contract.ts)
- * document the header, 409 and 422.
+ * admin listener per admin token. Both listeners' route contracts document the header, 409 and
+ * 422 through documentIdempotency.
  */
 export default fp<IdempotencyOptions>(
   async function idempotency(app, { retentionHours, keys, ownerOf }) {

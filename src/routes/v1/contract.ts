@@ -1,52 +1,15 @@
 import { Type, type TSchema } from '@sinclair/typebox';
 import type { RouteOptions } from 'fastify';
+import { RETRY_AFTER_HEADERS } from '../../errors.js';
 import { SECURITY_SCHEME } from '../../plugins/auth.js';
 import { CACHING_HEADERS, readsOnly } from '../../plugins/conditional-requests.js';
 import { DEPRECATION_HEADERS } from '../../plugins/deprecation.js';
+import { documentIdempotency } from '../../plugins/idempotency.js';
 import { RATE_LIMIT_HEADERS } from '../../plugins/rate-limit/index.js';
-import { REQUEST_ID_HEADER } from '../../http/request-id.js';
+import { REQUEST_ID_RESPONSE_HEADERS } from '../../http/request-id.js';
 import { ErrorBody } from '../../schemas/error.js';
-import { IdempotencyKey, IfNoneMatch } from '../../schemas/headers.js';
+import { IfNoneMatch } from '../../schemas/headers.js';
 import { withHeaders, withRequestHeaders, type ResponseSchemas } from '../../schemas/responses.js';
-
-export const REQUEST_ID = {
-  [REQUEST_ID_HEADER]: {
-    type: 'string',
-    description:
-      "This request's id, as logged and as quoted in every 5xx message: the `X-Request-Id` a trusted proxy sent " +
-      '(1 to 128 characters of `A-Z a-z 0-9 . _ : -`), else a new UUID',
-  },
-} as const;
-
-const RETRY_AFTER = { 'retry-after': { type: 'integer', description: 'Seconds to wait before retrying' } } as const;
-
-/** The Idempotency-Key of an operation whose config says `idempotent`: the header, its replay, and the two ways a key is refused. */
-export function documentIdempotency(headers: TSchema | undefined, responses: ResponseSchemas, retentionHours: number) {
-  const succeeded = Object.fromEntries(Object.entries(responses).filter(([status]) => status.startsWith('2')));
-  return {
-    headers: withRequestHeaders(headers, {
-      'idempotency-key': {
-        ...IdempotencyKey,
-        description: `${IdempotencyKey.description} Keys are kept for ${retentionHours} hours, then forgotten.`,
-      },
-    }),
-    responses: {
-      ...responses,
-      ...withHeaders(succeeded, {
-        'idempotent-replayed': {
-          type: 'string',
-          description: '`true` when this is the stored response of an earlier request with the same Idempotency-Key',
-        },
-      }),
-      409: {
-        ...ErrorBody,
-        description: 'A request with this Idempotency-Key is still in progress (`idempotency_key_in_use`); retry after Retry-After',
-        headers: RETRY_AFTER,
-      },
-      422: { ...ErrorBody, description: 'This Idempotency-Key was used with a different request body (`idempotency_key_mismatch`)' },
-    },
-  };
-}
 
 /**
  * Everything the pipeline under /v1 adds to what an operation declares (routes/v1/pets.ts): with
@@ -101,7 +64,7 @@ export function documentOperation(route: RouteOptions, { idempotencyKeyRetention
       429: {
         ...ErrorBody,
         description: 'Rate limit exceeded (`rate_limited`), or the caller is banned for a while (`api_key_banned`)',
-        headers: RETRY_AFTER,
+        headers: RETRY_AFTER_HEADERS,
       },
     },
     RATE_LIMIT_HEADERS,
@@ -111,7 +74,7 @@ export function documentOperation(route: RouteOptions, { idempotencyKeyRetention
   if (config.deprecation) responses = withHeaders(responses, DEPRECATION_HEADERS);
 
   // The request id, on every response of the service (app.ts).
-  responses = withHeaders(responses, REQUEST_ID);
+  responses = withHeaders(responses, REQUEST_ID_RESPONSE_HEADERS);
 
   schema.response = responses;
   if (headers) schema.headers = headers;

@@ -1,6 +1,6 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { errors } from '../../errors.js';
-import { refuseOtherMethods } from '../method-not-allowed.js';
+import { refuseOtherMethods } from '../../http/method-not-allowed.js';
 import { decodeCursor, encodeCursor, nextLink } from '../../pagination.js';
 import { DEFAULT_PAGE_SIZE } from '../../schemas/common.js';
 import { ErrorBody } from '../../schemas/error.js';
