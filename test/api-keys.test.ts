@@ -167,7 +167,9 @@ describe.runIf(POSTGRES_URL)('a bulk import of keys while instances run', () => 
       for (let i = 0; i < 20; i++) await probe();
       expect(notices).toEqual(['*']);
       const importNotices = notices.length;
-      expect(slowest.ms).toBeLessThan(1_000);
+      // A bound against a stall of seconds, not a target: the figure logged below is milliseconds
+      // on a quiet machine, and a shared one can add a second to it.
+      expect(slowest.ms).toBeLessThan(5_000);
 
       // ...and current: a key created or revoked right after takes effect within a second.
       const repository = (await import('../src/repositories/api-keys.js')).createApiKeysRepository(database.db);
