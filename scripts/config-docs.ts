@@ -45,7 +45,7 @@ function valuesOf(name: string, schema: TSchema): string {
   }
   const examples = schema.examples as string[] | undefined;
   if (examples) return `e.g. ${examples.map(code).join(', ')}`;
-  // A pattern in words is for the reader to see; the regular expression itself would not say much.
+  // A regular expression tells a reader little: a pattern is shown by examples of what it accepts.
   if (schema.pattern) throw new Error(`${name}: a setting with a pattern needs examples of what it accepts`);
   return 'text';
 }
