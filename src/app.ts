@@ -1,6 +1,6 @@
 import Fastify, { type FastifyInstance } from 'fastify';
 import type { DestinationStream } from 'pino';
-import { redisCredentials, redisTarget, trustedProxies, type Config } from './config.js';
+import type { Config } from './config.js';
 import { listenerOptions, serveJson } from './http/listener.js';
 import { requestIdGenerator } from './http/request-id.js';
 import database from './plugins/database.js';
@@ -66,7 +66,7 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
     },
     ...listenerOptions(config),
     // X-Request-Id from a trusted proxy when well-formed, else a new UUID (http/request-id.ts).
-    genReqId: requestIdGenerator(trustedProxies(config.TRUST_PROXY)),
+    genReqId: requestIdGenerator(config.trustedProxies),
     bodyLimit: BODY_LIMIT,
     // Opening and migrating the database is part of start-up; a cold embedded one can be slow.
     pluginTimeout: 120_000,
@@ -76,7 +76,7 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
     // own 503 (below) instead of Fastify's, whose body is not an Error and has no Retry-After.
     return503OnClosing: false,
     // Only the listed proxies are believed about the client address (X-Forwarded-For).
-    trustProxy: trustedProxies(config.TRUST_PROXY),
+    trustProxy: config.trustedProxies,
   });
   app.server.maxConnections = config.MAX_CONNECTIONS;
   app.addHook('onClose', async () => stdout?.flush());
@@ -118,8 +118,8 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
   await app.register(health);
   await app.register(rateLimit, {
     ban: { threshold: config.RATE_LIMIT_BAN_THRESHOLD, durationMs: config.RATE_LIMIT_BAN_SECONDS * 1000 },
-    redis: redisTarget(config),
-    redisCredentials: redisCredentials(config),
+    redis: config.redisTarget,
+    redisCredentials: config.redisCredentials,
     redisKeyPrefix: config.REDIS_KEY_PREFIX,
     ipv6Prefix: config.RATE_LIMIT_IPV6_PREFIX,
   });

@@ -1,98 +1,276 @@
 import { Type, type Static, type TSchema } from '@sinclair/typebox';
 import { Value } from '@sinclair/typebox/value';
 import { isIP } from 'node:net';
-import type { RedisCredentials, RedisTarget } from './plugins/rate-limit/redis-connection.js';
 
 /** `host:port,host:port,...`, an IPv6 address in brackets. */
 const HOST_PORT = '(\\[[0-9A-Fa-f:.]+\\]|[^,:\\s[\\]]+):[0-9]{1,5}';
 const HOST_PORT_LIST = `^${HOST_PORT}(,${HOST_PORT})*$`;
 
-/** Every setting a user can make, read from the environment in one place. */
+/**
+ * Every setting a user can make, read from the environment in one place. Each description is the
+ * setting's documentation: scripts/config-docs.ts writes docs/configuration.md's table and
+ * .env.example from this schema (`examples` shows the shape a pattern asks for).
+ */
 export const ConfigSchema = Type.Object({
-  PORT: Type.Integer({ minimum: 0, maximum: 65535, default: 3000 }),
-  HOST: Type.String({ minLength: 1, default: '127.0.0.1' }),
-  DATABASE_URL: Type.Optional(Type.String({ pattern: '^postgres(ql)?://' })),
-  /**
-   * Where LISTEN goes, which needs a session of its own: a direct or session-pooled address when
-   * DATABASE_URL is a transaction pooler. Unset: DATABASE_URL.
-   */
-  DATABASE_LISTEN_URL: Type.Optional(Type.String({ pattern: '^postgres(ql)?://' })),
-  /** Named prepared statements, parsed once per connection; false behind a pooler that cannot keep them. */
-  DATABASE_PREPARED_STATEMENTS: Type.Boolean({ default: true }),
-  DATA_DIR: Type.String({ minLength: 1, default: './data' }),
-  PUBLIC_BASE_URL: Type.Optional(Type.String({ pattern: '^https?://[^/]+(/.*)?/v1$' })),
+  PORT: Type.Integer({ minimum: 0, maximum: 65535, default: 3000, description: 'Port the API listens on; `0`: any free port.' }),
+  HOST: Type.String({ minLength: 1, default: '127.0.0.1', description: 'Address the API listens on; `0.0.0.0` in containers.' }),
+  DATABASE_URL: Type.Optional(
+    Type.String({
+      pattern: '^postgres(ql)?://',
+      examples: ['postgres://pets:secret@db:5432/pets'],
+      description: 'The PostgreSQL database. Unset: the embedded PGlite database in `DATA_DIR`.',
+    }),
+  ),
+  DATABASE_LISTEN_URL: Type.Optional(
+    Type.String({
+      pattern: '^postgres(ql)?://',
+      examples: ['postgres://pets:secret@db-direct:5432/pets'],
+      description:
+        'Where LISTEN (change notices) connects. It needs a session of its own, so when `DATABASE_URL` is a transaction ' +
+        'pooler, a direct or session-pooled address of the same database. Unset: `DATABASE_URL`.',
+    }),
+  ),
+  DATABASE_PREPARED_STATEMENTS: Type.Boolean({
+    default: true,
+    description:
+      'Named prepared statements, parsed once per connection; `false` behind a transaction pooler that cannot keep them ' +
+      '(PgBouncer before 1.21, or with `max_prepared_statements = 0`).',
+  }),
+  DATA_DIR: Type.String({
+    minLength: 1,
+    default: './data',
+    description: 'Directory of the embedded database (when `DATABASE_URL` is unset); `memory://` for a throwaway one.',
+  }),
+  PUBLIC_BASE_URL: Type.Optional(
+    Type.String({
+      pattern: '^https?://[^/]+(/.*)?/v1$',
+      examples: ['https://api.example.com/v1'],
+      description:
+        'The absolute base clients see, ending in `/v1`: every `Location` and `Link` and the OpenAPI `servers` use it. ' +
+        'Unset: `http://{HOST}:{PORT}/v1` (`localhost` for `0.0.0.0` and `::`).',
+    }),
+  ),
   LOG_LEVEL: Type.Union(
     ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].map((level) => Type.Literal(level)),
-    { default: 'info' },
+    { default: 'info', description: 'The least severe level logged; `silent`: nothing.' },
   ),
-  /** `auto`: pretty-printed when standard output is a terminal, JSON lines otherwise. */
-  LOG_FORMAT: Type.Union([Type.Literal('auto'), Type.Literal('json'), Type.Literal('pretty')], { default: 'auto' }),
-  /**
-   * Shared rate-limit counters for several instances; unset, each instance counts alone. One Redis
-   * (REDIS_URL, `rediss://` for TLS, credentials in the URL), a Redis Cluster (REDIS_CLUSTER_NODES:
-   * seed nodes), or a Sentinel-managed master (REDIS_SENTINELS and REDIS_SENTINEL_MASTER); one of them.
-   */
-  REDIS_URL: Type.Optional(Type.String({ pattern: '^rediss?://' })),
-  REDIS_CLUSTER_NODES: Type.Optional(Type.String({ pattern: HOST_PORT_LIST })),
-  REDIS_SENTINELS: Type.Optional(Type.String({ pattern: HOST_PORT_LIST })),
-  REDIS_SENTINEL_MASTER: Type.Optional(Type.String({ minLength: 1 })),
-  /** AUTH (ACL user and password) and TLS for the nodes of a cluster or of a Sentinel-managed master. */
-  REDIS_USERNAME: Type.Optional(Type.String({ minLength: 1 })),
-  REDIS_PASSWORD: Type.Optional(Type.String({ minLength: 1 })),
-  REDIS_SENTINEL_PASSWORD: Type.Optional(Type.String({ minLength: 1 })),
-  REDIS_TLS: Type.Boolean({ default: false }),
-  /** Prefix of every Redis key, so several deployments can share one Redis. */
-  REDIS_KEY_PREFIX: Type.String({ default: 'pets:' }),
-  /** More refused requests than this within one minute window ban the caller. */
-  RATE_LIMIT_BAN_THRESHOLD: Type.Integer({ minimum: 1, default: 30 }),
-  RATE_LIMIT_BAN_SECONDS: Type.Integer({ minimum: 1, default: 900 }),
-  /** Callers without a valid key are counted per IPv6 network of this many leading bits (IPv4: per address). */
-  RATE_LIMIT_IPV6_PREFIX: Type.Integer({ minimum: 1, maximum: 128, default: 64 }),
-  /** API keys each instance keeps in memory at most (the recently used ones); memory follows this, not the number of keys. */
-  KEY_CACHE_MAX_ENTRIES: Type.Integer({ minimum: 1, default: 100_000 }),
-  /** How long an Idempotency-Key and the response it stored are kept; at least the 24 hours clients are promised. */
-  IDEMPOTENCY_KEY_RETENTION_HOURS: Type.Integer({ minimum: 24, default: 24 }),
-  /** Comma-separated addresses or CIDRs of the proxies whose X-Forwarded-For is believed. */
-  TRUST_PROXY: Type.String({ default: '' }),
-  /** Prometheus metrics are served apart from the API, on this port (0: any free port). */
-  METRICS_PORT: Type.Integer({ minimum: 0, maximum: 65535, default: 9464 }),
-  METRICS_HOST: Type.String({ minLength: 1, default: '127.0.0.1' }),
-  /** The admin API (key management) listens on this port of its own, never the API's; unset, it is off. */
-  ADMIN_PORT: Type.Optional(Type.Integer({ minimum: 0, maximum: 65535 })),
-  ADMIN_HOST: Type.String({ minLength: 1, default: '127.0.0.1' }),
-  /** Slow or stalled clients are cut off: all headers within this time... */
-  HEADERS_TIMEOUT_MS: Type.Integer({ minimum: 100, default: 10_000 }),
-  /** ...the whole request within this time... */
-  REQUEST_TIMEOUT_MS: Type.Integer({ minimum: 100, default: 30_000 }),
-  /** ...and a socket that sends and reads nothing for this long is closed. */
-  IDLE_TIMEOUT_MS: Type.Integer({ minimum: 100, default: 60_000 }),
-  /** Open client connections one instance accepts at most; past it, new ones are refused. */
-  MAX_CONNECTIONS: Type.Integer({ minimum: 1, default: 10_000 }),
-  /** Bytes of pets and listing pages each instance caches at most; 0 turns the cache off. */
-  PETS_CACHE_MAX_BYTES: Type.Integer({ minimum: 0, default: 32 * 1024 * 1024 }),
-  /**
-   * Tracing: spans go over OTLP/HTTP to OTEL_EXPORTER_OTLP_TRACES_ENDPOINT as given, or to
-   * OTEL_EXPORTER_OTLP_ENDPOINT + /v1/traces (the OTLP exporter specification's rule); neither set,
-   * no tracing and nothing of OpenTelemetry loaded.
-   */
-  OTEL_EXPORTER_OTLP_ENDPOINT: Type.Optional(Type.String({ pattern: '^https?://' })),
-  OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: Type.Optional(Type.String({ pattern: '^https?://' })),
-  /** The service.name of every span. */
-  OTEL_SERVICE_NAME: Type.String({ minLength: 1, default: 'pet-store' }),
-  /** Connections each instance opens to PostgreSQL at most. */
-  DB_POOL_SIZE: Type.Integer({ minimum: 1, default: 10 }),
-  /**
-   * SIGTERM: /readyz answers 503 and everything else is still served for this long, then the
-   * server closes. At least as long as a balancer takes to stop sending here (see the README).
-   */
-  SHUTDOWN_DRAIN_MS: Type.Integer({ minimum: 0, maximum: 120_000, default: 5_000 }),
-  /** Overload: shed requests with 503 when the event loop lags longer than this... */
-  LOAD_SHED_EVENT_LOOP_DELAY_MS: Type.Integer({ minimum: 1, default: 1000 }),
-  /** ...or when more requests than this wait for a database connection. */
-  LOAD_SHED_POOL_WAITING: Type.Integer({ minimum: 1, default: 100 }),
+  LOG_FORMAT: Type.Union([Type.Literal('auto'), Type.Literal('json'), Type.Literal('pretty')], {
+    default: 'auto',
+    description:
+      '`auto`: pretty-printed (pino-pretty) when standard output is a terminal, JSON lines otherwise; `json` or `pretty` to choose.',
+  }),
+  REDIS_URL: Type.Optional(
+    Type.String({
+      pattern: '^rediss?://',
+      examples: ['redis://redis:6379'],
+      description:
+        'The one Redis all instances share for rate limiting (`rediss://` for TLS, `redis://user:password@host:port` for AUTH). ' +
+        'Unset, and no cluster or Sentinels: each instance counts alone. At most one of `REDIS_URL`, `REDIS_CLUSTER_NODES` ' +
+        'and `REDIS_SENTINELS`.',
+    }),
+  ),
+  REDIS_CLUSTER_NODES: Type.Optional(
+    Type.String({
+      pattern: HOST_PORT_LIST,
+      examples: ['redis-1:6379,redis-2:6379,[fd00::3]:6379'],
+      description: 'A Redis Cluster instead: seed nodes, any few masters or replicas (the rest is discovered).',
+    }),
+  ),
+  REDIS_SENTINELS: Type.Optional(
+    Type.String({
+      pattern: HOST_PORT_LIST,
+      examples: ['sentinel-1:26379,sentinel-2:26379,sentinel-3:26379'],
+      description: 'A Sentinel-managed Redis instead: the Sentinels; with `REDIS_SENTINEL_MASTER`.',
+    }),
+  ),
+  REDIS_SENTINEL_MASTER: Type.Optional(
+    Type.String({
+      minLength: 1,
+      description: 'The name the Sentinels monitor the master under (`sentinel monitor <name> ...`); with `REDIS_SENTINELS`.',
+    }),
+  ),
+  REDIS_USERNAME: Type.Optional(
+    Type.String({
+      minLength: 1,
+      description: 'ACL user for the nodes of a cluster or a Sentinel-managed master (with `REDIS_URL`, put it in the URL).',
+    }),
+  ),
+  REDIS_PASSWORD: Type.Optional(
+    Type.String({
+      minLength: 1,
+      description: 'Password (AUTH) for the nodes of a cluster or a Sentinel-managed master (with `REDIS_URL`, put it in the URL).',
+    }),
+  ),
+  REDIS_SENTINEL_PASSWORD: Type.Optional(
+    Type.String({ minLength: 1, description: 'Password of the Sentinels themselves, when they require one.' }),
+  ),
+  REDIS_TLS: Type.Boolean({
+    default: false,
+    description:
+      "`true`: TLS to the nodes of a cluster, or to the master and the Sentinels (with `REDIS_URL`, use `rediss://`); extra CAs through Node's `NODE_EXTRA_CA_CERTS`.",
+  }),
+  REDIS_KEY_PREFIX: Type.String({
+    default: 'pets:',
+    description: 'Prefix of every Redis key; give each deployment sharing a Redis its own (key ids repeat across databases).',
+  }),
+  RATE_LIMIT_BAN_THRESHOLD: Type.Integer({
+    minimum: 1,
+    default: 30,
+    description: 'A caller refused more often than this within one minute window is banned.',
+  }),
+  RATE_LIMIT_BAN_SECONDS: Type.Integer({ minimum: 1, default: 900, description: 'How long a ban lasts.' }),
+  RATE_LIMIT_IPV6_PREFIX: Type.Integer({
+    minimum: 1,
+    maximum: 128,
+    default: 64,
+    description: 'Callers without a valid key are counted per IPv6 network of this many leading bits (IPv4: per address).',
+  }),
+  KEY_CACHE_MAX_ENTRIES: Type.Integer({
+    minimum: 1,
+    default: 100_000,
+    description:
+      'API keys each instance keeps in memory at most (the recently used ones); the rest are looked up on first use. ' +
+      'Memory follows this, not the number of keys.',
+  }),
+  IDEMPOTENCY_KEY_RETENTION_HOURS: Type.Integer({
+    minimum: 24,
+    default: 24,
+    description:
+      'How long an `Idempotency-Key` and the response it stored are kept: at least the 24 hours clients are promised. ' +
+      'Published in the OpenAPI document.',
+  }),
+  TRUST_PROXY: Type.String({
+    default: '',
+    examples: ['10.0.0.5, 10.1.0.0/16'],
+    description:
+      'Comma-separated addresses or CIDRs of the proxies whose `X-Forwarded-For` and `X-Request-Id` are believed: ' +
+      "the proxies' own addresses only. Empty: none.",
+  }),
+  METRICS_PORT: Type.Integer({
+    minimum: 0,
+    maximum: 65535,
+    default: 9464,
+    description: 'Port of the Prometheus `/metrics` endpoint, apart from the API (no auth, no rate limit); `0`: any free port.',
+  }),
+  METRICS_HOST: Type.String({
+    minLength: 1,
+    default: '127.0.0.1',
+    description: 'Address of the metrics endpoint; `0.0.0.0` in the image.',
+  }),
+  ADMIN_PORT: Type.Optional(
+    Type.Integer({
+      minimum: 0,
+      maximum: 65535,
+      description:
+        "Port of the admin API (key management, see [docs/admin-api.md](admin-api.md)), never the API's `PORT` and never " +
+        'behind the public balancer; `0`: any free port. Unset: no admin listener.',
+    }),
+  ),
+  ADMIN_HOST: Type.String({ minLength: 1, default: '127.0.0.1', description: 'Address of the admin API; a private interface only.' }),
+  HEADERS_TIMEOUT_MS: Type.Integer({
+    minimum: 100,
+    default: 10_000,
+    description: 'A client must send all its headers within this time, else 408.',
+  }),
+  REQUEST_TIMEOUT_MS: Type.Integer({
+    minimum: 100,
+    default: 30_000,
+    description: 'A client must send its whole request within this time.',
+  }),
+  IDLE_TIMEOUT_MS: Type.Integer({
+    minimum: 100,
+    default: 60_000,
+    description: 'A socket that sends and reads nothing this long is closed.',
+  }),
+  MAX_CONNECTIONS: Type.Integer({
+    minimum: 1,
+    default: 10_000,
+    description: 'Open client connections one instance accepts at most; past it, new ones are refused.',
+  }),
+  PETS_CACHE_MAX_BYTES: Type.Integer({
+    minimum: 0,
+    default: 32 * 1024 * 1024,
+    description: 'Bytes of pets and listing pages each instance caches at most; `0` turns the cache off.',
+  }),
+  OTEL_EXPORTER_OTLP_ENDPOINT: Type.Optional(
+    Type.String({
+      pattern: '^https?://',
+      examples: ['http://collector:4318'],
+      description:
+        "Tracing: the OTLP/HTTP collector's base URL; spans go to its `/v1/traces` (the OTLP exporter specification's rule). " +
+        'Unset, and no `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`: no tracing, and nothing of OpenTelemetry loaded.',
+    }),
+  ),
+  OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: Type.Optional(
+    Type.String({
+      pattern: '^https?://',
+      examples: ['http://collector:4318/v1/traces'],
+      description: 'The full traces URL instead, used as given.',
+    }),
+  ),
+  OTEL_SERVICE_NAME: Type.String({ minLength: 1, default: 'pet-store', description: 'The `service.name` of every span.' }),
+  DB_POOL_SIZE: Type.Integer({ minimum: 1, default: 10, description: 'Connections each instance opens to PostgreSQL at most.' }),
+  SHUTDOWN_DRAIN_MS: Type.Integer({
+    minimum: 0,
+    maximum: 120_000,
+    default: 5_000,
+    description:
+      'On SIGTERM, how long `/readyz` answers 503 while every other request is still served, before the server closes: at ' +
+      'least the time a balancer takes to stop sending here (see [docs/deploying.md](deploying.md#rolling-deploys)).',
+  }),
+  LOAD_SHED_EVENT_LOOP_DELAY_MS: Type.Integer({
+    minimum: 1,
+    default: 1000,
+    description: 'Shed load (503) when the event loop lags longer than this.',
+  }),
+  LOAD_SHED_POOL_WAITING: Type.Integer({
+    minimum: 1,
+    default: 100,
+    description: 'Shed load (503) when more requests than this wait for a database connection.',
+  }),
 });
 
-export type Config = Omit<Static<typeof ConfigSchema>, 'PUBLIC_BASE_URL'> & { PUBLIC_BASE_URL: string };
+type Settings = Static<typeof ConfigSchema>;
+
+/** Where the shared rate-limit counters live: one Redis, a Redis Cluster, or a master that Sentinels name. */
+export type RedisTarget =
+  | { mode: 'single'; url: string }
+  | { mode: 'cluster'; nodes: Array<{ host: string; port: number }> }
+  | { mode: 'sentinel'; sentinels: Array<{ host: string; port: number }>; masterName: string };
+
+/** AUTH and TLS for the cluster and Sentinel modes; a single Redis takes both from its URL (`rediss://user:pass@...`). */
+export interface RedisCredentials {
+  username?: string;
+  password?: string;
+  /** Sentinels' own password, when they require one. */
+  sentinelPassword?: string;
+  tls: boolean;
+}
+
+/** The settings parsed here into the values of Config below, so that no other code parses them again. */
+const PARSED_SETTINGS = [
+  'PUBLIC_BASE_URL',
+  'TRUST_PROXY',
+  'REDIS_URL',
+  'REDIS_CLUSTER_NODES',
+  'REDIS_SENTINELS',
+  'REDIS_SENTINEL_MASTER',
+  'REDIS_USERNAME',
+  'REDIS_PASSWORD',
+  'REDIS_SENTINEL_PASSWORD',
+  'REDIS_TLS',
+] as const;
+
+/** The settings, checked, with those that need parsing parsed. */
+export type Config = Omit<Settings, (typeof PARSED_SETTINGS)[number]> & {
+  /** PUBLIC_BASE_URL, or the one HOST and PORT give. */
+  PUBLIC_BASE_URL: string;
+  /** TRUST_PROXY's addresses and CIDRs: Fastify's trustProxy, and the proxies whose X-Request-Id is kept. */
+  trustedProxies: string[];
+  /** Where the shared rate-limit counters live, if anywhere. */
+  redisTarget: RedisTarget | undefined;
+  redisCredentials: RedisCredentials;
+};
 
 export class ConfigError extends Error {}
 
@@ -109,24 +287,41 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     const name = error.path.slice(1);
     throw new ConfigError(`Invalid ${name}=${JSON.stringify(env[name] ?? '')}: ${allowedValues(error.schema) ?? error.message}`);
   }
-  const config = values as Static<typeof ConfigSchema>;
-  const badProxy = trustedProxies(config.TRUST_PROXY).find((entry) => !isAddressOrCidr(entry));
+  const settings = values as Settings;
+  const trustedProxies = settings.TRUST_PROXY.split(',')
+    .map((entry) => entry.trim())
+    .filter(Boolean);
+  const badProxy = trustedProxies.find((entry) => !isAddressOrCidr(entry));
   if (badProxy !== undefined) {
     throw new ConfigError(
-      `Invalid TRUST_PROXY=${JSON.stringify(config.TRUST_PROXY)}: ${JSON.stringify(badProxy)} is not an IP address or CIDR`,
+      `Invalid TRUST_PROXY=${JSON.stringify(settings.TRUST_PROXY)}: ${JSON.stringify(badProxy)} is not an IP address or CIDR`,
     );
   }
-  if (config.ADMIN_PORT !== undefined && config.ADMIN_PORT !== 0 && config.ADMIN_PORT === config.PORT) {
+  if (settings.ADMIN_PORT !== undefined && settings.ADMIN_PORT !== 0 && settings.ADMIN_PORT === settings.PORT) {
     throw new ConfigError(
-      `Invalid ADMIN_PORT=${config.ADMIN_PORT}: it is the API's PORT; the admin API is never served on the public port`,
+      `Invalid ADMIN_PORT=${settings.ADMIN_PORT}: it is the API's PORT; the admin API is never served on the public port`,
     );
   }
-  const redisModes = (['REDIS_URL', 'REDIS_CLUSTER_NODES', 'REDIS_SENTINELS'] as const).filter((name) => config[name] !== undefined);
+  const redisModes = (['REDIS_URL', 'REDIS_CLUSTER_NODES', 'REDIS_SENTINELS'] as const).filter((name) => settings[name] !== undefined);
   if (redisModes.length > 1) throw new ConfigError(`Set one of ${redisModes.join(' and ')}, not both: they name different kinds of Redis`);
-  if ((config.REDIS_SENTINELS === undefined) !== (config.REDIS_SENTINEL_MASTER === undefined)) {
+  if ((settings.REDIS_SENTINELS === undefined) !== (settings.REDIS_SENTINEL_MASTER === undefined)) {
     throw new ConfigError('REDIS_SENTINELS and REDIS_SENTINEL_MASTER go together: the Sentinels and the name of the master they watch');
   }
-  return { ...config, PUBLIC_BASE_URL: config.PUBLIC_BASE_URL ?? defaultBaseUrl(config.HOST, config.PORT) };
+  const unparsed = Object.fromEntries(
+    Object.entries(settings).filter(([name]) => !(PARSED_SETTINGS as readonly string[]).includes(name)),
+  ) as Omit<Settings, (typeof PARSED_SETTINGS)[number]>;
+  return {
+    ...unparsed,
+    PUBLIC_BASE_URL: settings.PUBLIC_BASE_URL ?? defaultBaseUrl(settings.HOST, settings.PORT),
+    trustedProxies,
+    redisTarget: redisTarget(settings),
+    redisCredentials: {
+      username: settings.REDIS_USERNAME,
+      password: settings.REDIS_PASSWORD,
+      sentinelPassword: settings.REDIS_SENTINEL_PASSWORD,
+      tls: settings.REDIS_TLS,
+    },
+  };
 }
 
 /** "must be one of ..." for a setting that takes one of a few words: TypeBox alone says "Expected union value". */
@@ -142,28 +337,14 @@ const hostPorts = (list: string) =>
     return { host: entry.slice(0, at).replace(/^\[(.*)\]$/, '$1'), port: Number(entry.slice(at + 1)) };
   });
 
-/** Where the shared rate-limit counters live, if anywhere. */
-export function redisTarget(config: Config): RedisTarget | undefined {
-  if (config.REDIS_URL) return { mode: 'single', url: config.REDIS_URL };
-  if (config.REDIS_CLUSTER_NODES) return { mode: 'cluster', nodes: hostPorts(config.REDIS_CLUSTER_NODES) };
-  if (config.REDIS_SENTINELS && config.REDIS_SENTINEL_MASTER) {
-    return { mode: 'sentinel', sentinels: hostPorts(config.REDIS_SENTINELS), masterName: config.REDIS_SENTINEL_MASTER };
+function redisTarget(settings: Settings): RedisTarget | undefined {
+  if (settings.REDIS_URL) return { mode: 'single', url: settings.REDIS_URL };
+  if (settings.REDIS_CLUSTER_NODES) return { mode: 'cluster', nodes: hostPorts(settings.REDIS_CLUSTER_NODES) };
+  if (settings.REDIS_SENTINELS && settings.REDIS_SENTINEL_MASTER) {
+    return { mode: 'sentinel', sentinels: hostPorts(settings.REDIS_SENTINELS), masterName: settings.REDIS_SENTINEL_MASTER };
   }
   return undefined;
 }
-
-export const redisCredentials = (config: Config): RedisCredentials => ({
-  username: config.REDIS_USERNAME,
-  password: config.REDIS_PASSWORD,
-  sentinelPassword: config.REDIS_SENTINEL_PASSWORD,
-  tls: config.REDIS_TLS,
-});
-
-export const trustedProxies = (value: string) =>
-  value
-    .split(',')
-    .map((entry) => entry.trim())
-    .filter(Boolean);
 
 function isAddressOrCidr(entry: string): boolean {
   const [address = '', prefix, ...rest] = entry.split('/');

@@ -1,16 +1,21 @@
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { ConfigSchema, loadConfig, redisTarget } from '../src/config.js';
-
-const settings = Object.keys(ConfigSchema.properties);
+import { DOCS_COMMAND, generatedFiles } from '../scripts/config-docs.js';
+import { ConfigSchema, loadConfig } from '../src/config.js';
 
 describe('configuration', () => {
-  it('the table of docs/configuration.md and .env.example list every setting, and nothing else', () => {
-    const table = readFileSync('docs/configuration.md', 'utf8');
-    const documented = [...table.matchAll(/^\| `([A-Z][A-Z0-9_]*)` \| [^|]+ \| [^|]+ \|$/gm)].map((match) => match[1]);
-    const example = [...readFileSync('.env.example', 'utf8').matchAll(/^([A-Z][A-Z0-9_]*)=/gm)].map((match) => match[1]);
-    expect(new Set(documented)).toEqual(new Set(settings));
-    expect(example.sort()).toEqual([...settings].sort());
+  it('docs/configuration.md and .env.example are what the schema writes', () => {
+    for (const { path, text } of generatedFiles()) {
+      expect(readFileSync(path, 'utf8'), `${path} differs from the schema in src/config.ts: run ${DOCS_COMMAND}`).toBe(text);
+    }
+  });
+
+  it("the README's settings are settings of the schema", () => {
+    const readme = readFileSync('README.md', 'utf8');
+    const section = readme.slice(readme.indexOf('\n## Settings\n'), readme.indexOf('\n## ', readme.indexOf('\n## Settings\n') + 1));
+    const named = [...section.matchAll(/`([A-Z][A-Z0-9_]+)`/g)].map((match) => match[1]);
+    expect(named.length).toBeGreaterThan(0);
+    expect(named.filter((name) => !(name! in ConfigSchema.properties))).toEqual([]);
   });
 
   it('.env.example holds the defaults', () => {
@@ -46,14 +51,14 @@ describe('configuration', () => {
   it('takes one kind of Redis, and Sentinels with the name of their master', () => {
     expect(() => loadConfig({ REDIS_URL: 'redis://a:6379', REDIS_CLUSTER_NODES: 'b:6379' })).toThrow(/REDIS_URL and REDIS_CLUSTER_NODES/);
     expect(() => loadConfig({ REDIS_SENTINEL_MASTER: 'pets' })).toThrow(/REDIS_SENTINELS and REDIS_SENTINEL_MASTER/);
-    expect(redisTarget(loadConfig({ REDIS_CLUSTER_NODES: 'a:7000,[::1]:7001' }))).toEqual({
+    expect(loadConfig({ REDIS_CLUSTER_NODES: 'a:7000,[::1]:7001' }).redisTarget).toEqual({
       mode: 'cluster',
       nodes: [
         { host: 'a', port: 7000 },
         { host: '::1', port: 7001 },
       ],
     });
-    expect(redisTarget(loadConfig({ REDIS_SENTINELS: 's1:26379,s2:26380', REDIS_SENTINEL_MASTER: 'pets' }))).toEqual({
+    expect(loadConfig({ REDIS_SENTINELS: 's1:26379,s2:26380', REDIS_SENTINEL_MASTER: 'pets' }).redisTarget).toEqual({
       mode: 'sentinel',
       sentinels: [
         { host: 's1', port: 26379 },
@@ -61,7 +66,12 @@ describe('configuration', () => {
       ],
       masterName: 'pets',
     });
-    expect(redisTarget(loadConfig({}))).toBeUndefined();
+    expect(loadConfig({}).redisTarget).toBeUndefined();
+  });
+
+  it('takes TRUST_PROXY as a list of addresses and CIDRs', () => {
+    expect(loadConfig({ TRUST_PROXY: ' 127.0.0.1, 10.0.0.0/8,,::1 ' }).trustedProxies).toEqual(['127.0.0.1', '10.0.0.0/8', '::1']);
+    expect(loadConfig({}).trustedProxies).toEqual([]);
   });
 
   it('derives the public base URL from the listen address unless given', () => {

@@ -1,19 +1,8 @@
 import { Cluster, Redis, type ClusterOptions, type RedisOptions } from 'ioredis';
+import type { RedisCredentials, RedisTarget } from '../../config.js';
 
-/** Where the shared rate-limit counters live: one Redis, a Redis Cluster, or a master that Sentinels name. */
-export type RedisTarget =
-  | { mode: 'single'; url: string }
-  | { mode: 'cluster'; nodes: Array<{ host: string; port: number }> }
-  | { mode: 'sentinel'; sentinels: Array<{ host: string; port: number }>; masterName: string };
-
-/** AUTH and TLS for the cluster and Sentinel modes; a single Redis takes both from its URL (`rediss://user:pass@...`). */
-export interface RedisCredentials {
-  username?: string;
-  password?: string;
-  /** Sentinels' own password, when they require one. */
-  sentinelPassword?: string;
-  tls: boolean;
-}
+// The target and credentials are parsed with the rest of the configuration; the plugin takes them from here.
+export type { RedisCredentials, RedisTarget };
 
 const CLUSTER_SLOTS = 16_384;
 
