@@ -1,15 +1,10 @@
 import { parseArgs } from 'node:util';
+import { DEFAULT_OVERLAP_SECONDS, MAX_OVERLAP_SECONDS } from '../api-key-lifecycle.js';
 import { ExpiryError, parseExpiry } from '../expiry.js';
 import { isPlan, LimitsError, ownLimits, PLANS } from '../plans.js';
 import type { Actor } from '../repositories/admin-audit.js';
 import { ADMIN_SCOPES, isAdminScope, type AdminScope, type AdminTokensRepository } from '../repositories/admin-tokens.js';
-import {
-  type ApiKeysRepository,
-  DEFAULT_OVERLAP_SECONDS,
-  KeyStateError,
-  MAX_OVERLAP_SECONDS,
-  type NewApiKey,
-} from '../repositories/api-keys.js';
+import { type ApiKeysRepository, KeyStateError, type NewApiKey } from '../repositories/api-keys.js';
 
 /**
  * The keys command's commands: issue, list, rotate and revoke API keys and admin tokens, through
