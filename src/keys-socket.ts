@@ -2,7 +2,8 @@ import type { FastifyInstance } from 'fastify';
 import { chmod, rm } from 'node:fs/promises';
 import { connect, createServer, type Socket } from 'node:net';
 import { join } from 'node:path';
-import { runKeysCommand, type Output } from './cli/keys-commands.js';
+import type { Output } from './cli/keys/command.js';
+import { runKeysCommand } from './cli/keys/index.js';
 import { createAdminTokensRepository } from './repositories/admin-tokens.js';
 import { createApiKeysRepository } from './repositories/api-keys.js';
 

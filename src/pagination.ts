@@ -1,5 +1,5 @@
 import { errors } from './errors.js';
-import { MAX_ID } from './schemas/pet.js';
+import { MAX_ID } from './schemas/common.js';
 
 /**
  * A keyset cursor: the last id of the previous page and the filter it was made for (a status of

@@ -206,7 +206,7 @@ describe('the shell blocks of README.md and docs/', () => {
     for (const created of [0, 1, 2, 3]) expect(lastLines[created]).toMatch(/^psk_[0-9A-Za-z]{49}$/);
     const list = outputs.at(-1)!.trim().split('\n');
     expect(list).toHaveLength(4);
-    expect(list[0]).toMatch(/^1\tcustomer 4711\tpro\t.*, replaced by 4$/);
+    expect(list[0]).toMatch(/^1\tcustomer 4711\tpro\t.*\trotated, replaced by 4$/);
     expect(list[2]).toMatch(/^3\tdashboard\tfree\t.*read-only.*revoked /);
   });
 

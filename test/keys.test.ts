@@ -93,6 +93,8 @@ describe('npm run --silent keys', () => {
     const records = await listJson(env);
     expect(lines).toHaveLength(records.length);
     expect(lines.map((line) => Number(line.split('\t')[0]))).toEqual(records.map((record) => record.id));
+    // The state is the admin API's, the last column's first word.
+    expect(lines.map((line) => line.split('\t').at(-1)!.split(/[ ,]/)[0])).toEqual(records.map((record) => record.state));
     expect(lines.find((line) => line.includes('listed'))).toMatch(
       /^\d+\tlisted\tpro\t300\/minute\t10000\/day\tread-write\t\S+\tno expiry\tactive$/,
     );
@@ -168,7 +170,7 @@ describe('npm run --silent keys', () => {
       expect(Date.parse(replaced.expiresAt as string) - Date.now()).toBeGreaterThan(3_500_000);
       expect(replaced.revokedAt).toBeNull();
       const line = (await keys(['list'], env)).stdout.split('\n').find((text) => text.startsWith(`${String(old.id)}\t`));
-      expect(line).toMatch(new RegExp(`\\tactive, replaced by ${String(successor.id)}$`));
+      expect(line).toMatch(new RegExp(`\\trotated, replaced by ${String(successor.id)}$`));
       // Rotating it again, or a revoked key, is refused; --overlap-seconds 0 revokes the old key at once.
       expect((await keys(['rotate', String(old.id)], env)).code).toBe(1);
       const now = await keys(['rotate', String(successor.id), '--overlap-seconds', '0'], env);
@@ -246,6 +248,29 @@ describe('npm run --silent keys', () => {
       expect(await listJson(env)).toEqual(before);
     },
   );
+
+  test('bad arguments are refused in the words of the admin API, whose schemas check them', MANY_RUNS, async ({ env }) => {
+    const refusals: Array<[string[], string]> = [
+      [['create', '--plan', 'gold'], '--plan must be one of free, pro, business, enterprise'],
+      [['create'], '--plan is required and must be one of free, pro, business, enterprise'],
+      [
+        ['create', '--plan', 'enterprise', '--per-minute', '007', '--per-day', '10'],
+        '--per-minute must be an integer from 1 to 2147483647',
+      ],
+      [['rotate', '1', '--overlap-seconds', '2592001'], '--overlap-seconds must be an integer from 0 to 2592000'],
+      [['create', '--plan', 'free', '--name', 'tab\there'], '--name must be at most 200 characters, without control characters'],
+      [
+        ['rotate', '1', '--expires-at', '2027-01-01'],
+        '--expires-at must be an ISO 8601 date-time with a time zone, such as 2027-01-31T00:00:00Z',
+      ],
+      [['revoke', '9007199254740992'], 'the key id must be an integer from 1 to 9007199254740991'],
+    ];
+    for (const [args, message] of refusals) {
+      const result = await keys(args, env);
+      expect(result.code, message).toBe(2);
+      expect(result.stderr.split('. usage: ')[0], message).toBe(`keys: ${message}`);
+    }
+  });
 });
 
 describe('npm run --silent keys -- admin-token', () => {

@@ -1,12 +1,13 @@
 import { createHash } from 'node:crypto';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import { DEFAULT_OVERLAP_SECONDS } from '../api-key-lifecycle.js';
 import { errors } from '../errors.js';
 import { ExpiryError, parseExpiry } from '../expiry.js';
 import { decodeCursor, encodeCursor, nextLink } from '../pagination.js';
 import { LimitsError, ownLimits } from '../plans.js';
 import type { RateLimiter } from '../plugins/rate-limit/index.js';
 import type { AdminAuditRepository } from '../repositories/admin-audit.js';
-import { DEFAULT_OVERLAP_SECONDS, KeyStateError, type ApiKeyRecord, type ApiKeysRepository } from '../repositories/api-keys.js';
+import { KeyStateError, type ApiKeyRecord, type ApiKeysRepository } from '../repositories/api-keys.js';
 import { refuseOtherMethods } from '../http/method-not-allowed.js';
 import { AdminKey, AdminKeyChange, AdminKeys, KeyParams, KeyUsage, ListKeysQuery, NewAdminKey, RotateKey } from '../schemas/admin.js';
 import { DEFAULT_PAGE_SIZE } from '../schemas/common.js';

@@ -5,7 +5,8 @@ import { openDatabase } from '../db/open.js';
 import { askRunningServer, keysSocketPath } from '../keys-socket.js';
 import { createAdminTokensRepository } from '../repositories/admin-tokens.js';
 import { createApiKeysRepository } from '../repositories/api-keys.js';
-import { parseCommandLine, runKeysCommand, type Output } from './keys-commands.js';
+import type { Output } from './keys/command.js';
+import { parseCommandLine, runKeysCommand } from './keys/index.js';
 
 /**
  * `npm run --silent keys -- <command>` (`keys help` lists them). Scripts depend on this contract:

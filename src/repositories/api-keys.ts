@@ -1,4 +1,5 @@
 import { generateKey, hashKey } from '../api-key-format.js';
+import type { KeyState } from '../api-key-lifecycle.js';
 import type { Database, Queryable } from '../db/database.js';
 import { ownLimits, PLAN_LIMITS, type Limits, type Plan } from '../plans.js';
 import { recordAudit, type Actor } from './admin-audit.js';
@@ -13,9 +14,6 @@ export interface ApiKeyIdentity extends Limits {
   /** When the key stops working, in ms since the epoch; null for never. */
   expiresAt: number | null;
 }
-
-export const KEY_STATES = ['active', 'expired', 'revoked', 'rotated'] as const;
-export type KeyState = (typeof KEY_STATES)[number];
 
 /** A key as listed to operators: never the key, never its hash. */
 export interface ApiKeyRecord {
@@ -125,11 +123,6 @@ function pageStatement(filters: Array<keyof typeof FILTERS>) {
     text: `SELECT ${RECORD_COLUMNS} FROM api_keys WHERE ${conditions.join(' AND ')} ORDER BY id LIMIT $${filters.length + 2}`,
   };
 }
-
-/** How long a rotated key keeps working by default: a day to roll the new one out. */
-export const DEFAULT_OVERLAP_SECONDS = 86_400;
-/** The longest overlap: 30 days; two keys of one customer should not both work for longer. */
-export const MAX_OVERLAP_SECONDS = 30 * 86_400;
 
 export interface NewApiKey {
   plan: Plan;

@@ -1,9 +1,8 @@
 import { Type, type Static, type TSchema } from '@sinclair/typebox';
+import { DEFAULT_OVERLAP_SECONDS, KEY_STATES, MAX_OVERLAP_SECONDS } from '../api-key-lifecycle.js';
 import { DATE_TIME } from '../expiry.js';
 import { PLANS } from '../plans.js';
-import { DEFAULT_OVERLAP_SECONDS, KEY_STATES, MAX_OVERLAP_SECONDS } from '../repositories/api-keys.js';
-import { PageLimit } from './common.js';
-import { MAX_ID } from './pet.js';
+import { Cursor, Id, PageLimit } from './common.js';
 
 /** A value or null, as OpenAPI 3.0 writes it (`nullable`), for responses. */
 const Nullable = <T extends TSchema>(schema: T) => Type.Unsafe<Static<T> | null>({ ...schema, nullable: true });
@@ -14,7 +13,6 @@ const literals = <T extends string>(values: readonly T[], description: string) =
     { description, 'x-error-message': `must be one of ${values.join(', ')}` },
   );
 
-const Id = Type.Integer({ minimum: 1, maximum: MAX_ID, format: 'int64', 'x-error-message': `must be an integer from 1 to ${MAX_ID}` });
 const Timestamp = Type.String({ format: 'date-time' });
 
 export const Plan = literals(PLANS, 'The plan, whose limits the key gets (enterprise: its own)');
@@ -33,7 +31,7 @@ const Limit = (window: string) =>
   });
 
 // Control characters are refused; 200 UTF-16 units are at most the 200 characters the column takes.
-const KeyName = Type.String({
+export const KeyName = Type.String({
   pattern: '^[^\\u0000-\\u001f\\u007f-\\u009f]{0,200}$',
   description: 'Who or what the key is for (a customer, a subscription): up to 200 characters, no control characters',
   'x-error-message': 'must be at most 200 characters, without control characters',
@@ -123,14 +121,6 @@ export const RotateKey = Type.Object(
 export type RotateKey = Static<typeof RotateKey>;
 
 export const KeyParams = Type.Object({ id: Type.Integer({ ...Id, description: 'The key id' }) });
-
-const Cursor = Type.Optional(
-  Type.String({
-    maxLength: 200,
-    description: 'Opaque cursor from the rel="next" Link header of the previous page',
-    'x-error-message': 'must be the cursor of a rel="next" link',
-  }),
-);
 
 export const ListKeysQuery = Type.Object({
   plan: Type.Optional(Plan),

@@ -1,8 +1,5 @@
 import { Type, type Static } from '@sinclair/typebox';
-import { PageLimit } from './common.js';
-
-/** JSON numbers are exact only up to 2^53 - 1, so that is the documented ceiling of every int64 field. */
-export const MAX_ID = Number.MAX_SAFE_INTEGER;
+import { Cursor, Id, PageLimit } from './common.js';
 
 /** The statuses, listed once: the schema, its error message and the cursor format are built from them. */
 export const PET_STATUSES = ['available', 'pending', 'sold'] as const;
@@ -12,13 +9,6 @@ export const PetStatus = Type.Union(
   { description: 'Availability of the animal', 'x-error-message': `must be one of ${PET_STATUSES.join(', ')}` },
 );
 export type PetStatus = Static<typeof PetStatus>;
-
-const Id = Type.Integer({
-  minimum: 1,
-  maximum: MAX_ID,
-  format: 'int64',
-  'x-error-message': `must be an integer from 1 to ${MAX_ID}`,
-});
 
 export const NewPet = Type.Object(
   {
@@ -64,12 +54,6 @@ export const PetParams = Type.Object({
 export const ListPetsQuery = Type.Object({
   limit: PageLimit('Maximum number of animals to return'),
   status: Type.Optional(PetStatus),
-  cursor: Type.Optional(
-    Type.String({
-      maxLength: 200,
-      description: 'Opaque cursor from the rel="next" Link header of the previous page',
-      'x-error-message': 'must be the cursor of a rel="next" link',
-    }),
-  ),
+  cursor: Cursor,
 });
 export type ListPetsQuery = Static<typeof ListPetsQuery>;

@@ -1,0 +1,19 @@
+import { COMMAND, idArgument, type KeysCommand } from './command.js';
+
+/** Revokes a key on every instance, as the admin API's revokeKey does. */
+export const revoke: KeysCommand = {
+  name: 'revoke',
+  synopsis: 'keys revoke <id>',
+  options: {},
+  parse(_values, positionals) {
+    const id = idArgument('revoke', 'key', positionals);
+    return async ({ keys }, { out, err }) => {
+      if (!(await keys.revoke(id, { actor: COMMAND }))) {
+        err(`keys: no API key with id ${id}`);
+        return 1;
+      }
+      out(`Revoked API key ${id}; it stops working on every instance within a second.`);
+      return 0;
+    };
+  },
+};
