@@ -3,6 +3,7 @@ import type { DestinationStream } from 'pino';
 import type { Config } from './config.js';
 import { listenerOptions, serveJson } from './http/listener.js';
 import { requestIdGenerator } from './http/request-id.js';
+import apiKeys from './plugins/api-keys.js';
 import database from './plugins/database.js';
 import errorHandler from './plugins/error-handler.js';
 import health from './plugins/health.js';
@@ -10,9 +11,8 @@ import loadShedding from './plugins/load-shedding.js';
 import metrics from './plugins/metrics.js';
 import { SECURITY_SCHEME } from './plugins/auth.js';
 import openapi from './plugins/openapi.js';
-import keyFilter from './plugins/key-filter.js';
 import rateLimit from './plugins/rate-limit/index.js';
-import repositories from './plugins/repositories.js';
+import pets from './plugins/pets.js';
 import shutdown from './plugins/shutdown.js';
 import v1, { API_PREFIX } from './routes/v1/index.js';
 import { logFormat, logOutput } from './log-output.js';
@@ -90,8 +90,8 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
   await app.register(shutdown);
   await app.register(database, config);
   await app.register(metrics);
-  await app.register(repositories, { petsCacheMaxBytes: config.PETS_CACHE_MAX_BYTES });
-  await app.register(keyFilter);
+  await app.register(pets, { cacheMaxBytes: config.PETS_CACHE_MAX_BYTES });
+  await app.register(apiKeys, { cacheMaxEntries: config.KEY_CACHE_MAX_ENTRIES });
   await app.register(loadShedding, {
     maxEventLoopDelayMs: config.LOAD_SHED_EVENT_LOOP_DELAY_MS,
     maxPoolWaiting: config.LOAD_SHED_POOL_WAITING,
@@ -125,7 +125,6 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
   });
   await app.register(v1, {
     prefix: API_PREFIX,
-    keyCacheMaxEntries: config.KEY_CACHE_MAX_ENTRIES,
     idempotencyKeyRetentionHours: config.IDEMPOTENCY_KEY_RETENTION_HOURS,
   });
   return app;

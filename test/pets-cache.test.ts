@@ -45,10 +45,10 @@ describe('the pets cache on one instance', () => {
     for (let i = 0; i < 6; i++) await create(t, { name: `Early ${i}`, categoryId: 2 });
     // Their notices come back through the database a moment later and would drop a page read in
     // between (harmless, one more miss, but this test counts hits): a notice sent after them
-    // arrives after them, so once it has moved the cache's version, they have landed.
-    const version = t.app.petsVersion!.current();
+    // arrives after them, so once it has moved the data version, they have landed.
+    const dataVersion = t.app.dataVersion!.current();
     await t.db.query("SELECT pg_notify('pets_changed', '*')");
-    await eventually(async () => t.app.petsVersion!.current() !== version);
+    await eventually(async () => t.app.dataVersion!.current() !== dataVersion);
     const page = (await get(t, '/v1/pets?limit=3')).json();
     const hits = await lookups(t, 'list', 'hit');
     await create(t);

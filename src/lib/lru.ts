@@ -31,10 +31,6 @@ export class Lru<K, V> {
     return this.#entries.get(key)?.value;
   }
 
-  has(key: K): boolean {
-    return this.#entries.has(key);
-  }
-
   /**
    * Holds the value as the most recently used, forgetting the least recent until it fits; a value
    * heavier than the bound is not held at all (and false is returned).

@@ -80,7 +80,7 @@ export default fp(
       // A key that cannot be ours (its shape, or its checksum) never reaches the cache or the database.
       if (!isPlausibleKey(token)) return { kind: 'invalid' };
       const hash = hashKey(token).toString('base64');
-      const known = app.keyCache.peek(hash);
+      const known = app.keyCache.get(hash);
       if (known === undefined || known === 'stale') return { kind: 'unverified', hash, recheck: known === 'stale' };
       return usable(known);
     }
@@ -120,5 +120,5 @@ export default fp(
       },
     } satisfies Authenticator);
   },
-  { name: 'auth', dependencies: ['key-cache', 'key-filter', 'rate-limit', 'metrics'] },
+  { name: 'auth', dependencies: ['api-keys', 'rate-limit', 'metrics'] },
 );

@@ -39,13 +39,21 @@ export const revalidatesHeldCopy = (ifNoneMatch: string | undefined, statusCode:
 
 export const readsOnly = (method: string | string[]) => [method].flat().every((one) => one === 'GET' || one === 'HEAD');
 
+/**
+ * The data version, which moves whenever any read may answer differently, and how long an answer
+ * may be served at most (the pets cache's).
+ */
+export interface DataVersion {
+  current: () => number;
+  ttlMs: number;
+}
+
 export interface ConditionalRequestsOptions {
   /**
-   * Moves whenever any read may answer differently, and how long an answer may be served at most
-   * (the pets cache's). With it, a revalidation whose tag is known to be current is answered
-   * before the handler runs: nothing is read, serialised or digested.
+   * With it, a revalidation whose tag is known to be current is answered before the handler runs:
+   * nothing is read, serialised or digested.
    */
-  dataVersion?: { current: () => number; ttlMs: number };
+  dataVersion?: DataVersion;
 }
 
 /** The tag of what a URL answered, while the data it was read from has not changed. */
@@ -53,6 +61,7 @@ interface KnownTag {
   etag: string;
   /** The handler's own Link (the next page), which a 304 repeats. */
   link?: string;
+  /** The data version it was read at. */
   version: number;
   expiresAt: number;
 }

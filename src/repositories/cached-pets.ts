@@ -1,6 +1,6 @@
 import { Lru } from '../lib/lru.js';
 import { SingleFlight } from '../lib/single-flight.js';
-import type { Pet, PetStatus } from '../schemas/pet.js';
+import { PetStatus, type Pet } from '../schemas/pet.js';
 import type { ListPage, ListQuery, PetsRepository } from './pets.js';
 
 /**
@@ -9,6 +9,17 @@ import type { ListPage, ListQuery, PetsRepository } from './pets.js';
  * but an operator may.
  */
 export type PetsChange = { minId: number; maxId: number; statuses: Array<PetStatus | null> } | 'everything';
+
+/** A notice from the pets_changed trigger (migrations/004): "<min id> <max id> <status>..." or "*". */
+export function parsePetsChange(payload: string): PetsChange {
+  const [minId, maxId, ...statuses] = payload.split(' ');
+  if (payload === '*' || !minId || !maxId) return 'everything';
+  return {
+    minId: Number(minId),
+    maxId: Number(maxId),
+    statuses: statuses.map((status) => (PetStatus.anyOf.some((literal) => literal.const === status) ? (status as PetStatus) : null)),
+  };
+}
 
 export interface PetsCacheOptions {
   /** Bound on what the cache holds, counted as an estimate of the bytes its entries take. */
@@ -89,7 +100,7 @@ export function cachedPetsRepository(repository: PetsRepository, options: PetsCa
   /** Reads under way, scoped by filter (PETS for pets by id). */
   const flights = new SingleFlight<string>();
   /** Counts every change that may make a read answer differently: creates, notices, flushes. */
-  let version = 0;
+  let dataVersion = 0;
 
   const runsOf = (filter: string) => runs.get(filter) ?? [];
 
@@ -161,7 +172,7 @@ export function cachedPetsRepository(repository: PetsRepository, options: PetsCa
   }
 
   function invalidate(change: PetsChange) {
-    version++;
+    dataVersion++;
     if (change === 'everything') {
       flush();
       return;
@@ -180,7 +191,7 @@ export function cachedPetsRepository(repository: PetsRepository, options: PetsCa
 
   /** Forgets everything, as when notices of changes may have been missed. */
   function flush() {
-    version++;
+    dataVersion++;
     runs.clear();
     pets.clear();
     age.clear();
@@ -236,10 +247,8 @@ export function cachedPetsRepository(repository: PetsRepository, options: PetsCa
     invalidate,
     flush,
     /** Moves on whenever a read may answer differently; equal values mean every answer in between was the same. */
-    version: () => version,
+    dataVersion: () => dataVersion,
     /** Runs and pets held now, and their estimated bytes. */
     size: () => ({ entries: age.size, bytes: age.weight }),
   };
 }
-
-export type CachedPetsRepository = ReturnType<typeof cachedPetsRepository>;

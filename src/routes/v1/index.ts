@@ -3,7 +3,6 @@ import auth from '../../plugins/auth.js';
 import conditionalRequests from '../../plugins/conditional-requests.js';
 import deprecation from '../../plugins/deprecation.js';
 import idempotency from '../../plugins/idempotency.js';
-import keyCache from '../../plugins/key-cache.js';
 import { notFoundHandler } from '../../errors.js';
 import { createIdempotencyKeysRepository } from '../../repositories/idempotency-keys.js';
 import { documentOperation } from './contract.js';
@@ -12,7 +11,6 @@ import pets from './pets.js';
 export const API_PREFIX = '/v1';
 
 export interface V1Options {
-  keyCacheMaxEntries: number;
   idempotencyKeyRetentionHours: number;
 }
 
@@ -33,14 +31,13 @@ export interface V1Options {
  * Unknown paths pass the same pipeline through this context's own not-found handler.
  */
 const v1: FastifyPluginAsync<V1Options> = async (app, options) => {
-  await app.register(keyCache, { maxEntries: options.keyCacheMaxEntries });
   await app.register(auth);
   await app.register(idempotency, {
     retentionHours: options.idempotencyKeyRetentionHours,
     keys: createIdempotencyKeysRepository(app.db, 'api'),
     ownerOf: (request) => request.apiKey?.id,
   });
-  await app.register(conditionalRequests, { dataVersion: app.petsVersion });
+  await app.register(conditionalRequests, { dataVersion: app.dataVersion });
   await app.register(deprecation);
 
   app.addHook('onRoute', (route) => documentOperation(route, options));

@@ -1,6 +1,12 @@
-import { Lru } from './lib/lru.js';
-import { SingleFlight } from './lib/single-flight.js';
-import type { ApiKeyIdentity, ApiKeysRepository } from './repositories/api-keys.js';
+import { Lru } from '../lib/lru.js';
+import { SingleFlight } from '../lib/single-flight.js';
+import type { ApiKeyIdentity, ApiKeysRepository } from './api-keys.js';
+
+/** What changed in the api_keys table: the keys of these ids, or, for `*`, any number of keys. */
+export type ApiKeysChange = number[] | '*';
+
+/** A notice of the api_key_changed trigger (migrations/006): the changed key ids, comma separated, or `*` for many. */
+export const parseApiKeysChange = (payload: string): ApiKeysChange => (payload === '*' ? '*' : payload.split(',').map(Number));
 
 export interface KeyCacheOptions {
   /** Keys (and unknown hashes) held at most: memory follows this, not the number of keys. */
@@ -45,10 +51,11 @@ export class KeyCache {
   }
 
   /**
-   * What the cache knows of a hash: a usable key, `null` for no usable key, `'stale'` for a key that
-   * was usable when last looked up and must be looked up again, or undefined when never looked up.
+   * What the cache knows of a hash, now the most recently used: a usable key, `null` for no usable
+   * key, `'stale'` for a key that was usable when last looked up and must be looked up again, or
+   * undefined when not known (never looked up, or forgotten).
    */
-  peek(hash: string): ApiKeyIdentity | null | 'stale' | undefined {
+  get(hash: string): ApiKeyIdentity | null | 'stale' | undefined {
     const entry = this.#entries.get(hash);
     if (!entry) return undefined;
     if (entry.expiresAt <= this.#now()) {
@@ -70,7 +77,7 @@ export class KeyCache {
   }
 
   /** Forgets the keys a change names; everything for "*" (a bulk change, or a lost listener). */
-  invalidate(ids: number[] | '*') {
+  invalidate(ids: ApiKeysChange) {
     this.#flights.invalidateAll();
     if (ids === '*') {
       this.#entries.clear();
@@ -78,7 +85,7 @@ export class KeyCache {
       this.#unknown.clear();
       return;
     }
-    // A changed key is looked up again on its next use, as a re-check (see peek).
+    // A changed key is looked up again on its next use, as a re-check (see get).
     for (const id of ids) {
       const hash = this.#hashById.get(id);
       if (hash !== undefined) this.#entries.peek(hash)!.expiresAt = 0;

@@ -1,0 +1,65 @@
+import fp from 'fastify-plugin';
+import { Gauge } from 'prom-client';
+import { KeyFilter } from '../key-filter.js';
+import { createApiKeysRepository, type ApiKeysRepository } from '../repositories/api-keys.js';
+import { KeyCache, parseApiKeysChange } from '../repositories/cached-api-keys.js';
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    apiKeysRepository: ApiKeysRepository;
+    /** The API keys recently used on this instance, kept current by the api_key_changed notices. */
+    keyCache: KeyCache;
+    /** Which hashes may be stored keys, kept current by the same notices. */
+    keyFilter: KeyFilter;
+  }
+}
+
+export interface ApiKeysOptions {
+  /** Keys (and unknown hashes) the key cache holds at most. */
+  cacheMaxEntries: number;
+}
+
+/**
+ * API keys: the repository operators and the admin API change them through; the key cache of this
+ * instance, filled by lookups and emptied by the change notices of any instance or operator; and
+ * the filter of stored keys (src/key-filter.ts), loaded in the background so that start-up does
+ * not wait for the key table (until then a key this instance has not seen needs its address's
+ * lookup budget), which hears of new keys on the same listening connection. Everything is
+ * forgotten, and the filter reloaded, when that connection comes back, since notices may have
+ * been lost meanwhile.
+ */
+export default fp<ApiKeysOptions>(
+  async function apiKeys(app, { cacheMaxEntries }) {
+    const repository = createApiKeysRepository(app.db);
+    const cache = new KeyCache(repository, { maxEntries: cacheMaxEntries, now: app.now });
+    const filter = new KeyFilter(repository, (error) => app.log.warn({ err: error }, 'API key filter: reading keys failed'));
+    void filter.reload();
+    app.addHook('onClose', () => filter.stop());
+    new Gauge({
+      name: 'api_key_cache_entries',
+      help: 'API keys (and unknown hashes) this instance holds in memory',
+      registers: [app.metricsRegistry],
+      collect() {
+        this.set(cache.size);
+      },
+    });
+    const stopListening = await app.db.listen(
+      'api_key_changed',
+      (payload) => {
+        const change = parseApiKeysChange(payload);
+        cache.invalidate(change);
+        if (change === '*') void filter.reload();
+        else void filter.learn(change);
+      },
+      () => {
+        cache.invalidate('*');
+        void filter.reload();
+      },
+    );
+    app.addHook('onClose', stopListening);
+    app.decorate('apiKeysRepository', repository);
+    app.decorate('keyCache', cache);
+    app.decorate('keyFilter', filter);
+  },
+  { name: 'api-keys', dependencies: ['database', 'metrics'] },
+);

@@ -1,0 +1,67 @@
+import fp from 'fastify-plugin';
+import { Counter, Gauge } from 'prom-client';
+import { cachedPetsRepository, parsePetsChange } from '../repositories/cached-pets.js';
+import { createPetsRepository, type PetsRepository } from '../repositories/pets.js';
+import type { DataVersion } from './conditional-requests.js';
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    petsRepository: PetsRepository;
+    /** With the pets cache: the data version of every read of pets, and the cache's bound on staleness. */
+    dataVersion?: DataVersion;
+  }
+}
+
+export interface PetsOptions {
+  /** Bytes the pets cache may hold; 0 turns it off. */
+  cacheMaxBytes: number;
+}
+
+/**
+ * The longest a cached page or pet is served: the bound on how stale a listing can be on one
+ * instance after another instance adds a pet, should the notice of it be lost. Notices normally
+ * arrive within milliseconds.
+ */
+const PETS_CACHE_TTL_MS = 1_000;
+
+/**
+ * Pets: what routes read and write through. Reads go through a cache
+ * (src/repositories/cached-pets.ts) that this instance's creates, and every other instance's
+ * through PostgreSQL notices, keep current.
+ */
+export default fp<PetsOptions>(
+  async function pets(app, { cacheMaxBytes }) {
+    const repository = createPetsRepository(app.db);
+    if (cacheMaxBytes === 0) {
+      app.decorate('petsRepository', repository);
+      app.decorate('dataVersion', undefined);
+      return;
+    }
+    const lookups = new Counter({
+      name: 'pets_cache_lookups_total',
+      help: 'Reads of pets and listing pages from the cache, by kind and outcome (hit or miss)',
+      labelNames: ['kind', 'outcome'] as const,
+      registers: [app.metricsRegistry],
+    });
+    const cached = cachedPetsRepository(repository, {
+      maxBytes: cacheMaxBytes,
+      ttlMs: PETS_CACHE_TTL_MS,
+      now: app.now,
+      onLookup: (kind, outcome) => lookups.inc({ kind, outcome }),
+    });
+    new Gauge({
+      name: 'pets_cache_bytes',
+      help: 'Estimated bytes the pets cache holds',
+      registers: [app.metricsRegistry],
+      collect() {
+        this.set(cached.size().bytes);
+      },
+    });
+    // Notices missed while the listening connection was down are gone: forget everything then.
+    const stopListening = await app.db.listen('pets_changed', (payload) => cached.invalidate(parsePetsChange(payload)), cached.flush);
+    app.addHook('onClose', stopListening);
+    app.decorate('petsRepository', cached);
+    app.decorate('dataVersion', { current: cached.dataVersion, ttlMs: PETS_CACHE_TTL_MS });
+  },
+  { name: 'pets', dependencies: ['database', 'metrics'] },
+);
