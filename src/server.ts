@@ -4,7 +4,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { ConfigError, loadConfig } from './config.js';
 import { DataDirInUseError } from './db/database.js';
 import { developmentKeyGreeting } from './development-key.js';
-import { keysSocketPath, serveKeysCommands } from './keys-socket.js';
+import { keysSocketPath, serveKeysCommands } from './cli/keys/socket.js';
 import { buildMetricsServer } from './metrics-server.js';
 import { startTracing } from './tracing.js';
 

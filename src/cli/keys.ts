@@ -2,7 +2,7 @@ import { ConfigError, loadConfig } from '../config.js';
 import { DataDirInUseError } from '../db/database.js';
 import { migrate } from '../db/migrate.js';
 import { openDatabase } from '../db/open.js';
-import { askRunningServer, keysSocketPath } from '../keys-socket.js';
+import { askRunningServer, keysSocketPath } from './keys/socket.js';
 import { createAdminTokensRepository } from '../repositories/admin-tokens.js';
 import { createApiKeysRepository } from '../repositories/api-keys.js';
 import type { Output } from './keys/command.js';

@@ -12,7 +12,7 @@ import { rotate } from './rotate.js';
 /**
  * The keys command's commands: issue, list, rotate and revoke API keys and admin tokens, through
  * the same repositories as the admin API. Run by the command itself, or, on the embedded
- * database, by the server that holds it (keys-socket.ts), so both answer alike.
+ * database, by the server that holds it (socket.ts), so both answer alike.
  */
 const COMMANDS: KeysCommand[] = [create, rotate, list, revoke, createAdminToken, listAdminTokens, revokeAdminToken];
 

@@ -2,10 +2,10 @@ import type { FastifyInstance } from 'fastify';
 import { chmod, rm } from 'node:fs/promises';
 import { connect, createServer, type Socket } from 'node:net';
 import { join } from 'node:path';
-import type { Output } from './cli/keys/command.js';
-import { runKeysCommand } from './cli/keys/index.js';
-import { createAdminTokensRepository } from './repositories/admin-tokens.js';
-import { createApiKeysRepository } from './repositories/api-keys.js';
+import type { Output } from './command.js';
+import { runKeysCommand } from './index.js';
+import { createAdminTokensRepository } from '../../repositories/admin-tokens.js';
+import { createApiKeysRepository } from '../../repositories/api-keys.js';
 
 /**
  * The embedded database admits one process, the server; the keys command run beside it sends its
