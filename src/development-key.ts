@@ -23,7 +23,7 @@ export async function developmentKeyGreeting(app: FastifyInstance): Promise<stri
     '',
     `  curl -H 'Authorization: Bearer ${key}' ${base}/pets`,
     '',
-    'More keys: npm run --silent keys -- create --plan free (see the README).',
+    'More keys: npm run --silent keys -- create --plan free (see docs/api-keys.md).',
     '',
   ].join('\n');
 }

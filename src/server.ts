@@ -60,7 +60,7 @@ const CLOSE_MS = 10_000;
 /**
  * SIGTERM (docker stop, Kubernetes, ECS) drains first: /readyz answers 503 and everything else is
  * still served, with Connection: close, for SHUTDOWN_DRAIN_MS, so balancers stop sending here
- * before the port closes (the README's "Rolling deploys"); then the server closes and in-flight
+ * before the port closes (docs/deploying.md, "Rolling deploys"); then the server closes and in-flight
  * requests finish. SIGINT is someone at a terminal, behind no balancer: it closes at once. The
  * whole stays under close-with-grace's delay, SHUTDOWN_DRAIN_MS + 10 s, after which the process
  * exits 1; docker-compose.yml's stop_grace_period is above both.

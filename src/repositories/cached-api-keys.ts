@@ -92,7 +92,7 @@ export class KeyCache {
     }
     // A new key may carry a hash remembered as unknown. Only those are visited, never every
     // entry: a transaction of many one-row statements delivers a notice for each at its commit,
-    // and a scan of the whole cache per notice stalled the process for notices x entries.
+    // and a scan of the whole cache per notice would cost notices x entries.
     for (const hash of this.#unknown) this.#forget(hash);
   }
 

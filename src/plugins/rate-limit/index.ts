@@ -60,7 +60,7 @@ const SETTLED = 0;
 /**
  * Where a request's charge waits for settle(), unset while the limiter has not decided it: a
  * request decoration that only this module can name. Set on every request, it is cheaper than a
- * WeakMap entry (README, Performance).
+ * WeakMap entry.
  */
 const CHARGE = Symbol('rateLimitCharge');
 type Charged = FastifyRequest & { [CHARGE]?: Charge | typeof SETTLED };
