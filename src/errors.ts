@@ -27,7 +27,7 @@ const REALM = 'Bearer realm="pets"';
 const ADMIN_REALM = 'Bearer realm="pets-admin"';
 
 /** How long a client is asked to wait when the service cannot answer for now. */
-export const UNAVAILABLE_RETRY_SECONDS = 5;
+const UNAVAILABLE_RETRY_SECONDS = 5;
 
 /** The code of a client error the catalog has no entry for, by its status; any other status is a bad_request. */
 const CODE_BY_STATUS: Readonly<Record<number, ErrorCode>> = {

@@ -5,7 +5,7 @@ const FALSE_POSITIVE_RATE = 1e-4;
 /** A filter holds at least this many keys before it is rebuilt larger: about 240 KB. */
 const MIN_CAPACITY = 100_000;
 /** Stored keys read per statement while (re)loading. */
-export const LOAD_PAGE_SIZE = 10_000;
+const LOAD_PAGE_SIZE = 10_000;
 
 /** The stored keys a filter is made of: how many are usable, and their hashes (base64) a page at a time, in id order. */
 export interface StoredKeys {

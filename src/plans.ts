@@ -14,8 +14,6 @@ export const PLAN_LIMITS: Record<Exclude<Plan, 'enterprise'>, Limits> = {
   business: { perMinute: 1_000, perDay: 100_000 },
 };
 
-export const isPlan = (value: string): value is Plan => (PLANS as readonly string[]).includes(value);
-
 /** Limits that do not go with the plan: the keys command and the admin API refuse them alike. */
 export class LimitsError extends Error {}
 

@@ -21,7 +21,7 @@ export const REQUEST_ID_RESPONSE_HEADERS = {
  * and anything else a log search handles without quoting; it excludes spaces, commas (two headers
  * joined), quotes and control characters, so an id can never forge or break a log line or header.
  */
-export const WELL_FORMED_REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+const WELL_FORMED_REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 
 /**
  * Fastify's genReqId: the X-Request-Id a trusted proxy sent, when it is well-formed, else a new

@@ -7,7 +7,7 @@ import { Lru } from '../lib/lru.js';
  * A client may keep what it read and must ask again before each use (a 304 is cheap); no shared
  * cache may keep it at all, since the rate-limit headers belong to one API key.
  */
-export const REVALIDATE = 'private, no-cache';
+const REVALIDATE = 'private, no-cache';
 
 /** On the 200 and 304 of a read (documented by routes/v1/contract.ts). */
 export const CACHING_HEADERS = {
@@ -34,7 +34,7 @@ const matches = (ifNoneMatch: string | undefined, etag: string) => ifNoneMatch?.
  * Whether a response is a revalidation of a copy the client holds: a 304 for a tag it presented.
  * Only that is free (GitHub's rule); `*` holds no copy, so its 304 counts like the read it is.
  */
-export const revalidatesHeldCopy = (ifNoneMatch: string | undefined, statusCode: number, etag: unknown) =>
+const revalidatesHeldCopy = (ifNoneMatch: string | undefined, statusCode: number, etag: unknown) =>
   statusCode === 304 && typeof etag === 'string' && listsTag(ifNoneMatch, etag);
 
 export const readsOnly = (method: string | string[]) => [method].flat().every((one) => one === 'GET' || one === 'HEAD');

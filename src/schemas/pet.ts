@@ -2,7 +2,7 @@ import { Type, type Static } from '@sinclair/typebox';
 import { Cursor, Id, PageLimit } from './common.js';
 
 /** The statuses, listed once: the schema and its error message are built from them. */
-export const PET_STATUSES = ['available', 'pending', 'sold'] as const;
+const PET_STATUSES = ['available', 'pending', 'sold'] as const;
 
 export const PetStatus = Type.Union(
   PET_STATUSES.map((status) => Type.Literal(status)),

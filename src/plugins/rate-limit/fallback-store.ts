@@ -6,7 +6,7 @@ import type { RedisStore } from './redis-store.js';
 import type { Bans, Decision, Inspection, RateLimitStore, StoreKind } from './store.js';
 
 /** While on memory, how often Redis is asked whether it answers again: the bound on how long counting stays local after it does. */
-export const REDIS_PROBE_MS = 1_000;
+const REDIS_PROBE_MS = 1_000;
 
 /**
  * Redis while it answers; this instance's memory while it does not, so no request fails because

@@ -25,7 +25,7 @@ interface Counters {
 }
 
 /** How many subjects one instance tracks at most; past it, the least recently seen is forgotten. */
-export const MAX_SUBJECTS = 100_000;
+const MAX_SUBJECTS = 100_000;
 
 /**
  * Counters in this process: the default for one instance, and the fallback of an instance whose
@@ -48,10 +48,10 @@ export class MemoryStore implements RateLimitStore {
   }
 
   async consume(subject: string, limits: Limits, now: number): Promise<Decision> {
-    return this.decide(subject, limits, now);
+    return this.#decide(subject, limits, now);
   }
 
-  decide(subject: string, limits: Limits, now: number): Decision {
+  #decide(subject: string, limits: Limits, now: number): Decision {
     const minute = windowStart(now, MINUTE_MS);
     const day = windowStart(now, DAY_MS);
     const counters = this.#take(subject, minute, day);

@@ -10,7 +10,7 @@ const CLUSTER_SLOTS = 16_384;
 export const REDIS_START_WAIT_MS = 5_000;
 
 /** How long one decision may wait for Redis before this instance decides from memory instead. */
-export const COMMAND_TIMEOUT_MS = 500;
+const COMMAND_TIMEOUT_MS = 500;
 
 // Fail fast instead of queueing while Redis is away: the caller then decides from memory.
 const FAIL_FAST: RedisOptions = {
