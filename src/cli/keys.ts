@@ -1,3 +1,9 @@
+/**
+ * `npm run --silent keys -- <command>` (`keys help` lists them). Scripts depend on this contract:
+ * the created key or token is the last line of stdout; bad arguments give one line on stderr and
+ * exit 2, having written nothing. On the embedded database a running server holds the data
+ * directory, so the command is sent to it; with no server there, it opens the database itself.
+ */
 import { ConfigError, loadConfig } from '../config.js';
 import { DataDirInUseError } from '../db/database.js';
 import { migrate } from '../db/migrate.js';
@@ -8,12 +14,6 @@ import { createApiKeysRepository } from '../repositories/api-keys.js';
 import type { Output } from './keys/command.js';
 import { parseCommandLine, runKeysCommand } from './keys/index.js';
 
-/**
- * `npm run --silent keys -- <command>` (`keys help` lists them). Scripts depend on this contract:
- * the created key or token is the last line of stdout; bad arguments give one line on stderr and
- * exit 2, having written nothing. On the embedded database a running server holds the data
- * directory, so the command is sent to it; with no server there, it opens the database itself.
- */
 const terminal: Output = { out: (line) => console.log(line), err: (line) => console.error(line) };
 const argv = process.argv.slice(2);
 
