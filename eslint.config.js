@@ -6,7 +6,7 @@ import globals from 'globals';
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['dist/', 'coverage/', 'node_modules/', 'bench/results/'] },
+  { ignores: ['dist/', 'client/dist/', 'coverage/', 'node_modules/', 'bench/results/'] },
   js.configs.recommended,
   tseslint.configs.recommendedTypeChecked,
   {
