@@ -24,7 +24,7 @@ export default tseslint.config(
   },
   {
     // Tests read whatever JSON came back (response.json() is any), on purpose.
-    files: ['test/**/*.ts'],
+    files: ['test/**/*.ts', 'client/test/**/*.ts'],
     rules: {
       '@typescript-eslint/no-unsafe-argument': 'off',
       '@typescript-eslint/no-unsafe-assignment': 'off',
