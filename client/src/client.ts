@@ -177,13 +177,15 @@ export class PetStoreClient {
         continue;
       }
       this.#gate.settle(response, receivedAt);
-      this.#noticeDeprecation(call.operation, response.headers);
+      this.#noticeDeprecation(call, response.headers);
       if (response.ok || response.status === 304) return this.#answer(call, response, text, held);
 
       const error = serviceError(response, text, receivedAt);
       const retryAfter = retryAfterMs(response.headers, clockOffsetMs(response.headers, receivedAt), receivedAt);
       if (!isRetryable(call, response.status, error.code) || attempt >= this.#maxRetries) throw error;
-      const wait = Math.max(retryAfter ?? 0, backoffMs(attempt));
+      // Never before Retry-After; past it by a random backoff that grows with each retry, so that
+      // callers told the same time do not all come back at once.
+      const wait = (retryAfter ?? 0) + backoffMs(attempt);
       if (wait > this.#maxWaitMs) throw error;
       await sleep(wait, call.signal);
     }
@@ -229,9 +231,9 @@ export class PetStoreClient {
     return { body, headers: response.headers };
   }
 
-  #noticeDeprecation(operation: Operation, headers: Headers): void {
+  #noticeDeprecation({ operation, url }: Call, headers: Headers): void {
     if (this.#deprecationsReported.has(operation)) return;
-    const notice = deprecationOf(operation, headers, this.#baseUrl);
+    const notice = deprecationOf(operation, headers, url);
     if (!notice) return;
     this.#deprecationsReported.add(operation);
     this.#onDeprecation(notice);

@@ -69,8 +69,8 @@ export class RateGate {
   /** Learns from the answer to a request acquire let through (undefined when none came). */
   settle(response: Response | undefined, receivedAt: number): void {
     this.#inFlight--;
-    this.#learning = false;
     if (response) {
+      this.#learning = false;
       const offset = clockOffsetMs(response.headers, receivedAt);
       const stated = rateLimitOf(response.headers);
       if (stated) this.#learn(stated, offset);
