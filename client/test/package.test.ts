@@ -62,7 +62,7 @@ describe('the built package', () => {
     }
   });
 
-  it('is what `import ... from "@pet-store/client"` gives Node, with types for TypeScript', async () => {
+  it('is what `import ... from "@pet-store/client"` gives Node, with types that check a consumer and the README\'s examples', async () => {
     const loaded = await runCommand(process.execPath, [
       '--input-type=module',
       '-e',
@@ -88,6 +88,12 @@ describe('the built package', () => {
         "await client.createPet({ name: 'Rex' });",
       ].join('\n'),
     );
+    // The TypeScript examples of the README, each a module of the consumer's.
+    const examples = [...readFileSync(join(ROOT, 'client/README.md'), 'utf8').matchAll(/^```ts\n([\s\S]*?)^```$/gm)].map((match, index) => {
+      writeFileSync(join(consumer, `readme-${index}.ts`), match[1]!);
+      return `readme-${index}.ts`;
+    });
+    expect(examples.length).toBeGreaterThan(0);
     // A consumer's project: strict, Node's module resolution (exports), browser types only.
     const compilerOptions = {
       strict: true,
@@ -97,7 +103,7 @@ describe('the built package', () => {
       lib: ['es2023', 'dom', 'dom.iterable'],
       types: [],
     };
-    writeFileSync(join(consumer, 'tsconfig.json'), JSON.stringify({ compilerOptions, files: ['consumer.ts'] }));
+    writeFileSync(join(consumer, 'tsconfig.json'), JSON.stringify({ compilerOptions, files: ['consumer.ts', ...examples] }));
     const checked = await tsc(['-p', consumer]);
     expect(checked.code, checked.stdout + checked.stderr).toBe(0);
   });
