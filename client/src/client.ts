@@ -181,11 +181,10 @@ export class PetStoreClient {
       if (response.ok || response.status === 304) return this.#answer(call, response, text, held);
 
       const error = serviceError(response, text, receivedAt);
-      const retryAfter = retryAfterMs(response.headers, clockOffsetMs(response.headers, receivedAt), receivedAt);
       if (!isRetryable(call, response.status, error.code) || attempt >= this.#maxRetries) throw error;
       // Never before Retry-After; past it by a random backoff that grows with each retry, so that
       // callers told the same time do not all come back at once.
-      const wait = (retryAfter ?? 0) + backoffMs(attempt);
+      const wait = (error.retryAfter ?? 0) * 1000 + backoffMs(attempt);
       if (wait > this.#maxWaitMs) throw error;
       await sleep(wait, call.signal);
     }
