@@ -5,10 +5,11 @@
 FROM node:24-bookworm-slim AS build
 WORKDIR /app
 COPY package.json package-lock.json ./
-RUN npm ci --ignore-scripts --no-audit --no-fund
+# The service alone: the client workspace (client/) is not part of the image.
+RUN npm ci --workspaces=false --ignore-scripts --no-audit --no-fund
 COPY tsconfig.json ./
 COPY src ./src
-RUN npm run build
+RUN npm run build:service
 
 FROM node:24-bookworm-slim AS runtime
 ENV NODE_ENV=production \
@@ -19,7 +20,7 @@ ENV NODE_ENV=production \
 WORKDIR /app
 COPY package.json package-lock.json ./
 # Without the optional embedded database (PGlite): the image always runs on DATABASE_URL.
-RUN npm ci --omit=dev --omit=optional --ignore-scripts --no-audit --no-fund && npm cache clean --force
+RUN npm ci --workspaces=false --omit=dev --omit=optional --ignore-scripts --no-audit --no-fund && npm cache clean --force
 COPY --from=build /app/dist ./dist
 COPY migrations ./migrations
 USER node

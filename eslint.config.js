@@ -6,7 +6,7 @@ import globals from 'globals';
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['dist/', 'coverage/', 'node_modules/', 'bench/results/'] },
+  { ignores: ['dist/', 'client/dist/', 'coverage/', 'node_modules/', 'bench/results/'] },
   js.configs.recommended,
   tseslint.configs.recommendedTypeChecked,
   {
@@ -24,7 +24,7 @@ export default tseslint.config(
   },
   {
     // Tests read whatever JSON came back (response.json() is any), on purpose.
-    files: ['test/**/*.ts'],
+    files: ['test/**/*.ts', 'client/test/**/*.ts'],
     rules: {
       '@typescript-eslint/no-unsafe-argument': 'off',
       '@typescript-eslint/no-unsafe-assignment': 'off',

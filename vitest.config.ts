@@ -9,8 +9,15 @@ export default defineConfig({
     testTimeout: 60_000,
     hookTimeout: 60_000,
     projects: [
-      // npm test: what needs nothing installed or configured (PGlite; PostgreSQL and Redis when set).
-      { extends: true, test: { name: 'suite', include: ['test/**/*.test.ts'], exclude: [...configDefaults.exclude, 'test/engines/**'] } },
+      // npm test: what needs nothing installed or configured (PGlite; PostgreSQL and Redis when set), the client's tests too.
+      {
+        extends: true,
+        test: {
+          name: 'suite',
+          include: ['test/**/*.test.ts', 'client/test/**/*.test.ts'],
+          exclude: [...configDefaults.exclude, 'test/engines/**'],
+        },
+      },
       // npm run test:engines: the engines production puts in between, started by the tests themselves.
       // One file at a time: each starts several daemons and servers, and two at once starve each other on 2 cores.
       { extends: true, test: { name: 'engines', include: ['test/engines/**/*.test.ts'], fileParallelism: false } },

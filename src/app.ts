@@ -105,7 +105,8 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
         "`{code, message, status}`. The guides are in the `docs/` folder of the service's repository: " +
         '`docs/api.md` (errors and their codes, pagination, retries with Idempotency-Key, conditional reads, ' +
         'rate limits and bans, deprecation), `docs/api-keys.md` (how keys are issued), and `docs/decisions/` ' +
-        '(what this service decided where the interface is silent).',
+        '(what this service decided where the interface is silent). The official TypeScript client, which retries, ' +
+        'waits out rate limits and follows pages for its callers, is in `client/` (`client/README.md`).',
     },
     serverUrl: config.PUBLIC_BASE_URL,
     apiPrefix: API_PREFIX,

@@ -40,7 +40,7 @@ function shellBlocks(file: string): ShellBlock[] {
   return blocks;
 }
 
-const blocks = ['README.md', ...markdownFiles('docs')].flatMap(shellBlocks);
+const blocks = ['README.md', 'client/README.md', ...markdownFiles('docs')].flatMap(shellBlocks);
 const blockOf = (file: string, includes: string) => {
   const found = blocks.filter((block) => block.file === file && block.code.includes(includes));
   expect(found, `one shell block of ${file} with ${includes}`).toHaveLength(1);
@@ -152,7 +152,7 @@ const tempDir = () => {
 };
 afterAll(() => tempDirs.forEach((dir) => rmSync(dir, { recursive: true, force: true })));
 
-describe('the shell blocks of README.md and docs/', () => {
+describe('the shell blocks of README.md, client/README.md and docs/', () => {
   it('each says what runs it: this test, a CI script that runs its commands, or why nothing can', () => {
     expect(blocks.length).toBeGreaterThan(0);
     for (const block of blocks) {

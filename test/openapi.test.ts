@@ -91,7 +91,7 @@ describe('the OpenAPI document at /v1/openapi.json', () => {
     expect(response.headers['content-type']).toMatch(/text\/html/);
     expect(response.body).toContain('<title>Pet store</title>');
     const { info } = (await t.app.inject('/v1/openapi.json')).json<{ info: { description: string } }>();
-    for (const guide of ['docs/api.md', 'docs/api-keys.md', 'docs/decisions/']) {
+    for (const guide of ['docs/api.md', 'docs/api-keys.md', 'docs/decisions/', 'client/README.md']) {
       expect(info.description).toContain(guide);
       expect(existsSync(guide), guide).toBe(true);
     }

@@ -1,0 +1,6 @@
+// @pet-store/client: the pet store API's official client (README.md beside this folder).
+export { PetStoreClient, type CallOptions, type CreateOptions, type ListOptions, type PetStoreClientOptions } from './client.js';
+export { PetStoreError, type ClientErrorCode, type PetStoreErrorDetails } from './errors.js';
+export type { DeprecationNotice, RateLimit } from './headers.js';
+export type { NewPet, Pet, PetStatus, ServiceErrorCode } from './types.js';
+export { VERSION } from './version.js';

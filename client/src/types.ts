@@ -1,0 +1,10 @@
+// The API's shapes, from the types generated from the document the service serves (generated/).
+import type { operations } from './generated/openapi.js';
+
+/** An animal as the service returns it. */
+export type Pet = operations['getPet']['responses'][200]['content']['application/json'];
+/** The body of a create: `name` and `categoryId` required; no `status` means none. */
+export type NewPet = operations['createPet']['requestBody']['content']['application/json'];
+export type PetStatus = NonNullable<Pet['status']>;
+/** The `code` of the service's error bodies. */
+export type ServiceErrorCode = operations['listPets']['responses'][400]['content']['application/json']['code'];
