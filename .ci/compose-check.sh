@@ -114,7 +114,7 @@ no_url=$?
 set -e
 [ "$no_url" = 1 ] && grep -q 'DATABASE_URL is not set, and this install has no embedded database' "$RUN_DIR/no-url.log" ||
   { cat "$RUN_DIR/no-url.log"; fail "the image without DATABASE_URL exited $no_url instead of 1 with a clear message"; }
-say "without DATABASE_URL the image exits 1: $(head -n 1 "$RUN_DIR/no-url.log" | cut -c1-60)..."
+say "without DATABASE_URL the image exits 1: $(grep -o 'DATABASE_URL is not set, and this install has no embedded database' "$RUN_DIR/no-url.log")"
 docker-compose -p "$PROJECT" up -d --no-build > "$RUN_DIR/up.log" 2>&1 || { cat "$RUN_DIR/up.log"; fail "docker-compose up failed"; }
 # Ready means both replicas reach PostgreSQL (each one's /readyz, asked inside its container: nginx
 # does not pass /readyz on) and nginx reaches both: a public path answers 200 several times in a
