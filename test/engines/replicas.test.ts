@@ -170,7 +170,7 @@ describeNeeding(NEEDS.postgresUrl, NEEDS.privatePostgres)('reads of pets on a st
     let running = true;
     const load = (async () => {
       for (let i = 0; running; i++) {
-        const url = i % 2 === 0 ? `/v1/pets?limit=5&cursor=${encodeCursor(i % SEEDED, undefined)}` : `/v1/pets/${1 + (i % SEEDED)}`;
+        const url = i % 2 === 0 ? `/v1/pets?limit=5&cursor=${encodeCursor(1 + (i % SEEDED), undefined)}` : `/v1/pets/${1 + (i % SEEDED)}`;
         statuses.push((await reader.app.inject({ url, headers: reader.auth })).statusCode);
         await sleep(5);
       }
