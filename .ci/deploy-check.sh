@@ -177,8 +177,10 @@ fi
 # REDIS_URL as the caller set it (CI: its Redis); unset, a closed port: the limiter then falls back
 # to memory, and its fallback gauge is exported all the same.
 redis_url="${REDIS_URL:-redis://127.0.0.1:$(node --import tsx test/support/free-port.ts)}"
+# The primary named as its own replica, so that the replica metrics are exported: not in recovery,
+# it never takes a read, and every read stays on the primary.
 PORT="$port" METRICS_PORT="$metrics_port" DATA_DIR="$data_dir" DATABASE_URL="$database_url" REDIS_URL="$redis_url" \
-  REDIS_KEY_PREFIX="deploy-check:$$:" LOG_LEVEL=warn node dist/server.js > "$RUN_DIR/server.log" 2>&1 &
+  DATABASE_REPLICA_URLS="$database_url" REDIS_KEY_PREFIX="deploy-check:$$:" LOG_LEVEL=warn node dist/server.js > "$RUN_DIR/server.log" 2>&1 &
 server=$!
 for _ in $(seq 60); do
   curl -fsS "http://127.0.0.1:$port/readyz" > /dev/null 2>&1 && break
@@ -259,8 +261,11 @@ awk '$1 == "#" && $2 == "TYPE" {
   else print $3
 }' "$RUN_DIR/metrics.txt" | sort -u > "$RUN_DIR/exported.txt"
 [ "$(wc -l < "$RUN_DIR/exported.txt")" -gt 10 ] || fail "the service's /metrics listed almost nothing"
-# Exported only on PostgreSQL (src/plugins/metrics.ts): checked when the server ran on it.
-postgres_only="db_pool_connections"
+# Exported only on PostgreSQL (src/plugins/metrics.ts; the replicas' with DATABASE_REPLICA_URLS): checked when the server ran on it.
+postgres_only="db_pool_connections
+db_reads_total
+db_replica_lag_seconds
+db_replica_available"
 missing=""
 not_checked=""
 while IFS= read -r line; do

@@ -30,6 +30,24 @@ export const ConfigSchema = Type.Object({
         'pooler, a direct or session-pooled address of the same database. Unset: `DATABASE_URL`.',
     }),
   ),
+  DATABASE_REPLICA_URLS: Type.Optional(
+    Type.String({
+      pattern: '^\\s*postgres(ql)?://[^,]+(,\\s*postgres(ql)?://[^,]+)*$',
+      examples: ['postgres://pets:secret@db-replica-1:5432/pets,postgres://pets:secret@db-replica-2:5432/pets'],
+      description:
+        'PostgreSQL streaming replicas that serve reads of pets (lists and `GET /v1/pets/{petId}`), comma-separated: each ' +
+        "replica's own address, or one reader endpoint of a single replica. A read goes to a replica only once it has " +
+        'replayed every change this instance knows of; otherwise, and for everything else (writes, change notices, API keys, ' +
+        'idempotency, the admin API), the primary. Only with `DATABASE_URL`. Unset: every read on the primary.',
+    }),
+  ),
+  DATABASE_REPLICA_MAX_LAG_MS: Type.Integer({
+    minimum: 100,
+    default: 5_000,
+    description:
+      'A replica that has been behind the primary for longer than this (or cannot be reached) takes no reads until it has ' +
+      'caught up; with `DATABASE_REPLICA_URLS`.',
+  }),
   DATABASE_PREPARED_STATEMENTS: Type.Boolean({
     default: true,
     description:
@@ -250,6 +268,7 @@ export interface RedisCredentials {
 /** The settings parsed here into the values of Config below, so that no other code parses them again. */
 const PARSED_SETTINGS = [
   'PUBLIC_BASE_URL',
+  'DATABASE_REPLICA_URLS',
   'TRUST_PROXY',
   'REDIS_URL',
   'REDIS_CLUSTER_NODES',
@@ -265,6 +284,8 @@ const PARSED_SETTINGS = [
 export type Config = Omit<Settings, (typeof PARSED_SETTINGS)[number]> & {
   /** PUBLIC_BASE_URL, or the one HOST and PORT give. */
   PUBLIC_BASE_URL: string;
+  /** DATABASE_REPLICA_URLS, one URL each; empty: every read on the primary. */
+  databaseReplicaUrls: string[];
   /** TRUST_PROXY's addresses and CIDRs: Fastify's trustProxy, and the proxies whose X-Request-Id is kept. */
   trustedProxies: string[];
   /** Where the shared rate-limit counters live, if anywhere. */
@@ -302,6 +323,12 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       `Invalid ADMIN_PORT=${settings.ADMIN_PORT}: it is the API's PORT; the admin API is never served on the public port`,
     );
   }
+  if (settings.DATABASE_REPLICA_URLS !== undefined && settings.DATABASE_URL === undefined) {
+    throw new ConfigError(
+      'DATABASE_REPLICA_URLS needs DATABASE_URL: replicas are PostgreSQL streaming replicas of the primary DATABASE_URL names, ' +
+        'and the embedded database (DATABASE_URL unset) has none',
+    );
+  }
   const redisModes = (['REDIS_URL', 'REDIS_CLUSTER_NODES', 'REDIS_SENTINELS'] as const).filter((name) => settings[name] !== undefined);
   if (redisModes.length > 1) throw new ConfigError(`Set one of ${redisModes.join(' and ')}, not both: they name different kinds of Redis`);
   if ((settings.REDIS_SENTINELS === undefined) !== (settings.REDIS_SENTINEL_MASTER === undefined)) {
@@ -313,6 +340,10 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
   return {
     ...unparsed,
     PUBLIC_BASE_URL: settings.PUBLIC_BASE_URL ?? defaultBaseUrl(settings.HOST, settings.PORT),
+    databaseReplicaUrls: (settings.DATABASE_REPLICA_URLS ?? '')
+      .split(',')
+      .map((url) => url.trim())
+      .filter(Boolean),
     trustedProxies,
     redisTarget: redisTarget(settings),
     redisCredentials: {

@@ -1,5 +1,5 @@
 import fp from 'fastify-plugin';
-import { collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
+import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -10,7 +10,8 @@ declare module 'fastify' {
 
 /**
  * Prometheus metrics. Each plugin registers its own in this registry (rate-limit decisions, the
- * Redis fallback); this one counts and times every request and watches the database pool.
+ * Redis fallback); this one counts and times every request and watches the database pool and,
+ * with replicas, where reads went and how far behind each replica is.
  */
 export default fp(
   async function metrics(app) {
@@ -43,6 +44,39 @@ export default fp(
           this.set({ state: 'in_use' }, total - idle);
           this.set({ state: 'idle' }, idle);
           this.set({ state: 'waiting' }, waiting);
+        },
+      });
+    }
+    const { replicaReads } = app;
+    if (replicaReads) {
+      new Counter({
+        name: 'db_reads_total',
+        help: 'Reads of pets that reached PostgreSQL, by the server that answered them (primary or replica)',
+        labelNames: ['target'] as const,
+        registers: [registry],
+        collect() {
+          const { reads } = replicaReads.stats();
+          this.reset();
+          this.inc({ target: 'primary' }, reads.primary);
+          this.inc({ target: 'replica' }, reads.replica);
+        },
+      });
+      new Gauge({
+        name: 'db_replica_lag_seconds',
+        help: "How long each replica has been behind the primary's WAL position, as last polled",
+        labelNames: ['replica'] as const,
+        registers: [registry],
+        collect() {
+          for (const replica of replicaReads.stats().replicas) this.set({ replica: replica.name }, replica.lagSeconds);
+        },
+      });
+      new Gauge({
+        name: 'db_replica_available',
+        help: 'Whether each replica takes reads: reachable and at most DATABASE_REPLICA_MAX_LAG_MS behind (1) or not (0)',
+        labelNames: ['replica'] as const,
+        registers: [registry],
+        collect() {
+          for (const replica of replicaReads.stats().replicas) this.set({ replica: replica.name }, replica.available ? 1 : 0);
         },
       });
     }

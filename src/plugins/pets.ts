@@ -31,8 +31,14 @@ const PETS_CACHE_TTL_MS = 1_000;
  */
 export default fp<PetsOptions>(
   async function pets(app, { cacheMaxBytes }) {
-    const repository = createPetsRepository(app.db);
+    const replicas = app.replicaReads;
+    const repository = createPetsRepository(app.db, replicas);
     if (cacheMaxBytes === 0) {
+      // Replicas still need to hear of other instances' creates, to wait for a replica that has them.
+      if (replicas) {
+        const changed = () => replicas.changed();
+        app.addHook('onClose', await app.db.listen('pets_changed', changed, changed));
+      }
       app.decorate('petsRepository', repository);
       app.decorate('dataVersion', undefined);
       return;
@@ -57,8 +63,19 @@ export default fp<PetsOptions>(
         this.set(cached.size().bytes);
       },
     });
-    // Notices missed while the listening connection was down are gone: forget everything then.
-    const stopListening = await app.db.listen('pets_changed', (payload) => cached.invalidate(parsePetsChange(payload)), cached.flush);
+    // Notices missed while the listening connection was down are gone: forget everything then
+    // (and, with replicas, read from none until one has replayed all the primary wrote by now).
+    const stopListening = await app.db.listen(
+      'pets_changed',
+      (payload) => {
+        replicas?.changed();
+        cached.invalidate(parsePetsChange(payload));
+      },
+      () => {
+        replicas?.changed();
+        cached.flush();
+      },
+    );
     app.addHook('onClose', stopListening);
     app.decorate('petsRepository', cached);
     app.decorate('dataVersion', { current: cached.dataVersion, ttlMs: PETS_CACHE_TTL_MS });

@@ -1,4 +1,5 @@
 import { DatabaseUnavailableError, type Queryable, type Transaction } from '../db/database.js';
+import type { ReplicaReads } from '../db/replicas.js';
 import { groupCommit } from '../lib/group-commit.js';
 import type { NewPet, Pet, PetStatus } from '../schemas/pet.js';
 
@@ -61,7 +62,13 @@ const MAX_INSERTS_IN_FLIGHT = 2;
  */
 const MAX_WAIT_MS = 5_000;
 
-export function createPetsRepository(db: Queryable) {
+/**
+ * Pets on `db`; with `replicas`, reads go where they choose (a replica that has replayed every
+ * change known here, or the primary), and each committed create tells them.
+ */
+export function createPetsRepository(db: Queryable, replicas?: ReplicaReads) {
+  const reads: Queryable = replicas ?? db;
+
   async function insert(pets: NewPet[], target: Queryable = db): Promise<Pet[]> {
     const rows = await target.query<PetRow>(statements.insert, [
       pets.map((pet) => pet.name),
@@ -74,7 +81,11 @@ export function createPetsRepository(db: Queryable) {
   // Creates outside a transaction share multi-row INSERTs, each one commit. A row is retried
   // alone when its batch fails, unless the database is unavailable: it would refuse each again.
   const insertGrouped = groupCommit({
-    send: (pets: NewPet[]) => insert(pets),
+    send: async (pets: NewPet[]) => {
+      const created = await insert(pets);
+      replicas?.changed();
+      return created;
+    },
     maxBatch: MAX_BATCH,
     maxInFlight: MAX_INSERTS_IN_FLIGHT,
     maxWaitMs: MAX_WAIT_MS,
@@ -85,20 +96,25 @@ export function createPetsRepository(db: Queryable) {
   return {
     /** Within a transaction, the pet is inserted there and then; otherwise it joins the next batch. */
     async create(pet: NewPet, tx?: Transaction): Promise<Pet> {
-      if (tx) return (await insert([pet], tx))[0]!;
-      return insertGrouped(pet);
+      if (!tx) return insertGrouped(pet);
+      const [created] = await insert([pet], tx);
+      if (replicas) tx.afterCommit(() => replicas.changed());
+      return created!;
     },
 
+    /** A pet a replica does not have yet (its notice still on the way) is asked of the primary: no 404 after a 201. */
     async findById(id: number): Promise<Pet | undefined> {
-      const [row] = await db.query<PetRow>(statements.findById, [id]);
+      const [row] = replicas
+        ? await replicas.queryConfirmingEmpty<PetRow>(statements.findById, [id])
+        : await db.query<PetRow>(statements.findById, [id]);
       return row && toPet(row);
     },
 
     /** One keyset page in id order; reads one row more than asked to learn whether more follow. */
     async list({ limit, status, afterId = 0 }: ListQuery): Promise<ListPage> {
       const rows = status
-        ? await db.query<PetRow>(statements.listByStatusAfter, [afterId, limit + 1, status])
-        : await db.query<PetRow>(statements.listAfter, [afterId, limit + 1]);
+        ? await reads.query<PetRow>(statements.listByStatusAfter, [afterId, limit + 1, status])
+        : await reads.query<PetRow>(statements.listAfter, [afterId, limit + 1]);
       const pets = rows.slice(0, limit).map(toPet);
       return rows.length > limit ? { pets, nextAfterId: pets[pets.length - 1]!.id } : { pets };
     },

@@ -35,6 +35,12 @@ export interface PrimaryWithStandby {
   killPrimary(): Promise<void>;
   /** SIGKILL of the standby's whole process tree. */
   killStandby(): Promise<void>;
+  /** A clean, fast shutdown of the standby (SIGINT). */
+  stopStandby(): Promise<void>;
+  /** Starts the stopped standby again on its port; resolves once it takes connections. */
+  startStandby(): Promise<void>;
+  /** The standby applies each commit this long after the primary made it (recovery_min_apply_delay; 0: at once). */
+  delayStandby(ms: number): Promise<void>;
   /** Stops both and removes their directories. */
   close(): Promise<void>;
 }
@@ -80,6 +86,7 @@ export async function startPrimaryWithStandby(): Promise<PrimaryWithStandby> {
   let dir: Awaited<ReturnType<typeof engineDir>> | undefined;
   let standby: Daemon | undefined;
   let standbyPort = 0;
+  let startStandbyDaemon: (() => Promise<Daemon>) | undefined;
   try {
     const [settings] = await query<{ data_directory: string; bindir: string; wal_level: string; senders: string }>(
       server.url(),
@@ -118,13 +125,13 @@ export async function startPrimaryWithStandby(): Promise<PrimaryWithStandby> {
       ],
       { cwd: standbyDir.path, user },
     );
-    await withFreshPorts(1, async (ports) => {
-      [standbyPort] = ports as [number];
+    const binDirOf = binDir;
+    const spawnStandby = async () => {
       // A primary killed just before promote() left the startup process waiting out this interval
       // (5 s by default) before it noticed the promotion: seen in this suite, 5 s instead of 0.2.
       const settings = [...TEST_SERVER_SETTINGS, 'wal_retrieve_retry_interval=200ms'];
       const args = ['-D', dataDir, '-p', String(standbyPort), '-k', standbyDir.path, ...settings.flatMap((setting) => ['-c', setting])];
-      const started = spawnDaemon(`standby ${standbyPort}`, join(binDir, 'postgres'), args, { cwd: standbyDir.path, user });
+      const started = spawnDaemon(`standby ${standbyPort}`, join(binDirOf, 'postgres'), args, { cwd: standbyDir.path, user });
       standby = started;
       try {
         // A hot standby takes read-only connections once it has replayed to a consistent point.
@@ -137,10 +144,16 @@ export async function startPrimaryWithStandby(): Promise<PrimaryWithStandby> {
         await started.exited;
         throw error;
       }
+      return started;
+    };
+    startStandbyDaemon = spawnStandby;
+    await withFreshPorts(1, async (ports) => {
+      [standbyPort] = ports as [number];
+      await spawnStandby();
     });
 
     const primaryPid = () => Number(readFileSync(join(primaryDataDir, 'postmaster.pid'), 'utf8').split('\n')[0]);
-    const running = standby!;
+    let running = standby!;
 
     // The insert position: with synchronous_commit off, a commit may not be written yet, and the
     // standby gets it once the WAL writer has flushed it.
@@ -167,7 +180,13 @@ export async function startPrimaryWithStandby(): Promise<PrimaryWithStandby> {
         url: (database?: string) => server.url(database),
         server,
       },
-      standby: { port: standbyPort, pid: running.pid, url: standbyUrl },
+      standby: {
+        port: standbyPort,
+        get pid() {
+          return running.pid;
+        },
+        url: standbyUrl,
+      },
       waitForReplay,
       async promote(timeoutMs = 30_000) {
         const started = Date.now();
@@ -190,6 +209,21 @@ export async function startPrimaryWithStandby(): Promise<PrimaryWithStandby> {
         if (!running.running()) return;
         killTree(running.pid);
         await running.exited;
+      },
+      async stopStandby() {
+        if (!running.running()) return;
+        process.kill(running.pid, 'SIGINT');
+        const timer = setTimeout(() => killTree(running.pid), 10_000);
+        await running.exited;
+        clearTimeout(timer);
+      },
+      async startStandby() {
+        if (running.running()) return;
+        running = await startStandbyDaemon!();
+      },
+      async delayStandby(ms: number) {
+        await query(standbyUrl(), `ALTER SYSTEM SET recovery_min_apply_delay = '${Math.round(ms)}ms'`);
+        await query(standbyUrl(), 'SELECT pg_reload_conf()');
       },
       async close() {
         if (running.running()) {
