@@ -5,7 +5,7 @@ import { POSTGRES_URL } from './support/databases.js';
 import { eventually } from './support/eventually.js';
 import { describeAppTest } from './support/fixtures.js';
 import { REDIS_URL, redisStoreEnv } from './support/redis.js';
-import { sleep, T0 } from './support/time.js';
+import { T0 } from './support/time.js';
 import { waitUntilCached } from './support/keys.js';
 
 describe('Prometheus metrics', () => {
@@ -87,9 +87,14 @@ describe('load shedding', () => {
 
   test('answers 503 with Retry-After while the event loop lags, keeps liveness up, and recovers', async ({ t }) => {
     expect((await t.app.inject({ url: '/v1/pets', headers: t.auth })).statusCode).toBe(200);
+    // under-pressure takes the event loop's mean delay once a second: a stall begun late in a
+    // second is diluted by that second's other samples. So it begins just after a sample (a new
+    // reading), and the test awaits the sample that sees it.
+    const reading = JSON.stringify(t.app.memoryUsage());
+    await eventually(async () => JSON.stringify(t.app.memoryUsage()) !== reading);
     const blockedUntil = Date.now() + 1_500;
     while (Date.now() < blockedUntil); // a real stall of the event loop
-    await sleep(50);
+    await eventually(async () => t.app.isUnderPressure());
 
     const shed = await t.app.inject({ url: '/v1/pets', headers: t.auth });
     expect(shed.statusCode).toBe(503);
