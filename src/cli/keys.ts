@@ -27,7 +27,7 @@ try {
     for (const [stream, line] of answer.lines) terminal[stream](line);
     process.exitCode = answer.exitCode;
   } else {
-    const db = await openDatabase(config);
+    const db = await openDatabase(config, { brief: true });
     try {
       await migrate(db);
       process.exitCode = await runKeysCommand(

@@ -4,7 +4,7 @@ import { migrate } from '../db/migrate.js';
 
 /** `npm run migrate`: the one-shot migration step to run before a rollout. */
 try {
-  const db = await openDatabase(loadConfig());
+  const db = await openDatabase(loadConfig(), { brief: true });
   try {
     const applied = await migrate(db);
     console.log(applied.length ? `applied: ${applied.join(', ')}` : 'up to date');

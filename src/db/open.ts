@@ -1,14 +1,18 @@
 import { ConfigError } from '../config.js';
 import type { Database } from './database.js';
+import type { EmbeddedOptions } from './pglite.js';
 
 /** PostgreSQL when a URL is given, otherwise the embedded engine on its data directory. */
-export async function openDatabase(config: {
-  DATABASE_URL?: string;
-  DATABASE_LISTEN_URL?: string;
-  DATABASE_PREPARED_STATEMENTS?: boolean;
-  DATA_DIR: string;
-  DB_POOL_SIZE: number;
-}): Promise<Database> {
+export async function openDatabase(
+  config: {
+    DATABASE_URL?: string;
+    DATABASE_LISTEN_URL?: string;
+    DATABASE_PREPARED_STATEMENTS?: boolean;
+    DATA_DIR: string;
+    DB_POOL_SIZE: number;
+  },
+  embedded: EmbeddedOptions = {},
+): Promise<Database> {
   if (config.DATABASE_URL) {
     const { createPostgresDatabase } = await import('./postgres.js');
     return createPostgresDatabase({
@@ -27,5 +31,5 @@ export async function openDatabase(config: {
       { cause: error },
     );
   });
-  return createPgliteDatabase(config.DATA_DIR);
+  return createPgliteDatabase(config.DATA_DIR, embedded);
 }

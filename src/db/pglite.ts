@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, openAsBlob, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -7,16 +7,26 @@ import { DataDirInUseError, type Database, type Queryable, type Statement } from
 
 const ANALYZE_EVERY_MS = 60_000;
 
+export interface EmbeddedOptions {
+  /**
+   * A command that reads or writes a few rows and exits (the keys command, migrate): no planner
+   * statistics upkeep, and shared buffers of 8 MB rather than PostgreSQL's 128 MB, which were
+   * most of such a process's memory.
+   */
+  brief?: boolean;
+}
+const BRIEF_START_PARAMS = [...PGlite.defaultStartParams, '-c', 'shared_buffers=8MB'];
+
 /**
  * PostgreSQL compiled to WASM, in this process: the zero-install default. It holds one
  * connection and admits one process per data directory, so it is never shared over a socket,
  * and a lock file keeps a second process (a server, or the keys command) out.
  */
-export async function createPgliteDatabase(dataDir: string): Promise<Database> {
+export async function createPgliteDatabase(dataDir: string, { brief = false }: EmbeddedOptions = {}): Promise<Database> {
   const unlock = dataDir.startsWith('memory://') ? () => {} : lockDataDir(dataDir);
   let db: PGlite;
   try {
-    db = await openPglite(dataDir);
+    db = await openPglite(dataDir, brief ? BRIEF_START_PARAMS : undefined);
   } catch (error) {
     unlock();
     throw error;
@@ -28,8 +38,8 @@ export async function createPgliteDatabase(dataDir: string): Promise<Database> {
       () => {},
       () => {},
     );
-  await analyze();
-  const maintenance = setInterval(() => void analyze(), ANALYZE_EVERY_MS).unref();
+  if (!brief) await analyze();
+  const maintenance = brief ? undefined : setInterval(() => void analyze(), ANALYZE_EVERY_MS).unref();
   return {
     kind: 'pglite',
     query: queryOn(db),
@@ -81,18 +91,12 @@ function pgliteVersion(): string {
   return (JSON.parse(readFileSync(join(dirname(entry), '..', 'package.json'), 'utf8')) as { version: string }).version;
 }
 
-async function openPglite(dataDir: string): Promise<PGlite> {
+async function openPglite(dataDir: string, startParams?: string[]): Promise<PGlite> {
   const isNew = dataDir.startsWith('memory://') || !existsSync(join(dataDir, 'PG_VERSION'));
-  if (!isNew) return PGlite.create(dataDir);
-  return PGlite.create(dataDir, { loadDataDir: readTemplate() ?? (await makeTemplate()) });
-}
-
-function readTemplate(): Blob | undefined {
-  try {
-    return new Blob([readFileSync(PGLITE_TEMPLATE)]);
-  } catch {
-    return undefined;
-  }
+  if (!isNew) return PGlite.create(dataDir, { startParams });
+  // A Blob backed by the file, not a copy of its 40 MB in memory.
+  const template = await openAsBlob(PGLITE_TEMPLATE).catch(() => undefined);
+  return PGlite.create(dataDir, { startParams, loadDataDir: template ?? (await makeTemplate()) });
 }
 
 /** Makes the kept template unless it is there already (at install, so that a first start is quick); true when it made one. */
