@@ -8,7 +8,7 @@ import { databaseTest as databaseFixtures, describeAppTest } from './support/fix
 import { startServer } from './support/processes.js';
 import { buildTestApp } from './support/app.js';
 import { portOf } from './support/http.js';
-import { bearer, waitForKey, waitUntilCached } from './support/keys.js';
+import { bearer, waitForKey } from './support/keys.js';
 import { closedWithin, openSocket, type RawClient } from './support/raw-socket.js';
 import { RATE_LIMIT_STORES, REDIS_URL, redisStoreEnv } from './support/redis.js';
 import { DAY, MINUTE, sleep, SUNSET, T0, testClock } from './support/time.js';
@@ -242,7 +242,6 @@ describe('a request answered before the limiter decides it', () => {
     let closing: Promise<void> | undefined;
     let client: RawClient | undefined;
     try {
-      await waitUntilCached(t.app, t.auth);
       const before = await t.app.inject({ url: '/v1/pets?limit=1', headers: t.auth });
       client = await openSocket(await portOf(t.app));
       // The request's head is begun before the close, so that its connection is not idle and stays open through it.

@@ -5,7 +5,6 @@ import { describe } from 'vitest';
 import { describeAppTest, expect } from '../../test/support/fixtures.js';
 import { POSTGRES_URL } from '../../test/support/databases.js';
 import { eventually } from '../../test/support/eventually.js';
-import { waitUntilCached } from '../../test/support/keys.js';
 import { countPets } from '../../test/support/pets.js';
 import type { Database, Queryable } from '../../src/db/database.js';
 import { PetStoreClient } from '../src/index.js';
@@ -89,7 +88,6 @@ describe.skipIf(!POSTGRES_URL)('retries of the service’s refusals (PostgreSQL:
     const test = describeAppTest({ env: { DB_POOL_SIZE: '1', LOAD_SHED_POOL_WAITING: '3', PETS_CACHE_MAX_BYTES: '0' } });
 
     test('a 503 is retried after its Retry-After, and the retry is answered', async ({ t, port }) => {
-      await waitUntilCached(t.app, t.auth);
       const { client, exchanges, statuses } = clientOf(port, t.auth);
       const release = await holdConnection(t.db, (tx) => tx.query('SELECT 1'));
       let queued: Array<Promise<unknown>> = [];

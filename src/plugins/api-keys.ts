@@ -1,5 +1,5 @@
 import fp from 'fastify-plugin';
-import { Gauge } from 'prom-client';
+import { Counter, Gauge } from 'prom-client';
 import { KeyFilter } from '../key-filter.js';
 import { createApiKeysRepository, type ApiKeysRepository } from '../repositories/api-keys.js';
 import { KeyCache, parseApiKeysChange } from '../repositories/cached-api-keys.js';
@@ -43,11 +43,18 @@ export default fp<ApiKeysOptions>(
         this.set(cache.size);
       },
     });
+    // A key change made anywhere shows here within milliseconds; a flat count while keys change is a lost listener.
+    const notices = new Counter({
+      name: 'api_key_change_notices_total',
+      help: 'Notices of changed API keys this instance has applied to its key cache',
+      registers: [app.metricsRegistry],
+    });
     const stopListening = await app.db.listen(
       'api_key_changed',
       (payload) => {
         const change = parseApiKeysChange(payload);
         cache.invalidate(change);
+        notices.inc();
         if (change === '*') void filter.reload();
         else void filter.learn(change);
       },

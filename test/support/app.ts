@@ -3,7 +3,8 @@ import { buildApp, type AppDependencies } from '../../src/app.js';
 import { loadConfig } from '../../src/config.js';
 import type { Database } from '../../src/db/database.js';
 import { createScratchDatabase, POSTGRES_URL } from './databases.js';
-import { bearer, waitForKeyOnApp } from './keys.js';
+import { eventually } from './eventually.js';
+import { bearer, keyNotices, waitForKeyOnApp } from './keys.js';
 import { captureLogs } from './logs.js';
 
 export interface TestApp {
@@ -35,7 +36,11 @@ export async function buildTestApp(env: Record<string, string> = {}, deps: AppDe
   });
   const app = await buildApp(config, { logStream: logs.stream, ...deps });
   await app.ready();
+  const noticed = await keyNotices(app);
   const { key } = await app.apiKeysRepository.create({ plan: 'enterprise', name: 'tests', limits: { perMinute: 1e9, perDay: 2e9 } });
+  // The notice of the key's creation makes the cache check the key again: awaited here, so that
+  // it cannot land in the middle of a test, and the key, once accepted, stays known.
+  await eventually(async () => (await keyNotices(app)) > noticed);
   await waitForKeyOnApp(app, bearer(key));
   return {
     app,

@@ -20,9 +20,14 @@ export const waitForKeyOnApp = (app: FastifyInstance, headers: { authorization: 
 export const waitForKeyAt = (origin: string, headers: { authorization: string }, timeoutMs?: number) =>
   waitForKey(async () => (await fetch(`${origin}/v1/pets?limit=1`, { headers })).status, timeoutMs);
 
+const metricTotal = async (app: FastifyInstance, name: string) =>
+  (await app.metricsRegistry.getSingleMetric(name)!.get()).values.reduce((sum, { value }) => sum + value, 0);
+
 /** How many times the app has looked a key up in the database so far (api_key_lookups_total). */
-export const keyLookups = async (app: FastifyInstance) =>
-  (await app.metricsRegistry.getSingleMetric('api_key_lookups_total')!.get()).values.reduce((sum, { value }) => sum + value, 0);
+export const keyLookups = (app: FastifyInstance) => metricTotal(app, 'api_key_lookups_total');
+
+/** How many notices of changed keys the app has applied so far (api_key_change_notices_total). */
+export const keyNotices = (app: FastifyInstance) => metricTotal(app, 'api_key_change_notices_total');
 
 /**
  * Waits until the app holds a key in its cache: a request with its Authorization header makes no
