@@ -2,7 +2,7 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { expect } from 'vitest';
 import { migrate } from '../src/db/migrate.js';
-import { createPgliteDatabase, PGLITE_TEMPLATE } from '../src/db/pglite.js';
+import { createPgliteDatabase, PGLITE_TEMPLATE, PGLITE_TEMPLATE_DIR } from '../src/db/pglite.js';
 import { tempDirTest } from './support/fixtures.js';
 
 const test = tempDirTest('pets-pglite-');
@@ -11,6 +11,7 @@ test('a new data directory starts from the kept result of initdb, and is a datab
   const [first, second] = [join(dir, 'first'), join(dir, 'second')];
   const a = await createPgliteDatabase(first);
   expect(existsSync(PGLITE_TEMPLATE)).toBe(true);
+  expect(existsSync(join(PGLITE_TEMPLATE_DIR, 'PG_VERSION'))).toBe(true);
   const b = await createPgliteDatabase(second);
   try {
     await Promise.all([migrate(a), migrate(b)]);

@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, openAsBlob, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, cpSync, existsSync, mkdirSync, openAsBlob, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -81,10 +81,13 @@ const queryOn =
 /**
  * initdb is most of the cost of a new database (about 6 s of CPU against under 1 s to unpack its
  * result), so its result is kept, once per PGlite version, and every later new database starts
- * from it: a first start, the keys command on a new directory, each test app. Best effort: where
- * the cache cannot be written, each new database runs initdb.
+ * from it: a first start, the keys command on a new directory, each test app. It is kept twice:
+ * as a tar, which a database in memory loads, and as a data directory, which a new directory on
+ * disk is copied from (unpacking the tar there would hold all of it in memory, twice what opening
+ * a database takes). Best effort: where the cache cannot be written, each new database runs initdb.
  */
-export const PGLITE_TEMPLATE = fileURLToPath(new URL(`../../node_modules/.cache/pet-store/pglite-${pgliteVersion()}.tar`, import.meta.url));
+export const PGLITE_TEMPLATE_DIR = fileURLToPath(new URL(`../../node_modules/.cache/pet-store/pglite-${pgliteVersion()}`, import.meta.url));
+export const PGLITE_TEMPLATE = `${PGLITE_TEMPLATE_DIR}.tar`;
 
 function pgliteVersion(): string {
   const entry = createRequire(import.meta.url).resolve('@electric-sql/pglite');
@@ -92,18 +95,48 @@ function pgliteVersion(): string {
 }
 
 async function openPglite(dataDir: string, startParams?: string[]): Promise<PGlite> {
-  const isNew = dataDir.startsWith('memory://') || !existsSync(join(dataDir, 'PG_VERSION'));
-  if (!isNew) return PGlite.create(dataDir, { startParams });
-  // A Blob backed by the file, not a copy of its 40 MB in memory.
-  const template = await openAsBlob(PGLITE_TEMPLATE).catch(() => undefined);
-  return PGlite.create(dataDir, { startParams, loadDataDir: template ?? (await makeTemplate()) });
+  if (dataDir.startsWith('memory://')) return PGlite.create(dataDir, { startParams, loadDataDir: await templateTar() });
+  const isNew = !existsSync(join(dataDir, 'PG_VERSION'));
+  if (!isNew || (await copyTemplateDir(dataDir))) return PGlite.create(dataDir, { startParams });
+  return PGlite.create(dataDir, { startParams, loadDataDir: await templateTar() });
 }
 
-/** Makes the kept template unless it is there already (at install, so that a first start is quick); true when it made one. */
+/** Makes the kept templates unless they are there already (at install, so that a first start is quick); true when it made one. */
 export async function preparePgliteTemplate(): Promise<boolean> {
-  if (existsSync(PGLITE_TEMPLATE)) return false;
-  await makeTemplate();
+  if (existsSync(PGLITE_TEMPLATE) && existsSync(join(PGLITE_TEMPLATE_DIR, 'PG_VERSION'))) return false;
+  await keepTemplateDir();
   return true;
+}
+
+/** The kept tar: a Blob backed by its file, not a copy of its 40 MB in memory; made (and kept) if there is none. */
+const templateTar = async (): Promise<Blob> => (await openAsBlob(PGLITE_TEMPLATE).catch(() => undefined)) ?? (await makeTemplate());
+
+/**
+ * Copies the kept data directory into a new one, its PG_VERSION last, since that file is what
+ * marks a directory as a database; false when there is none and none could be kept.
+ */
+async function copyTemplateDir(dataDir: string): Promise<boolean> {
+  const version = join(PGLITE_TEMPLATE_DIR, 'PG_VERSION');
+  // Unpacked from the tar at most: without one, the database being made keeps it, and the next copies.
+  if (!existsSync(version) && !(existsSync(PGLITE_TEMPLATE) && (await keepTemplateDir()))) return false;
+  cpSync(PGLITE_TEMPLATE_DIR, dataDir, { recursive: true, filter: (source) => source !== version });
+  copyFileSync(version, join(dataDir, 'PG_VERSION'));
+  return true;
+}
+
+/** Unpacks the tar into the kept data directory, aside and renamed (another process may be at it too); true when it is there. */
+async function keepTemplateDir(): Promise<boolean> {
+  const partial = `${PGLITE_TEMPLATE_DIR}.${process.pid}`;
+  try {
+    const db = await PGlite.create(partial, { loadDataDir: await templateTar() });
+    await db.close();
+    renameSync(partial, PGLITE_TEMPLATE_DIR);
+  } catch {
+    // Not kept (a read-only install, or another process was first).
+  } finally {
+    rmSync(partial, { recursive: true, force: true });
+  }
+  return existsSync(join(PGLITE_TEMPLATE_DIR, 'PG_VERSION'));
 }
 
 async function makeTemplate(): Promise<Blob> {
