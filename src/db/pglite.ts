@@ -101,15 +101,24 @@ async function openPglite(dataDir: string, startParams?: string[]): Promise<PGli
   return PGlite.create(dataDir, { startParams, loadDataDir: await templateTar() });
 }
 
-/** Makes the kept templates unless they are there already (at install, so that a first start is quick); true when it made one. */
-export async function preparePgliteTemplate(): Promise<boolean> {
-  if (existsSync(PGLITE_TEMPLATE) && existsSync(join(PGLITE_TEMPLATE_DIR, 'PG_VERSION'))) return false;
-  await keepTemplateDir();
-  return true;
+/**
+ * Makes the kept templates unless they are there already (at install, so that a first start is
+ * quick): whether it made them, found them, or could not keep them (a read-only install).
+ */
+export async function preparePgliteTemplate(): Promise<'made' | 'found' | 'not kept'> {
+  if (existsSync(PGLITE_TEMPLATE) && existsSync(join(PGLITE_TEMPLATE_DIR, 'PG_VERSION'))) return 'found';
+  return (await keepTemplateDir()) ? 'made' : 'not kept';
 }
 
 /** The kept tar: a Blob backed by its file, not a copy of its 40 MB in memory; made (and kept) if there is none. */
-const templateTar = async (): Promise<Blob> => (await openAsBlob(PGLITE_TEMPLATE).catch(() => undefined)) ?? (await makeTemplate());
+async function templateTar(): Promise<Blob> {
+  try {
+    // Throws at once, not through the promise, when there is no such file.
+    return await openAsBlob(PGLITE_TEMPLATE);
+  } catch {
+    return makeTemplate();
+  }
+}
 
 /**
  * Copies the kept data directory into a new one, its PG_VERSION last, since that file is what
