@@ -1,6 +1,6 @@
 import { STATUS_CODES } from 'node:http';
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import type { ErrorBody, ErrorCode } from './schemas/error.js';
+import { ErrorBody, type ErrorCode } from './schemas/error.js';
 
 /** An error whose status, code and message are safe to show to the client as they are. */
 export class ApiError extends Error {
@@ -22,6 +22,19 @@ const retryAfter = (seconds: number) => ({ 'retry-after': String(seconds) });
 
 /** Retry-After, as the documented responses that carry it list it. */
 export const RETRY_AFTER_HEADERS = { 'retry-after': { type: 'integer', description: 'Seconds to wait before retrying' } } as const;
+
+/** What any operation may answer when the service itself cannot: documented on every operation of both APIs. */
+export const SERVICE_FAILURE_RESPONSES = {
+  500: {
+    ...ErrorBody,
+    description: 'A failure inside the service (`internal_error`); the message names the request id to quote, and nothing of the cause',
+  },
+  503: {
+    ...ErrorBody,
+    description: 'The service is overloaded, shutting down, or cannot reach its database (`service_unavailable`); retry after Retry-After',
+    headers: RETRY_AFTER_HEADERS,
+  },
+};
 
 const REALM = 'Bearer realm="pets"';
 const ADMIN_REALM = 'Bearer realm="pets-admin"';

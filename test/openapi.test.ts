@@ -144,6 +144,29 @@ test('describes every response of every operation, in both documents', ({ docume
   }
 });
 
+test('documents on every operation, in both documents, the 500 and the 503 with Retry-After that any may answer', ({
+  document,
+  adminDocument,
+}) => {
+  for (const described of [document, adminDocument]) {
+    type Documented = { content?: { 'application/json': { schema: { required?: string[] } } }; headers?: Record<string, unknown> };
+    for (const [path, operations] of Object.entries<Record<string, { responses: Record<string, Documented | undefined> }>>(
+      described.paths,
+    )) {
+      for (const [method, { responses }] of Object.entries(operations)) {
+        for (const status of ['500', '503']) {
+          expect(responses[status]?.content?.['application/json'].schema.required, `${method} ${path} ${status}`).toEqual([
+            'code',
+            'message',
+            'status',
+          ]);
+        }
+        expect(responses['503']?.headers?.['retry-after'], `${method} ${path}`).toBeDefined();
+      }
+    }
+  }
+});
+
 test('makes no page size required: limit is optional with its default in the admin document too', ({ adminDocument }) => {
   for (const path of ['/keys', '/audit']) {
     const limit = adminDocument.paths[path].get.parameters.find((candidate: { name: string }) => candidate.name === 'limit');

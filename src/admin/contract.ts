@@ -1,5 +1,6 @@
 import type { TSchema } from '@sinclair/typebox';
 import type { RouteOptions } from 'fastify';
+import { SERVICE_FAILURE_RESPONSES } from '../errors.js';
 import { REQUEST_ID_RESPONSE_HEADERS } from '../http/request-id.js';
 import { documentIdempotency } from '../plugins/idempotency.js';
 import { ErrorBody } from '../schemas/error.js';
@@ -30,6 +31,6 @@ export function documentAdminOperation(route: RouteOptions, { retentionHours }: 
     };
   }
   if (config.idempotent) ({ headers, responses } = documentIdempotency(headers, responses, retentionHours));
-  schema.response = withHeaders(responses, REQUEST_ID_RESPONSE_HEADERS);
+  schema.response = withHeaders({ ...responses, ...SERVICE_FAILURE_RESPONSES }, REQUEST_ID_RESPONSE_HEADERS);
   if (headers) schema.headers = headers;
 }

@@ -294,6 +294,104 @@ export interface operations {
           };
         };
       };
+      /** @description A failure inside the service (`internal_error`); the message names the request id to quote, and nothing of the cause */
+      500: {
+        headers: {
+          /** @description Requests allowed in the binding window */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the binding window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Unix time (seconds) when the binding window resets, or a ban ends */
+          'x-ratelimit-reset'?: number;
+          /** @description Both windows, as in draft-ietf-httpapi-ratelimit-headers */
+          'ratelimit-policy'?: string;
+          /** @description What is left of both windows and seconds until each resets */
+          ratelimit?: string;
+          /** @description This request's id, as logged and as quoted in every 5xx message: the `X-Request-Id` a trusted proxy sent (1 to 128 characters of `A-Z a-z 0-9 . _ : -`), else a new UUID */
+          'x-request-id'?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            /**
+             * @description Machine-readable error code
+             * @enum {string}
+             */
+            code:
+              | 'bad_request'
+              | 'unauthorized'
+              | 'forbidden'
+              | 'not_found'
+              | 'method_not_allowed'
+              | 'request_timeout'
+              | 'idempotency_key_in_use'
+              | 'conflict'
+              | 'gone'
+              | 'payload_too_large'
+              | 'unsupported_media_type'
+              | 'idempotency_key_mismatch'
+              | 'headers_too_large'
+              | 'rate_limited'
+              | 'api_key_banned'
+              | 'internal_error'
+              | 'service_unavailable';
+            /** @description Human-readable description */
+            message: string;
+            /** @description The HTTP status code, repeated */
+            status: number;
+          };
+        };
+      };
+      /** @description The service is overloaded, shutting down, or cannot reach its database (`service_unavailable`); retry after Retry-After */
+      503: {
+        headers: {
+          /** @description Seconds to wait before retrying */
+          'retry-after'?: number;
+          /** @description Requests allowed in the binding window */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the binding window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Unix time (seconds) when the binding window resets, or a ban ends */
+          'x-ratelimit-reset'?: number;
+          /** @description Both windows, as in draft-ietf-httpapi-ratelimit-headers */
+          'ratelimit-policy'?: string;
+          /** @description What is left of both windows and seconds until each resets */
+          ratelimit?: string;
+          /** @description This request's id, as logged and as quoted in every 5xx message: the `X-Request-Id` a trusted proxy sent (1 to 128 characters of `A-Z a-z 0-9 . _ : -`), else a new UUID */
+          'x-request-id'?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            /**
+             * @description Machine-readable error code
+             * @enum {string}
+             */
+            code:
+              | 'bad_request'
+              | 'unauthorized'
+              | 'forbidden'
+              | 'not_found'
+              | 'method_not_allowed'
+              | 'request_timeout'
+              | 'idempotency_key_in_use'
+              | 'conflict'
+              | 'gone'
+              | 'payload_too_large'
+              | 'unsupported_media_type'
+              | 'idempotency_key_mismatch'
+              | 'headers_too_large'
+              | 'rate_limited'
+              | 'api_key_banned'
+              | 'internal_error'
+              | 'service_unavailable';
+            /** @description Human-readable description */
+            message: string;
+            /** @description The HTTP status code, repeated */
+            status: number;
+          };
+        };
+      };
     };
   };
   createPet: {
@@ -753,6 +851,104 @@ export interface operations {
           };
         };
       };
+      /** @description A failure inside the service (`internal_error`); the message names the request id to quote, and nothing of the cause */
+      500: {
+        headers: {
+          /** @description Requests allowed in the binding window */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the binding window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Unix time (seconds) when the binding window resets, or a ban ends */
+          'x-ratelimit-reset'?: number;
+          /** @description Both windows, as in draft-ietf-httpapi-ratelimit-headers */
+          'ratelimit-policy'?: string;
+          /** @description What is left of both windows and seconds until each resets */
+          ratelimit?: string;
+          /** @description This request's id, as logged and as quoted in every 5xx message: the `X-Request-Id` a trusted proxy sent (1 to 128 characters of `A-Z a-z 0-9 . _ : -`), else a new UUID */
+          'x-request-id'?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            /**
+             * @description Machine-readable error code
+             * @enum {string}
+             */
+            code:
+              | 'bad_request'
+              | 'unauthorized'
+              | 'forbidden'
+              | 'not_found'
+              | 'method_not_allowed'
+              | 'request_timeout'
+              | 'idempotency_key_in_use'
+              | 'conflict'
+              | 'gone'
+              | 'payload_too_large'
+              | 'unsupported_media_type'
+              | 'idempotency_key_mismatch'
+              | 'headers_too_large'
+              | 'rate_limited'
+              | 'api_key_banned'
+              | 'internal_error'
+              | 'service_unavailable';
+            /** @description Human-readable description */
+            message: string;
+            /** @description The HTTP status code, repeated */
+            status: number;
+          };
+        };
+      };
+      /** @description The service is overloaded, shutting down, or cannot reach its database (`service_unavailable`); retry after Retry-After */
+      503: {
+        headers: {
+          /** @description Seconds to wait before retrying */
+          'retry-after'?: number;
+          /** @description Requests allowed in the binding window */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the binding window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Unix time (seconds) when the binding window resets, or a ban ends */
+          'x-ratelimit-reset'?: number;
+          /** @description Both windows, as in draft-ietf-httpapi-ratelimit-headers */
+          'ratelimit-policy'?: string;
+          /** @description What is left of both windows and seconds until each resets */
+          ratelimit?: string;
+          /** @description This request's id, as logged and as quoted in every 5xx message: the `X-Request-Id` a trusted proxy sent (1 to 128 characters of `A-Z a-z 0-9 . _ : -`), else a new UUID */
+          'x-request-id'?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            /**
+             * @description Machine-readable error code
+             * @enum {string}
+             */
+            code:
+              | 'bad_request'
+              | 'unauthorized'
+              | 'forbidden'
+              | 'not_found'
+              | 'method_not_allowed'
+              | 'request_timeout'
+              | 'idempotency_key_in_use'
+              | 'conflict'
+              | 'gone'
+              | 'payload_too_large'
+              | 'unsupported_media_type'
+              | 'idempotency_key_mismatch'
+              | 'headers_too_large'
+              | 'rate_limited'
+              | 'api_key_banned'
+              | 'internal_error'
+              | 'service_unavailable';
+            /** @description Human-readable description */
+            message: string;
+            /** @description The HTTP status code, repeated */
+            status: number;
+          };
+        };
+      };
     };
   };
   getPet: {
@@ -1065,6 +1261,116 @@ export interface operations {
       };
       /** @description Rate limit exceeded (`rate_limited`), or the caller is banned for a while (`api_key_banned`) */
       429: {
+        headers: {
+          /** @description Seconds to wait before retrying */
+          'retry-after'?: number;
+          /** @description Requests allowed in the binding window */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the binding window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Unix time (seconds) when the binding window resets, or a ban ends */
+          'x-ratelimit-reset'?: number;
+          /** @description Both windows, as in draft-ietf-httpapi-ratelimit-headers */
+          'ratelimit-policy'?: string;
+          /** @description What is left of both windows and seconds until each resets */
+          ratelimit?: string;
+          /** @description RFC 9745: @<unix seconds> when the operation was deprecated */
+          deprecation?: string;
+          /** @description RFC 8594: when the operation is removed; from then on it answers 410 */
+          sunset?: string;
+          /** @description rel="successor-version" and rel="deprecation" links */
+          link?: string;
+          /** @description This request's id, as logged and as quoted in every 5xx message: the `X-Request-Id` a trusted proxy sent (1 to 128 characters of `A-Z a-z 0-9 . _ : -`), else a new UUID */
+          'x-request-id'?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            /**
+             * @description Machine-readable error code
+             * @enum {string}
+             */
+            code:
+              | 'bad_request'
+              | 'unauthorized'
+              | 'forbidden'
+              | 'not_found'
+              | 'method_not_allowed'
+              | 'request_timeout'
+              | 'idempotency_key_in_use'
+              | 'conflict'
+              | 'gone'
+              | 'payload_too_large'
+              | 'unsupported_media_type'
+              | 'idempotency_key_mismatch'
+              | 'headers_too_large'
+              | 'rate_limited'
+              | 'api_key_banned'
+              | 'internal_error'
+              | 'service_unavailable';
+            /** @description Human-readable description */
+            message: string;
+            /** @description The HTTP status code, repeated */
+            status: number;
+          };
+        };
+      };
+      /** @description A failure inside the service (`internal_error`); the message names the request id to quote, and nothing of the cause */
+      500: {
+        headers: {
+          /** @description Requests allowed in the binding window */
+          'x-ratelimit-limit'?: number;
+          /** @description Requests left in the binding window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Unix time (seconds) when the binding window resets, or a ban ends */
+          'x-ratelimit-reset'?: number;
+          /** @description Both windows, as in draft-ietf-httpapi-ratelimit-headers */
+          'ratelimit-policy'?: string;
+          /** @description What is left of both windows and seconds until each resets */
+          ratelimit?: string;
+          /** @description RFC 9745: @<unix seconds> when the operation was deprecated */
+          deprecation?: string;
+          /** @description RFC 8594: when the operation is removed; from then on it answers 410 */
+          sunset?: string;
+          /** @description rel="successor-version" and rel="deprecation" links */
+          link?: string;
+          /** @description This request's id, as logged and as quoted in every 5xx message: the `X-Request-Id` a trusted proxy sent (1 to 128 characters of `A-Z a-z 0-9 . _ : -`), else a new UUID */
+          'x-request-id'?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            /**
+             * @description Machine-readable error code
+             * @enum {string}
+             */
+            code:
+              | 'bad_request'
+              | 'unauthorized'
+              | 'forbidden'
+              | 'not_found'
+              | 'method_not_allowed'
+              | 'request_timeout'
+              | 'idempotency_key_in_use'
+              | 'conflict'
+              | 'gone'
+              | 'payload_too_large'
+              | 'unsupported_media_type'
+              | 'idempotency_key_mismatch'
+              | 'headers_too_large'
+              | 'rate_limited'
+              | 'api_key_banned'
+              | 'internal_error'
+              | 'service_unavailable';
+            /** @description Human-readable description */
+            message: string;
+            /** @description The HTTP status code, repeated */
+            status: number;
+          };
+        };
+      };
+      /** @description The service is overloaded, shutting down, or cannot reach its database (`service_unavailable`); retry after Retry-After */
+      503: {
         headers: {
           /** @description Seconds to wait before retrying */
           'retry-after'?: number;

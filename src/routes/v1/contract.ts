@@ -1,6 +1,6 @@
 import { Type, type TSchema } from '@sinclair/typebox';
 import type { RouteOptions } from 'fastify';
-import { RETRY_AFTER_HEADERS } from '../../errors.js';
+import { RETRY_AFTER_HEADERS, SERVICE_FAILURE_RESPONSES } from '../../errors.js';
 import { SECURITY_SCHEME } from '../../plugins/auth.js';
 import { CACHING_HEADERS, readsOnly } from '../../plugins/conditional-requests.js';
 import { DEPRECATION_HEADERS } from '../../plugins/deprecation.js';
@@ -57,10 +57,11 @@ export function documentOperation(route: RouteOptions, { idempotencyKeyRetention
     };
   }
 
-  // Rate limiting: the headers on every response, and the 429.
+  // Rate limiting: the headers on every response (a 503 of load shedding too), and the 429.
   responses = withHeaders(
     {
       ...responses,
+      ...SERVICE_FAILURE_RESPONSES,
       429: {
         ...ErrorBody,
         description: 'Rate limit exceeded (`rate_limited`), or the caller is banned for a while (`api_key_banned`)',
