@@ -26,8 +26,20 @@ export interface LogOutput {
  */
 export async function logOutput(format: 'json' | 'pretty', destination: number | NodeJS.WritableStream = 1): Promise<LogOutput> {
   if (format === 'json') {
-    const stream = typeof destination === 'number' ? pino.destination({ dest: destination, sync: false }) : destination;
-    return { stream, flush: () => (stream as { flushSync?: () => void }).flushSync?.() };
+    if (typeof destination !== 'number') return { stream: destination, flush: () => {} };
+    const stream = pino.destination({ dest: destination, sync: false });
+    return {
+      stream,
+      flush: () => {
+        try {
+          stream.flushSync();
+        } catch (error) {
+          // The lines left are lost, and closing goes on. When whatever read the output has gone
+          // (EPIPE), pino's own handler of that, as on any write, stops logging, so exit does not retry.
+          if ((error as NodeJS.ErrnoException).code === 'EPIPE') stream.emit('error', error);
+        }
+      },
+    };
   }
   const { default: pretty } = await import('pino-pretty');
   const stream = pretty({

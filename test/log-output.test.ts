@@ -1,13 +1,16 @@
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
+import { closeSync, constants, openSync } from 'node:fs';
+import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import pino from 'pino';
 import { describe, expect, it } from 'vitest';
 import { logFormat, logOutput, roundMs } from '../src/log-output.js';
-import { appTest } from './support/fixtures.js';
+import { appTest, tempDirTest } from './support/fixtures.js';
 import { ROOT } from './support/processes.js';
 import { eventually } from './support/eventually.js';
 
 const test = appTest();
+const fifoTest = tempDirTest('pets-log-');
 
 describe('log format', () => {
   it('auto: pretty on a terminal, JSON when stdout is not one (a pipe, a file, a log driver)', () => {
@@ -34,6 +37,25 @@ describe('log format', () => {
     expect(plain).toMatch(/^\[\d{2}:\d{2}:\d{2}\.\d{3}\] INFO: request\n/);
     expect(plain).toContain('reqId: "r-1"');
     expect(plain).not.toContain('"level"');
+  });
+});
+
+describe('JSON lines to a pipe whose reader has gone', () => {
+  fifoTest('are dropped: flushing them at close returns, and logging after it writes nothing', async ({ dir }) => {
+    const fifo = join(dir, 'log');
+    execFileSync('mkfifo', [fifo]);
+    // A reader opened first lets the writer open; closed, it leaves the pipe without one, as `| head` does once it has had enough.
+    const reader = openSync(fifo, constants.O_RDONLY | constants.O_NONBLOCK);
+    const writer = openSync(fifo, 'w');
+    closeSync(reader);
+    const output = await logOutput('json', writer);
+    const logger = pino(output.stream);
+    logger.info('one');
+    logger.info('two');
+    output.flush();
+    logger.info('three');
+    output.flush();
+    closeSync(writer);
   });
 });
 

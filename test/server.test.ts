@@ -70,6 +70,14 @@ describe('the server process', () => {
     expect(await second.stop('SIGINT')).toBe(0);
   });
 
+  test('keeps serving when whatever read its standard output has gone, and still stops cleanly on SIGTERM', async () => {
+    // Every line of the log, and the development key's greeting, meets the closed pipe.
+    const server = await startServer({ env: { DATA_DIR: 'memory://' }, stdoutClosed: true });
+    for (let i = 0; i < 3; i++) expect((await fetch(`${server.origin}/v1/pets`)).status).toBe(401);
+    expect((await fetch(`${server.origin}/healthz`)).status).toBe(200);
+    expect(await server.stop('SIGTERM')).toBe(0);
+  });
+
   test('prints a development key with a curl line on first embedded start, never into the log', async () => {
     const server = await startServer({ env: { DATA_DIR: 'memory://' } });
     const key = await developmentKey(server);

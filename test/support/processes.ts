@@ -23,6 +23,8 @@ export interface ServerSpec {
   readyPath?: string;
   /** Where <name>.log goes; a temporary directory by default. */
   logDir?: string;
+  /** Standard output a pipe whose reader is gone from the start (as after `| head`): every write to it fails; stderr still goes to the log file. */
+  stdoutClosed?: boolean;
 }
 
 export interface ServerProcess {
@@ -75,9 +77,10 @@ export async function startServer(spec: ServerSpec = {}): Promise<ServerProcess>
       LOAD_SHED_EVENT_LOOP_DELAY_MS: '60000',
       ...spec.env,
     },
-    stdio: ['ignore', log, log],
+    stdio: ['ignore', spec.stdoutClosed ? 'pipe' : log, log],
   });
   closeSync(log);
+  child.stdout?.destroy();
   const output = () => readFileSync(logFile, 'utf8');
   let exitCode: number | null | undefined;
   let stopping = false;
