@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { DOCS_COMMAND, generatedFiles } from '../scripts/config-docs.js';
+import { DOCS_COMMAND, generatedFiles, settingsTable } from '../scripts/config-docs.js';
 import { ConfigSchema, loadConfig } from '../src/config.js';
 
 describe('configuration', () => {
@@ -8,6 +8,39 @@ describe('configuration', () => {
     for (const { path, text } of generatedFiles()) {
       expect(readFileSync(path, 'utf8'), `${path} differs from the schema in src/config.ts: run ${DOCS_COMMAND}`).toBe(text);
     }
+  });
+
+  it("the table's units say what the settings' names do, and each default's note in a larger unit is the same amount", () => {
+    // Written here apart from the generator's own table of units, so that a slip in one shows against the other.
+    const unitOfName: Record<string, string> = { _MS: 'ms', _SECONDS: 's', _HOURS: 'h', _BYTES: 'bytes' };
+    const size: Record<string, { of: string; size: number }> = {
+      ms: { of: 'time', size: 1 },
+      s: { of: 'time', size: 1000 },
+      min: { of: 'time', size: 60_000 },
+      h: { of: 'time', size: 3_600_000 },
+      bytes: { of: 'size', size: 1 },
+      KiB: { of: 'size', size: 1024 },
+      MiB: { of: 'size', size: 1024 ** 2 },
+      GiB: { of: 'size', size: 1024 ** 3 },
+    };
+    const rows = settingsTable()
+      .split('\n')
+      .slice(2)
+      .map((row) => row.split(/(?<!\\)\|/).map((cell) => cell.trim()));
+    let notes = 0;
+    for (const [, setting, defaultCell, values] of rows) {
+      const name = setting!.replaceAll('`', '');
+      const unit = Object.entries(unitOfName).find(([suffix]) => name.endsWith(suffix))?.[1];
+      expect(values!.match(/\((\w+)\)$/)?.[1], `${name}: the unit of its values`).toBe(unit);
+      const note = defaultCell!.match(/^`(\d+)` \((\d+) (\w+)\)$/);
+      if (!note) continue;
+      notes++;
+      const [, value, amount, noteUnit] = note;
+      expect(Number(value), `${name}: its default`).toBe(ConfigSchema.properties[name as keyof typeof ConfigSchema.properties].default);
+      expect(size[noteUnit!]?.of, `${name}: ${defaultCell}`).toBe(size[unit!]!.of);
+      expect(Number(amount) * size[noteUnit!]!.size, `${name}: ${defaultCell}`).toBe(Number(value) * size[unit!]!.size);
+    }
+    expect(notes).toBeGreaterThanOrEqual(4);
   });
 
   it("the README's settings are settings of the schema", () => {
