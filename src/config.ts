@@ -295,6 +295,11 @@ export type Config = Omit<Settings, (typeof PARSED_SETTINGS)[number]> & {
 
 export class ConfigError extends Error {}
 
+/** TypeBox converts with parseInt, which reads `1e6` as 1 and `3.2e7` as 3: these take plain digits only. */
+const INTEGER_SETTINGS = Object.entries(ConfigSchema.properties)
+  .filter(([, schema]) => schema.type === 'integer')
+  .map(([name]) => name);
+
 /** Validates the environment; throws a ConfigError naming the first bad variable. */
 export function loadConfig(env: Record<string, string | undefined> = process.env): Config {
   const known = Object.fromEntries(
@@ -302,6 +307,9 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       .filter((key) => env[key] !== undefined && env[key] !== '')
       .map((key) => [key, env[key]]),
   );
+  const notInteger = INTEGER_SETTINGS.find((name) => name in known && !/^-?[0-9]+$/.test(known[name]!));
+  if (notInteger)
+    throw new ConfigError(`Invalid ${notInteger}=${JSON.stringify(known[notInteger])}: must be a whole number in plain digits`);
   const values = Value.Default(ConfigSchema, Value.Convert(ConfigSchema, known));
   const error = Value.Errors(ConfigSchema, values).First();
   if (error) {

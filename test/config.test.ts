@@ -1,4 +1,5 @@
 import { readFileSync } from 'node:fs';
+import type { TSchema } from '@sinclair/typebox';
 import { describe, expect, it } from 'vitest';
 import { DOCS_COMMAND, generatedFiles, settingsTable } from '../scripts/config-docs.js';
 import { ConfigSchema, loadConfig } from '../src/config.js';
@@ -71,6 +72,29 @@ describe('configuration', () => {
     ['ADMIN_PORT', 'off'],
   ])('refuses %s=%s with a message naming it', (name, value) => {
     expect(() => loadConfig({ [name]: value })).toThrow(name);
+  });
+
+  const integerSettings = Object.entries(ConfigSchema.properties as Record<string, TSchema>).filter(
+    ([, schema]) => schema.type === 'integer',
+  );
+
+  it.each(integerSettings)('takes %s in plain decimal digits only, and refuses other ways of writing a number', (name, schema) => {
+    const value = (schema.default ?? schema.minimum) as number;
+    expect(loadConfig({ [name]: String(value) })).toHaveProperty(name, value);
+    const exponent = value.toExponential();
+    for (const written of [
+      exponent,
+      exponent.replace('+', ''),
+      `${value}.0`,
+      `0x${value.toString(16)}`,
+      `+${value}`,
+      ` ${value}`,
+      `${value}px`,
+    ]) {
+      expect(() => loadConfig({ [name]: written }), written).toThrow(
+        `Invalid ${name}=${JSON.stringify(written)}: must be a whole number in plain digits`,
+      );
+    }
   });
 
   it('lists the values allowed for a setting that takes one of a few', () => {

@@ -13,6 +13,7 @@ describe('the server process', () => {
   test('refuses a bad setting with one line naming the variable, and a non-zero exit', async () => {
     for (const [name, value] of [
       ['PORT', 'eighty'],
+      ['KEY_CACHE_MAX_ENTRIES', '1e6'],
       ['LOG_LEVEL', 'loud'],
       ['PUBLIC_BASE_URL', 'https://api.example.com/v2'],
       ['DATABASE_URL', 'mysql://localhost/pets'],
