@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import type { TSchema } from '@sinclair/typebox';
 import { describe, expect, it } from 'vitest';
 import { DOCS_COMMAND, generatedFiles, settingsTable } from '../scripts/config-docs.js';
-import { ConfigSchema, loadConfig } from '../src/config.js';
+import { ConfigSchema, loadConfig, redactPasswords } from '../src/config.js';
 
 describe('configuration', () => {
   it('docs/configuration.md and .env.example are what the schema writes', () => {
@@ -95,6 +95,36 @@ describe('configuration', () => {
         `Invalid ${name}=${JSON.stringify(written)}: must be a whole number in plain digits`,
       );
     }
+  });
+
+  it.each([
+    ['postgres://pets:s3cret@db:5432/pets', 'postgres://pets:***@db:5432/pets'],
+    ['rediss://:s3cret@redis:6380', 'rediss://:***@redis:6380'],
+    ['postgres://pets:s3c@r/et@[bad/pets', 'postgres://pets:***@[bad/pets'],
+    ['postgres://a:one@r1/pets, postgres://b:two@r2/pets', 'postgres://a:***@r1/pets, postgres://b:***@r2/pets'],
+    ['postgres://db/pets?user=pets&password=s3cret&sslmode=require', 'postgres://db/pets?user=pets&password=***&sslmode=require'],
+    ['postgres://pets@db:5432/pets', 'postgres://pets@db:5432/pets'],
+    ['redis://redis:6379', 'redis://redis:6379'],
+  ])('masks the password of %s', (text, redacted) => {
+    expect(redactPasswords(text)).toBe(redacted);
+  });
+
+  // Every setting whose examples are URLs: a bad one is quoted in the error without its password.
+  const urlSettings = Object.entries(ConfigSchema.properties as Record<string, TSchema>)
+    .filter(([, schema]) => (schema.examples as string[] | undefined)?.some((example) => example.includes('://')))
+    .map(([name]) => name);
+
+  it.each(urlSettings)('refuses %s of another scheme naming it, with the password in it masked', (name) => {
+    expect(() => loadConfig({ DATABASE_URL: 'postgres://pets@db/pets', [name]: 'ftp://pets:s3cret@host/pets' })).toThrow(
+      new RegExp(`^Invalid ${name}="ftp://pets:\\*\\*\\*@host/pets": `),
+    );
+  });
+
+  it('refuses a REDIS_URL or a replica URL that is no URL, naming it, with the password in it masked', () => {
+    expect(() => loadConfig({ REDIS_URL: 'redis://:s3cret@[redis' })).toThrow('Invalid REDIS_URL="redis://:***@[redis": not a URL');
+    expect(() =>
+      loadConfig({ DATABASE_URL: 'postgres://pets@db/pets', DATABASE_REPLICA_URLS: 'postgres://pets:s3cret@[replica/pets' }),
+    ).toThrow('Invalid DATABASE_REPLICA_URLS="postgres://pets:***@[replica/pets": "postgres://pets:***@[replica/pets" is not a URL');
   });
 
   it('lists the values allowed for a setting that takes one of a few', () => {

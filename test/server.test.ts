@@ -26,6 +26,24 @@ describe('the server process', () => {
     }
   });
 
+  test('quotes a bad URL setting in its one line without the password in it', async () => {
+    for (const [name, env] of [
+      ['DATABASE_URL', { DATABASE_URL: 'mysql://pets:s3cret@db/pets' }],
+      [
+        'DATABASE_REPLICA_URLS',
+        { DATABASE_URL: 'postgres://pets@127.0.0.1:1/pets', DATABASE_REPLICA_URLS: 'postgres://pets:s3cret@[replica/pets' },
+      ],
+      ['REDIS_URL', { REDIS_URL: 'redis://:s3cret@[redis' }],
+      ['REDIS_URL', { REDIS_URL: 'http://pets:s3cret@redis:6379' }],
+    ] as Array<[string, Record<string, string>]>) {
+      const { code, stdout, stderr } = await run(['src/server.ts'], { DATA_DIR: 'memory://', DATABASE_URL: '', REDIS_URL: '', ...env });
+      expect(code).toBe(1);
+      expect(stderr.trim().split('\n'), stderr).toHaveLength(1);
+      expect(stderr).toContain(`Invalid ${name}=`);
+      expect(stdout + stderr).not.toContain('s3cret');
+    }
+  });
+
   test('stops before serving anything, with one line naming the setting, when a port is taken', async () => {
     const taken = createServer().listen(0, '127.0.0.1');
     await once(taken, 'listening');
