@@ -43,6 +43,18 @@ if ! command -v podman > /dev/null || ! command -v debootstrap > /dev/null || ! 
     (apt-get update -qq && apt-get install -y -qq podman debootstrap docker-compose > /dev/null 2>&1)) ||
     not_checked "podman, debootstrap or docker-compose cannot be installed from Debian's packages here"
 fi
+# Podman's default OCI runtime, crun, refuses every container where cgroups are hybrid ("cgroups in
+# hybrid mode not supported"); runc runs them.
+source .ci/podman-runtime.sh
+if [ "$(cgroup_mode)" = hybrid ]; then
+  if ! command -v runc > /dev/null; then
+    (apt-get install -y -qq runc > /dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq runc > /dev/null 2>&1)) ||
+      not_checked "the cgroups here are hybrid, which crun refuses, and runc cannot be installed from Debian's packages"
+  fi
+  mkdir -p /etc/containers
+  set_runtime /etc/containers/containers.conf runc
+  say "cgroups are hybrid here: podman runs containers with runc"
+fi
 # Without these, every container start fails with "error setting rlimit type 7".
 if ! grep -q default_ulimits /etc/containers/containers.conf 2> /dev/null; then
   printf '[containers]\ndefault_ulimits = ["nofile=1024:1024", "nproc=4096:4096"]\n' >> /etc/containers/containers.conf

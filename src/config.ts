@@ -295,6 +295,23 @@ export type Config = Omit<Settings, (typeof PARSED_SETTINGS)[number]> & {
 
 export class ConfigError extends Error {}
 
+/** A setting's value in an error: quoted, with any password in it masked (the line goes to logs). */
+const invalid = (name: string, value: string, why: string) =>
+  new ConfigError(`Invalid ${name}=${JSON.stringify(redactPasswords(value))}: ${why}`);
+
+/**
+ * The text with the password of every `scheme://user:password@` masked (up to the URL's last `@`, since an unescaped
+ * password may hold one) and every `password=` query parameter's.
+ */
+export function redactPasswords(text: string): string {
+  return text.replace(/([a-z][a-z0-9+.-]*:\/\/[^:@/\s]*:)(?:(?!:\/\/).)*@/gi, '$1***@').replace(/([?&]password=)[^&#\s]*/gi, '$1***');
+}
+
+/** TypeBox converts with parseInt, which reads `1e6` as 1 and `3.2e7` as 3: these take plain digits only. */
+const INTEGER_SETTINGS = Object.entries(ConfigSchema.properties)
+  .filter(([, schema]) => schema.type === 'integer')
+  .map(([name]) => name);
+
 /** Validates the environment; throws a ConfigError naming the first bad variable. */
 export function loadConfig(env: Record<string, string | undefined> = process.env): Config {
   const known = Object.fromEntries(
@@ -302,11 +319,13 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       .filter((key) => env[key] !== undefined && env[key] !== '')
       .map((key) => [key, env[key]]),
   );
+  const notInteger = INTEGER_SETTINGS.find((name) => name in known && !/^-?[0-9]+$/.test(known[name]!));
+  if (notInteger) throw invalid(notInteger, known[notInteger]!, 'must be a whole number in plain digits');
   const values = Value.Default(ConfigSchema, Value.Convert(ConfigSchema, known));
   const error = Value.Errors(ConfigSchema, values).First();
   if (error) {
     const name = error.path.slice(1);
-    throw new ConfigError(`Invalid ${name}=${JSON.stringify(env[name] ?? '')}: ${allowedValues(error.schema) ?? error.message}`);
+    throw invalid(name, env[name] ?? '', allowedValues(error.schema) ?? error.message);
   }
   const settings = values as Settings;
   const trustedProxies = settings.TRUST_PROXY.split(',')
@@ -314,14 +333,10 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     .filter(Boolean);
   const badProxy = trustedProxies.find((entry) => !isAddressOrCidr(entry));
   if (badProxy !== undefined) {
-    throw new ConfigError(
-      `Invalid TRUST_PROXY=${JSON.stringify(settings.TRUST_PROXY)}: ${JSON.stringify(badProxy)} is not an IP address or CIDR`,
-    );
+    throw invalid('TRUST_PROXY', settings.TRUST_PROXY, `${JSON.stringify(badProxy)} is not an IP address or CIDR`);
   }
   if (settings.ADMIN_PORT !== undefined && settings.ADMIN_PORT !== 0 && settings.ADMIN_PORT === settings.PORT) {
-    throw new ConfigError(
-      `Invalid ADMIN_PORT=${settings.ADMIN_PORT}: it is the API's PORT; the admin API is never served on the public port`,
-    );
+    throw invalid('ADMIN_PORT', String(settings.ADMIN_PORT), "it is the API's PORT; the admin API is never served on the public port");
   }
   if (settings.DATABASE_REPLICA_URLS !== undefined && settings.DATABASE_URL === undefined) {
     throw new ConfigError(
@@ -329,6 +344,17 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
         'and the embedded database (DATABASE_URL unset) has none',
     );
   }
+  const databaseReplicaUrls = (settings.DATABASE_REPLICA_URLS ?? '')
+    .split(',')
+    .map((url) => url.trim())
+    .filter(Boolean);
+  // ioredis reads REDIS_URL, and the replicas' names come from their URLs, as WHATWG URLs: one that is
+  // none would end the start in a stack trace quoting it whole, password and all.
+  const notUrl = databaseReplicaUrls.find((url) => !URL.canParse(url));
+  if (notUrl !== undefined) {
+    throw invalid('DATABASE_REPLICA_URLS', settings.DATABASE_REPLICA_URLS!, `${JSON.stringify(redactPasswords(notUrl))} is not a URL`);
+  }
+  if (settings.REDIS_URL !== undefined && !URL.canParse(settings.REDIS_URL)) throw invalid('REDIS_URL', settings.REDIS_URL, 'not a URL');
   const redisModes = (['REDIS_URL', 'REDIS_CLUSTER_NODES', 'REDIS_SENTINELS'] as const).filter((name) => settings[name] !== undefined);
   if (redisModes.length > 1) throw new ConfigError(`Set one of ${redisModes.join(' and ')}, not both: they name different kinds of Redis`);
   if ((settings.REDIS_SENTINELS === undefined) !== (settings.REDIS_SENTINEL_MASTER === undefined)) {
@@ -340,10 +366,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
   return {
     ...unparsed,
     PUBLIC_BASE_URL: settings.PUBLIC_BASE_URL ?? defaultBaseUrl(settings.HOST, settings.PORT),
-    databaseReplicaUrls: (settings.DATABASE_REPLICA_URLS ?? '')
-      .split(',')
-      .map((url) => url.trim())
-      .filter(Boolean),
+    databaseReplicaUrls,
     trustedProxies,
     redisTarget: redisTarget(settings),
     redisCredentials: {

@@ -1,4 +1,5 @@
 import type { FastifyInstance } from 'fastify';
+import ipaddr from 'ipaddr.js';
 import { describe, expect, it } from 'vitest';
 import { clientOf } from '../src/plugins/rate-limit/address.js';
 import { MemoryStore } from '../src/plugins/rate-limit/memory-store.js';
@@ -232,6 +233,28 @@ describe('the client an address counts as', () => {
     expect(clientOf('2001:db8:aaaa:bbbb:cccc::1', 56)).toBe('2001:db8:aaaa:bb00::/56');
     expect(clientOf('2001:db8::1', 128)).toBe('2001:db8::1/128');
     expect(clientOf('not an address', 64)).toBe('not an address');
+  });
+
+  it.each([1, 7, 9, 33, 57, 60, 63, 65, 100, 127])(
+    'under a /%i, counts IPv6 addresses that differ only after the prefix as one client, and inside it as two',
+    (prefix) => {
+      const base = ipaddr.parse('2001:db8:aaaa:bbbb:cccc:dddd:eeee:ffff').toByteArray();
+      const flipped = (bit: number) => {
+        const bytes = [...base];
+        bytes[bit >> 3]! ^= 0x80 >> (bit & 7);
+        return ipaddr.fromByteArray(bytes).toString();
+      };
+      const client = clientOf(ipaddr.fromByteArray(base).toString(), prefix);
+      expect(clientOf(flipped(prefix), prefix), 'the first bit after the prefix').toBe(client);
+      expect(clientOf(flipped(127), prefix), 'the last bit').toBe(client);
+      expect(clientOf(flipped(prefix - 1), prefix), 'the last bit of the prefix').not.toBe(client);
+      expect(clientOf(flipped(0), prefix), 'the first bit').not.toBe(client);
+    },
+  );
+
+  it('writes a network whose prefix ends inside a byte with the bits after it cleared', () => {
+    expect(clientOf('2001:db8:aaaa:bbbf:ffff::1', 60)).toBe('2001:db8:aaaa:bbb0::/60');
+    expect(clientOf('2001:db8:aaaa:bbbf:ffff::1', 63)).toBe('2001:db8:aaaa:bbbe::/63');
   });
 });
 

@@ -13,6 +13,7 @@ describe('the server process', () => {
   test('refuses a bad setting with one line naming the variable, and a non-zero exit', async () => {
     for (const [name, value] of [
       ['PORT', 'eighty'],
+      ['KEY_CACHE_MAX_ENTRIES', '1e6'],
       ['LOG_LEVEL', 'loud'],
       ['PUBLIC_BASE_URL', 'https://api.example.com/v2'],
       ['DATABASE_URL', 'mysql://localhost/pets'],
@@ -22,6 +23,24 @@ describe('the server process', () => {
       expect(stdout).toBe('');
       expect(stderr.trim().split('\n')).toHaveLength(1);
       expect(stderr).toContain(name);
+    }
+  });
+
+  test('quotes a bad URL setting in its one line without the password in it', async () => {
+    for (const [name, env] of [
+      ['DATABASE_URL', { DATABASE_URL: 'mysql://pets:s3cret@db/pets' }],
+      [
+        'DATABASE_REPLICA_URLS',
+        { DATABASE_URL: 'postgres://pets@127.0.0.1:1/pets', DATABASE_REPLICA_URLS: 'postgres://pets:s3cret@[replica/pets' },
+      ],
+      ['REDIS_URL', { REDIS_URL: 'redis://:s3cret@[redis' }],
+      ['REDIS_URL', { REDIS_URL: 'http://pets:s3cret@redis:6379' }],
+    ] as Array<[string, Record<string, string>]>) {
+      const { code, stdout, stderr } = await run(['src/server.ts'], { DATA_DIR: 'memory://', DATABASE_URL: '', REDIS_URL: '', ...env });
+      expect(code).toBe(1);
+      expect(stderr.trim().split('\n'), stderr).toHaveLength(1);
+      expect(stderr).toContain(`Invalid ${name}=`);
+      expect(stdout + stderr).not.toContain('s3cret');
     }
   });
 
