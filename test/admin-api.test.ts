@@ -230,6 +230,29 @@ describe('create', () => {
     expect((await admin.request('POST', '/admin/v1/keys', { json: { plan: 'free', expiresAt: '2096-02-29T00:00:00Z' } })).status).toBe(201);
   });
 
+  test('400 for an expiry past 9999-12-31T23:59:59Z, which RFC 3339 cannot write; the last second of 9999 is kept as sent', async ({
+    t,
+    admin,
+  }) => {
+    const { id } = await createKey(admin);
+    const before = await t.app.apiKeysRepository.list();
+    // 10000-01-01T13:59:59Z: served as +010000-01-01T13:59:59.000Z, had it been stored.
+    for (const expiresAt of ['9999-12-31T23:59:59-14:00', '9999-12-31T23:59:59.5Z']) {
+      for (const [path, json] of [
+        ['/admin/v1/keys', { plan: 'free', expiresAt }],
+        [`/admin/v1/keys/${id}/rotate`, { expiresAt }],
+      ] as const) {
+        const response = await admin.request('POST', path, { json });
+        expectError(response, 400, 'bad_request');
+        expect(response.body.message, `${path} ${expiresAt}`).toBe('body/expiresAt must be no later than 9999-12-31T23:59:59Z');
+      }
+    }
+    expect(await t.app.apiKeysRepository.list()).toEqual(before);
+    const last = await createKey(admin, { plan: 'free', expiresAt: '9999-12-31T23:59:59Z' });
+    expect(last.expiresAt).toBe('9999-12-31T23:59:59.000Z');
+    expect((await admin.request('GET', `/admin/v1/keys/${last.id}`)).body.expiresAt).toBe('9999-12-31T23:59:59.000Z');
+  });
+
   test('a retry with the Idempotency-Key gets the same key object, without the secret, and issues no second key', async ({ t, admin }) => {
     const headers = { 'idempotency-key': 'signup-4711' };
     const first = await admin.request('POST', '/admin/v1/keys', { json: { plan: 'pro', name: 'signup 4711' }, headers });

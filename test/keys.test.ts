@@ -269,6 +269,10 @@ describe('npm run --silent keys', () => {
         '--expires-at must be an ISO 8601 date-time with a time zone, such as 2027-01-31T00:00:00Z',
       ],
       [['revoke', '9007199254740992'], 'the key id must be an integer from 1 to 9007199254740991'],
+      [
+        ['create', '--plan', 'free', '--expires-at', '9999-12-31T23:59:59-14:00'],
+        '--expires-at must be no later than 9999-12-31T23:59:59Z',
+      ],
     ];
     for (const [args, message] of refusals) {
       const result = await keys(args, env);

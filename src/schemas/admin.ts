@@ -1,6 +1,6 @@
 import { Type, type Static, type TSchema } from '@sinclair/typebox';
 import { DEFAULT_OVERLAP_SECONDS, KEY_STATES, MAX_OVERLAP_SECONDS } from '../api-key-lifecycle.js';
-import { DATE_TIME } from '../expiry.js';
+import { DATE_TIME, LATEST_EXPIRY } from '../expiry.js';
 import { PLANS } from '../plans.js';
 import { Cursor, Id, PageLimit } from './common.js';
 
@@ -37,10 +37,10 @@ export const KeyName = Type.String({
   'x-error-message': 'must be at most 200 characters, without control characters',
 });
 
-/** An ISO 8601 date-time with a time zone, as the keys command takes it; the route checks it is on the calendar and ahead (parseExpiry). */
+/** An ISO 8601 date-time with a time zone, as the keys command takes it; the route checks it is on the calendar, ahead and not past LATEST_EXPIRY (parseExpiry). */
 const FutureTimestamp = Type.String({
   pattern: DATE_TIME.source,
-  description: 'When the key stops working: an ISO 8601 date-time with a time zone, in the future',
+  description: `When the key stops working: an ISO 8601 date-time with a time zone, in the future, no later than ${LATEST_EXPIRY}`,
   'x-error-message': 'must be an ISO 8601 date-time with a time zone, such as 2027-01-31T00:00:00Z',
 });
 
