@@ -301,6 +301,59 @@ describe('create', () => {
   });
 });
 
+describe('key names', () => {
+  // The rule of a pet's name (src/schemas/common.ts), with '' for no name.
+  const refused = [
+    'a\udc00',
+    'x\ud800y',
+    '\u200b',
+    '\u3164',
+    '\u00ad',
+    ' \u2800\u115f ',
+    'acme\u202e',
+    '\u2066acme\u2069',
+    'tab\there',
+    'esc\u001b[31m',
+  ];
+
+  test('create: 400 for a lone surrogate, a name of invisible characters only, a bidi override or a control; nothing is created', async ({
+    t,
+    admin,
+  }) => {
+    const before = await t.app.apiKeysRepository.list();
+    for (const name of refused) {
+      const response = await admin.request('POST', '/admin/v1/keys', { json: { plan: 'free', name } });
+      expectError(response, 400, 'bad_request');
+      expect(response.body.message, JSON.stringify(name)).toMatch(/^body\/name must be empty or 1 to 200 characters, one of them visible/);
+    }
+    expect(await t.app.apiKeysRepository.list()).toEqual(before);
+  });
+
+  test('change: the same 400s, and the name is kept; the audit trail records nothing', async ({ admin }) => {
+    const { id } = await createKey(admin, { plan: 'free', name: 'kept' });
+    const newest = async () => (await admin.request('GET', '/admin/v1/audit?limit=1')).body[0].id as number;
+    const audited = await newest();
+    for (const name of refused) {
+      const response = await admin.request('PATCH', `/admin/v1/keys/${id}`, { json: { name } });
+      expectError(response, 400, 'bad_request');
+      expect(response.body.message, JSON.stringify(name)).toContain('body/name');
+    }
+    expect((await admin.request('GET', `/admin/v1/keys/${id}`)).body.name).toBe('kept');
+    expect(await newest()).toBe(audited);
+  });
+
+  test("'' is no name; up to 200 characters, counted as code points; invisible characters beside a visible one", async ({ admin }) => {
+    for (const name of ['', '🔑'.repeat(200), '\u200fشركة', 'a\u00adb']) {
+      const created = await admin.request('POST', '/admin/v1/keys', { json: { plan: 'free', name } });
+      expect(created.status, JSON.stringify(created.body)).toBe(201);
+      expect(created.body.name).toBe(name);
+      const { id } = await createKey(admin, { plan: 'free', name: 'before' });
+      expect((await admin.request('PATCH', `/admin/v1/keys/${id}`, { json: { name } })).body.name).toBe(name);
+    }
+    expectError(await admin.request('POST', '/admin/v1/keys', { json: { plan: 'free', name: 'x'.repeat(201) } }), 400, 'bad_request');
+  });
+});
+
 describe('list and get', () => {
   test('pages through every key with Link rel="next", filtered by plan, state and name', async ({ admin }) => {
     const name = `listed ${Date.now()}`;

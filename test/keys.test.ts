@@ -263,7 +263,14 @@ describe('npm run --silent keys', () => {
         '--per-minute must be an integer from 1 to 2147483647',
       ],
       [['rotate', '1', '--overlap-seconds', '2592001'], '--overlap-seconds must be an integer from 0 to 2592000'],
-      [['create', '--plan', 'free', '--name', 'tab\there'], '--name must be at most 200 characters, without control characters'],
+      [
+        ['create', '--plan', 'free', '--name', 'tab\there'],
+        '--name must be empty or 1 to 200 characters, one of them visible, without control characters, bidi overrides or lone surrogates',
+      ],
+      [
+        ['admin-token', 'create', '--scope', 'read', '--name', '\u3164\u200b'],
+        '--name must be 1 to 200 characters, one of them visible, without control characters, bidi overrides or lone surrogates',
+      ],
       [
         ['rotate', '1', '--expires-at', '2027-01-01'],
         '--expires-at must be an ISO 8601 date-time with a time zone, such as 2027-01-31T00:00:00Z',
