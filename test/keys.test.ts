@@ -287,6 +287,29 @@ describe('npm run --silent keys', () => {
       expect(result.stderr.split('. usage: ')[0], message).toBe(`keys: ${message}`);
     }
   });
+  test('a command, option or argument it does not know is repeated quoted, with its ESC sequences and newlines escaped', async ({
+    env,
+  }) => {
+    const refusals: Array<[string[], string]> = [
+      [['\u001b[2J\u001b[31mcreate'], 'unknown command "\\u001b[2J\\u001b[31mcreate"'],
+      [['admin-token', 'x\u001b]0;owned\u0007'], 'unknown command "admin-token x\\u001b]0;owned\\u0007"'],
+      [['create', '--plan', 'free', '--\u001b[8m'], 'unknown option "--\\u001b[8m"'],
+      // A group of short options: the first one unknown is named.
+      [['list', '-\u009b2J'], 'unknown option "-\\u009b"'],
+      [['list', '--x\nkeys: forged'], 'unknown option "--x\\nkeys: forged"'],
+      [['create', '--plan', 'free', 'line\r\nkeys: forged\u202e'], 'unexpected argument "line\\r\\nkeys: forged\\u202e"'],
+    ];
+    const results = await Promise.all(refusals.map(([args]) => keysDirectly(args, env)));
+    results.forEach((result, i) => {
+      const [args, message] = refusals[i]!;
+      const label = JSON.stringify(args);
+      expect(result.code, label).toBe(2);
+      expect(result.stdout, label).toBe('');
+      expect(result.stderr.split('. usage: ')[0], label).toBe(`keys: ${message}`);
+      // Nothing a terminal acts on: no C0 or C1 control, no bidi embedding, override or isolate.
+      expect(result.stderr.trimEnd(), label).not.toMatch(/[\p{Cc}\u202a-\u202e\u2066-\u2069]/u);
+    });
+  });
 });
 
 describe('npm run --silent keys -- admin-token', () => {
