@@ -520,6 +520,37 @@ describe('change, rotate, revoke', () => {
     expect(again.body).toEqual(revoked.body);
     expectError(await admin.request('POST', '/admin/v1/keys/999999999/revoke'), 404, 'not_found');
   });
+
+  test('an empty body under Content-Type: application/json is no body where none is needed; a malformed one stays a 400', async ({
+    admin,
+  }) => {
+    // As clients that set the JSON media type on every request send a revoke.
+    const send = (method: 'POST' | 'PATCH' | 'DELETE', url: string, payload: string) =>
+      admin.server.inject({ method, url, payload, headers: { ...bearer(admin.write.token), 'content-type': 'application/json' } });
+    const { id } = await createKey(admin);
+    const revoked = await send('POST', `/admin/v1/keys/${id}/revoke`, '');
+    expect(revoked.statusCode, revoked.body).toBe(200);
+    expect(revoked.json()).toMatchObject({ id, state: 'revoked' });
+    expect((await send('DELETE', `/admin/v1/keys/${id}/ban`, '')).statusCode).toBe(204);
+    // Rotate's fields are all optional: an empty body is the defaults, as no body is.
+    const { id: rotating } = await createKey(admin);
+    const rotated = await send('POST', `/admin/v1/keys/${rotating}/rotate`, '');
+    expect(rotated.statusCode, rotated.body).toBe(201);
+    const old = (await admin.request('GET', `/admin/v1/keys/${rotating}`)).body;
+    expect(Date.parse(old.expiresAt) - Date.now()).toBeGreaterThan(86_000_000);
+
+    const malformed = await send('POST', `/admin/v1/keys/${id}/revoke`, '{');
+    expect(malformed.statusCode).toBe(400);
+    expect(malformed.json()).toEqual({ code: 'bad_request', message: 'Request body is not valid JSON', status: 400 });
+    // Where a field is required, an empty body is still refused.
+    for (const [method, url] of [
+      ['POST', '/admin/v1/keys'],
+      ['PATCH', `/admin/v1/keys/${rotated.json<{ id: number }>().id}`],
+    ] as const) {
+      const empty = await send(method, url, '');
+      expect(empty.statusCode, `${method} ${url}: ${empty.body}`).toBe(400);
+    }
+  });
 });
 
 describe('the audit trail', () => {
