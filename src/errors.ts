@@ -68,7 +68,7 @@ export const errors = {
   contentTypeMalformed: () => new ApiError(400, 'bad_request', 'Content-Type is malformed'),
   /** What Node cannot parse as an HTTP request at all. */
   malformedRequest: () => new ApiError(400, 'bad_request', 'Malformed HTTP request'),
-  /** A request target the router cannot take as a path (`*`, `http:x`). */
+  /** A request target that is no path (`*`, `https://`, `ftp://host/pets`). */
   targetNotPath: () => new ApiError(400, 'bad_request', 'The request target is not a valid URL path'),
   credentialsMissing: () =>
     new ApiError(401, 'unauthorized', 'Authentication required: send Authorization: Bearer <API key>', { 'www-authenticate': REALM }),
@@ -177,5 +177,15 @@ const MAX_QUOTED_LENGTH = 100;
 /** Client text as an error message may repeat it: cut to MAX_QUOTED_LENGTH characters. */
 export const quote = (text: string) => (text.length > MAX_QUOTED_LENGTH ? `${text.slice(0, MAX_QUOTED_LENGTH)}…` : text);
 
+/**
+ * Whether a request target is a path: origin-form (`/pets`) or an http(s) absolute-form
+ * (`http://host/pets`). The router takes any other Node lets through (the asterisk-form `*` of
+ * `OPTIONS *`, `ftp://host/pets`) as a path that matches nothing, where it is no path at all.
+ */
+const isPath = (url: string) => url.startsWith('/') || /^https?:\/\//i.test(url);
+
 export const notFoundHandler = (request: FastifyRequest, reply: FastifyReply) =>
-  sendApiError(reply, errors.notFound(`No route for ${request.method} ${quote(request.url.split('?')[0]!)}`));
+  sendApiError(
+    reply,
+    isPath(request.url) ? errors.notFound(`No route for ${request.method} ${quote(request.url.split('?')[0]!)}`) : errors.targetNotPath(),
+  );

@@ -1,13 +1,19 @@
 /** An ISO 8601 date-time with a time zone, its fields captured: the one shape an expiry takes. */
 export const DATE_TIME = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2})(?::(\d{2})(?:\.\d+)?)?(?:Z|[+-]\d{2}:\d{2})$/;
 
+/**
+ * The latest expiry: past year 9999 a date is written `+010000-...` (toISOString), which is no
+ * RFC 3339 date-time, so the admin API could not serve the key it stored.
+ */
+export const LATEST_EXPIRY = '9999-12-31T23:59:59Z';
+
 /** An expiry the admin API and the keys command refuse alike (400, exit 2): the message says why. */
 export class ExpiryError extends Error {}
 
 /**
  * The instant an expiry names. It must have the shape of DATE_TIME, name a date and time on the
- * calendar (Date would roll 2099-02-31 over into March, and 24:00 into the next day), and lie
- * after `now`; an ExpiryError otherwise.
+ * calendar (Date would roll 2099-02-31 over into March, and 24:00 into the next day), lie
+ * after `now`, and not past LATEST_EXPIRY; an ExpiryError otherwise.
  */
 export function parseExpiry(text: string, now: number): Date {
   const fields = DATE_TIME.exec(text)
@@ -28,5 +34,6 @@ export function parseExpiry(text: string, now: number): Date {
     written.getUTCSeconds() === second;
   if (!onCalendar || Number.isNaN(date.getTime())) throw new ExpiryError(`must be a date and time on the calendar; ${text} is not`);
   if (date.getTime() <= now) throw new ExpiryError('must be in the future');
+  if (date.getTime() > Date.parse(LATEST_EXPIRY)) throw new ExpiryError(`must be no later than ${LATEST_EXPIRY}`);
   return date;
 }

@@ -230,6 +230,29 @@ describe('create', () => {
     expect((await admin.request('POST', '/admin/v1/keys', { json: { plan: 'free', expiresAt: '2096-02-29T00:00:00Z' } })).status).toBe(201);
   });
 
+  test('400 for an expiry past 9999-12-31T23:59:59Z, which RFC 3339 cannot write; the last second of 9999 is kept as sent', async ({
+    t,
+    admin,
+  }) => {
+    const { id } = await createKey(admin);
+    const before = await t.app.apiKeysRepository.list();
+    // 10000-01-01T13:59:59Z: served as +010000-01-01T13:59:59.000Z, had it been stored.
+    for (const expiresAt of ['9999-12-31T23:59:59-14:00', '9999-12-31T23:59:59.5Z']) {
+      for (const [path, json] of [
+        ['/admin/v1/keys', { plan: 'free', expiresAt }],
+        [`/admin/v1/keys/${id}/rotate`, { expiresAt }],
+      ] as const) {
+        const response = await admin.request('POST', path, { json });
+        expectError(response, 400, 'bad_request');
+        expect(response.body.message, `${path} ${expiresAt}`).toBe('body/expiresAt must be no later than 9999-12-31T23:59:59Z');
+      }
+    }
+    expect(await t.app.apiKeysRepository.list()).toEqual(before);
+    const last = await createKey(admin, { plan: 'free', expiresAt: '9999-12-31T23:59:59Z' });
+    expect(last.expiresAt).toBe('9999-12-31T23:59:59.000Z');
+    expect((await admin.request('GET', `/admin/v1/keys/${last.id}`)).body.expiresAt).toBe('9999-12-31T23:59:59.000Z');
+  });
+
   test('a retry with the Idempotency-Key gets the same key object, without the secret, and issues no second key', async ({ t, admin }) => {
     const headers = { 'idempotency-key': 'signup-4711' };
     const first = await admin.request('POST', '/admin/v1/keys', { json: { plan: 'pro', name: 'signup 4711' }, headers });
@@ -275,6 +298,59 @@ describe('create', () => {
     });
     expect([first.status, second.status]).toEqual([201, 201]);
     expect(second.body.id).not.toBe(first.body.id);
+  });
+});
+
+describe('key names', () => {
+  // The rule of a pet's name (src/schemas/common.ts), with '' for no name.
+  const refused = [
+    'a\udc00',
+    'x\ud800y',
+    '\u200b',
+    '\u3164',
+    '\u00ad',
+    ' \u2800\u115f ',
+    'acme\u202e',
+    '\u2066acme\u2069',
+    'tab\there',
+    'esc\u001b[31m',
+  ];
+
+  test('create: 400 for a lone surrogate, a name of invisible characters only, a bidi override or a control; nothing is created', async ({
+    t,
+    admin,
+  }) => {
+    const before = await t.app.apiKeysRepository.list();
+    for (const name of refused) {
+      const response = await admin.request('POST', '/admin/v1/keys', { json: { plan: 'free', name } });
+      expectError(response, 400, 'bad_request');
+      expect(response.body.message, JSON.stringify(name)).toMatch(/^body\/name must be empty or 1 to 200 characters, one of them visible/);
+    }
+    expect(await t.app.apiKeysRepository.list()).toEqual(before);
+  });
+
+  test('change: the same 400s, and the name is kept; the audit trail records nothing', async ({ admin }) => {
+    const { id } = await createKey(admin, { plan: 'free', name: 'kept' });
+    const newest = async () => (await admin.request('GET', '/admin/v1/audit?limit=1')).body[0].id as number;
+    const audited = await newest();
+    for (const name of refused) {
+      const response = await admin.request('PATCH', `/admin/v1/keys/${id}`, { json: { name } });
+      expectError(response, 400, 'bad_request');
+      expect(response.body.message, JSON.stringify(name)).toContain('body/name');
+    }
+    expect((await admin.request('GET', `/admin/v1/keys/${id}`)).body.name).toBe('kept');
+    expect(await newest()).toBe(audited);
+  });
+
+  test("'' is no name; up to 200 characters, counted as code points; invisible characters beside a visible one", async ({ admin }) => {
+    for (const name of ['', '🔑'.repeat(200), '\u200fشركة', 'a\u00adb']) {
+      const created = await admin.request('POST', '/admin/v1/keys', { json: { plan: 'free', name } });
+      expect(created.status, JSON.stringify(created.body)).toBe(201);
+      expect(created.body.name).toBe(name);
+      const { id } = await createKey(admin, { plan: 'free', name: 'before' });
+      expect((await admin.request('PATCH', `/admin/v1/keys/${id}`, { json: { name } })).body.name).toBe(name);
+    }
+    expectError(await admin.request('POST', '/admin/v1/keys', { json: { plan: 'free', name: 'x'.repeat(201) } }), 400, 'bad_request');
   });
 });
 
@@ -443,6 +519,37 @@ describe('change, rotate, revoke', () => {
     const again = await admin.request('POST', `/admin/v1/keys/${id}/revoke`);
     expect(again.body).toEqual(revoked.body);
     expectError(await admin.request('POST', '/admin/v1/keys/999999999/revoke'), 404, 'not_found');
+  });
+
+  test('an empty body under Content-Type: application/json is no body where none is needed; a malformed one stays a 400', async ({
+    admin,
+  }) => {
+    // As clients that set the JSON media type on every request send a revoke.
+    const send = (method: 'POST' | 'PATCH' | 'DELETE', url: string, payload: string) =>
+      admin.server.inject({ method, url, payload, headers: { ...bearer(admin.write.token), 'content-type': 'application/json' } });
+    const { id } = await createKey(admin);
+    const revoked = await send('POST', `/admin/v1/keys/${id}/revoke`, '');
+    expect(revoked.statusCode, revoked.body).toBe(200);
+    expect(revoked.json()).toMatchObject({ id, state: 'revoked' });
+    expect((await send('DELETE', `/admin/v1/keys/${id}/ban`, '')).statusCode).toBe(204);
+    // Rotate's fields are all optional: an empty body is the defaults, as no body is.
+    const { id: rotating } = await createKey(admin);
+    const rotated = await send('POST', `/admin/v1/keys/${rotating}/rotate`, '');
+    expect(rotated.statusCode, rotated.body).toBe(201);
+    const old = (await admin.request('GET', `/admin/v1/keys/${rotating}`)).body;
+    expect(Date.parse(old.expiresAt) - Date.now()).toBeGreaterThan(86_000_000);
+
+    const malformed = await send('POST', `/admin/v1/keys/${id}/revoke`, '{');
+    expect(malformed.statusCode).toBe(400);
+    expect(malformed.json()).toEqual({ code: 'bad_request', message: 'Request body is not valid JSON', status: 400 });
+    // Where a field is required, an empty body is still refused.
+    for (const [method, url] of [
+      ['POST', '/admin/v1/keys'],
+      ['PATCH', `/admin/v1/keys/${rotated.json<{ id: number }>().id}`],
+    ] as const) {
+      const empty = await send(method, url, '');
+      expect(empty.statusCode, `${method} ${url}: ${empty.body}`).toBe(400);
+    }
   });
 });
 

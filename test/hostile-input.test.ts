@@ -291,6 +291,26 @@ describe('paths the router cannot take as they are', () => {
     }
   });
 
+  test('an asterisk-form target (OPTIONS *, GET *) or an absolute URL of another scheme is a 400 Error, not a 404', async ({ t, raw }) => {
+    const send = (method: string, target: string) =>
+      raw(`${method} ${target} HTTP/1.1\r\nHost: x\r\nAuthorization: ${t.auth.authorization}\r\nConnection: close\r\n\r\n`);
+    for (const method of ['OPTIONS', 'GET', 'POST']) {
+      for (const target of ['*', 'ftp://x/v1/pets']) {
+        const answer = await send(method, target);
+        expect(answer.status, `${method} ${target}`).toBe(400);
+        expect(JSON.parse(answer.body), `${method} ${target}`).toEqual({
+          code: 'bad_request',
+          message: 'The request target is not a valid URL path',
+          status: 400,
+        });
+        expect(answer.headers['x-content-type-options']).toBe('nosniff');
+      }
+    }
+    // An http(s) absolute URL is a path: it is routed like one.
+    expect((await send('GET', 'http://x/v1/pets')).status).toBe(200);
+    expect((await send('GET', 'https://x/nowhere')).status).toBe(404);
+  });
+
   test('property: any path under /v1, long or malformed, is answered through the API (an Error with rate-limit headers)', async ({
     tried,
     get,

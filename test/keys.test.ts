@@ -263,18 +263,52 @@ describe('npm run --silent keys', () => {
         '--per-minute must be an integer from 1 to 2147483647',
       ],
       [['rotate', '1', '--overlap-seconds', '2592001'], '--overlap-seconds must be an integer from 0 to 2592000'],
-      [['create', '--plan', 'free', '--name', 'tab\there'], '--name must be at most 200 characters, without control characters'],
+      [
+        ['create', '--plan', 'free', '--name', 'tab\there'],
+        '--name must be empty or 1 to 200 characters, one of them visible, without control characters, bidi overrides or lone surrogates',
+      ],
+      [
+        ['admin-token', 'create', '--scope', 'read', '--name', '\u3164\u200b'],
+        '--name must be 1 to 200 characters, one of them visible, without control characters, bidi overrides or lone surrogates',
+      ],
       [
         ['rotate', '1', '--expires-at', '2027-01-01'],
         '--expires-at must be an ISO 8601 date-time with a time zone, such as 2027-01-31T00:00:00Z',
       ],
       [['revoke', '9007199254740992'], 'the key id must be an integer from 1 to 9007199254740991'],
+      [
+        ['create', '--plan', 'free', '--expires-at', '9999-12-31T23:59:59-14:00'],
+        '--expires-at must be no later than 9999-12-31T23:59:59Z',
+      ],
     ];
     for (const [args, message] of refusals) {
       const result = await keys(args, env);
       expect(result.code, message).toBe(2);
       expect(result.stderr.split('. usage: ')[0], message).toBe(`keys: ${message}`);
     }
+  });
+  test('a command, option or argument it does not know is repeated quoted, with its ESC sequences and newlines escaped', async ({
+    env,
+  }) => {
+    const refusals: Array<[string[], string]> = [
+      [['\u001b[2J\u001b[31mcreate'], 'unknown command "\\u001b[2J\\u001b[31mcreate"'],
+      [['admin-token', 'x\u001b]0;owned\u0007'], 'unknown command "admin-token x\\u001b]0;owned\\u0007"'],
+      [['create', '--plan', 'free', '--\u001b[8m'], 'unknown option "--\\u001b[8m"'],
+      // A group of short options: the first one unknown is named.
+      [['list', '-\u009b2J'], 'unknown option "-\\u009b"'],
+      [['list', '--x\nkeys: forged'], 'unknown option "--x\\nkeys: forged"'],
+      [['create', '--plan', 'free', 'line\r\nkeys: forged\u202e'], 'unexpected argument "line\\r\\nkeys: forged\\u202e"'],
+    ];
+    const results = await Promise.all(refusals.map(([args]) => keysDirectly(args, env)));
+    results.forEach((result, i) => {
+      const [args, message] = refusals[i]!;
+      const label = JSON.stringify(args);
+      expect(result.code, label).toBe(2);
+      expect(result.stdout, label).toBe('');
+      expect(result.stderr.split('. usage: ')[0], label).toBe(`keys: ${message}`);
+      // Nothing a terminal acts on: no C0 or C1 control, no bidi embedding, override or isolate.
+      expect(result.stderr.trimEnd(), label).not.toMatch(/[\p{Cc}\u202a-\u202e\u2066-\u2069]/u);
+    });
   });
 });
 

@@ -1,4 +1,5 @@
 import { describe, expect, vi } from 'vitest';
+import { NewPet } from '../src/schemas/pet.js';
 import { eventually } from './support/eventually.js';
 import { appTest } from './support/fixtures.js';
 import { countPets } from './support/pets.js';
@@ -63,6 +64,29 @@ describe('POST /v1/pets', () => {
     expect(response.body.name).toBe('🐕'.repeat(255));
   });
 
+  test('a name needs one visible character; invisible ones and direction marks are fine beside it', async ({ create }) => {
+    // Arabic with a right-to-left mark, a soft hyphen, an emoji joined by zero-width joiners, a lone combining accent.
+    for (const name of ['\u200fمشمش', 'Re\u00adx', '\u3164Rex', '👩\u200d👩\u200d👧', '\u0301']) {
+      const response = await create({ name, categoryId: 1 });
+      expect(response.status, JSON.stringify(name)).toBe(201);
+      expect(response.body.name).toBe(name);
+    }
+  });
+
+  test("the invisible characters are white space, the controls, Unicode's Default_Ignorable_Code_Point and U+2800, no more, no fewer", () => {
+    const { pattern } = NewPet.properties.name;
+    const name = new RegExp(pattern!);
+    const invisible = /[\s\p{Cc}\p{Default_Ignorable_Code_Point}\u2800]/u;
+    const refused = /[\p{Cc}\u202a-\u202e\u2066-\u2069]/u;
+    const wrong: string[] = [];
+    for (let codePoint = 0; codePoint <= 0x10ffff; codePoint++) {
+      if (codePoint >= 0xd800 && codePoint <= 0xdfff) continue;
+      const character = String.fromCodePoint(codePoint);
+      if (name.test(character) !== !(invisible.test(character) || refused.test(character))) wrong.push(codePoint.toString(16));
+    }
+    expect(wrong).toEqual([]);
+  });
+
   test('accepts the edges: 255 characters, categoryId 2^53 - 1, unknown fields ignored', async ({ create }) => {
     const name = 'é'.repeat(250) + '😀 🐕';
     const response = await create({ name, categoryId: 9007199254740991, status: 'sold', color: 'brown', id: 1 });
@@ -79,6 +103,15 @@ describe('POST /v1/pets', () => {
     ['name of 256 emoji', { name: '🐕'.repeat(256), categoryId: 1 }, 'body/name'],
     ['name with NUL', { name: 'Re\u0000x', categoryId: 1 }, 'body/name'],
     ['name with a lone surrogate', { name: 'Re\ud800x', categoryId: 1 }, 'body/name'],
+    ['name of a zero-width space', { name: '\u200b', categoryId: 1 }, 'body/name'],
+    ['name of Hangul fillers', { name: '\u3164\u115f\u1160\uffa0', categoryId: 1 }, 'body/name'],
+    ['name of soft hyphens and a word joiner', { name: '\u00ad\u00ad\u2060', categoryId: 1 }, 'body/name'],
+    ['name of blank braille and spaces', { name: ' \u2800 ', categoryId: 1 }, 'body/name'],
+    ['name of tag characters', { name: '\udb40\udc52\udb40\udc65\udb40\udc78', categoryId: 1 }, 'body/name'],
+    ['name with a right-to-left override', { name: 'Rex\u202egod', categoryId: 1 }, 'body/name'],
+    ['name with a bidi isolate', { name: '\u2067Rex\u2069', categoryId: 1 }, 'body/name'],
+    ['name with a tab', { name: 'Re\tx', categoryId: 1 }, 'body/name'],
+    ['name with a C1 control', { name: 'Re\u009bx', categoryId: 1 }, 'body/name'],
     ['name as number', { name: 123, categoryId: 1 }, 'body/name'],
     ['categoryId as string', { name: 'Rex', categoryId: '12' }, 'body/categoryId'],
     ['categoryId zero', { name: 'Rex', categoryId: 0 }, 'body/categoryId'],

@@ -34,7 +34,8 @@ export const listenerOptions = (config: Config) => ({
  * What such a listener does on every request: security headers and the request id on every
  * response, a response sent before the body was read closes the connection, and JSON (TypeBox
  * validated) is the only media type read: anything else is a 415. JSON is UTF-8 (RFC 8259): a
- * body that is not is a 400, where decoding it leniently would store U+FFFD in place of what was sent.
+ * body that is not is a 400, where decoding it leniently would store U+FFFD in place of what was
+ * sent. An empty body is a 400 only where the operation needs one.
  */
 export function serveJson(listener: FastifyInstance) {
   // Callback hooks: they run on every request, and need no promise.
@@ -48,8 +49,14 @@ export function serveJson(listener: FastifyInstance) {
   const parseJson = listener.getDefaultJsonParser('error', 'error');
   listener.removeContentTypeParser('application/json');
   listener.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, body: Buffer, done) => {
+    // Clients that set the JSON media type on every request send it on a revoke too: an empty body
+    // is no body where the operation needs none (Fastify's parser would refuse it).
+    if (body.length === 0 && mayOmitBody(request.routeOptions.schema)) return done(null, undefined);
     if (!isUtf8(body)) return done(errors.bodyNotUtf8(), undefined);
     // Fastify's own parser (a callback, no promise): empty bodies and prototype poisoning as before.
     void parseJson(request, body.toString(), done);
   });
 }
+
+/** Whether an operation's schema lets its body be left out: it declares none, or requires none of its fields (a rotation's). */
+const mayOmitBody = (schema: { body?: unknown } | undefined) => !(schema?.body as { required?: string[] } | undefined)?.required?.length;

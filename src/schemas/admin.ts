@@ -1,8 +1,8 @@
 import { Type, type Static, type TSchema } from '@sinclair/typebox';
 import { DEFAULT_OVERLAP_SECONDS, KEY_STATES, MAX_OVERLAP_SECONDS } from '../api-key-lifecycle.js';
-import { DATE_TIME } from '../expiry.js';
+import { DATE_TIME, LATEST_EXPIRY } from '../expiry.js';
 import { PLANS } from '../plans.js';
-import { Cursor, Id, PageLimit } from './common.js';
+import { Cursor, Id, Name, PageLimit } from './common.js';
 
 /** A value or null, as OpenAPI 3.0 writes it (`nullable`), for responses. */
 const Nullable = <T extends TSchema>(schema: T) => Type.Unsafe<Static<T> | null>({ ...schema, nullable: true });
@@ -30,17 +30,24 @@ const Limit = (window: string) =>
     'x-error-message': 'must be an integer from 1 to 2147483647',
   });
 
-// Control characters are refused; 200 UTF-16 units are at most the 200 characters the column takes.
-export const KeyName = Type.String({
-  pattern: '^[^\\u0000-\\u001f\\u007f-\\u009f]{0,200}$',
-  description: 'Who or what the key is for (a customer, a subscription): up to 200 characters, no control characters',
-  'x-error-message': 'must be at most 200 characters, without control characters',
+// The column's bound; '' is a key without a name.
+export const KeyName = Name({
+  max: 200,
+  emptyAllowed: true,
+  description:
+    'Who or what the key is for (a customer, a subscription): up to 200 characters, one of them visible; no control characters or bidi overrides',
 });
 
-/** An ISO 8601 date-time with a time zone, as the keys command takes it; the route checks it is on the calendar and ahead (parseExpiry). */
+/** Who or what holds an admin token: a key's name, but never none (the keys command is its only input). */
+export const AdminTokenName = Name({
+  max: 200,
+  description: 'Who or what holds the admin token: up to 200 characters, one of them visible; no control characters or bidi overrides',
+});
+
+/** An ISO 8601 date-time with a time zone, as the keys command takes it; the route checks it is on the calendar, ahead and not past LATEST_EXPIRY (parseExpiry). */
 const FutureTimestamp = Type.String({
   pattern: DATE_TIME.source,
-  description: 'When the key stops working: an ISO 8601 date-time with a time zone, in the future',
+  description: `When the key stops working: an ISO 8601 date-time with a time zone, in the future, no later than ${LATEST_EXPIRY}`,
   'x-error-message': 'must be an ISO 8601 date-time with a time zone, such as 2027-01-31T00:00:00Z',
 });
 

@@ -34,3 +34,33 @@ export const Cursor = Type.Optional(
     'x-error-message': 'must be the cursor of a rel="next" link',
   }),
 );
+
+// Names are checked by patterns that TypeBox runs on UTF-16 code units (no `u` flag), so a
+// character outside the BMP is a surrogate pair here. Refused anywhere in a name: controls (C0, C1;
+// NUL cannot be stored in PostgreSQL text), the bidi embeddings, overrides and isolates
+// (decisions/names.md), and a lone surrogate, which PostgreSQL would store as U+FFFD.
+const REFUSED = '\\u0000-\\u001f\\u007f-\\u009f\\u202a-\\u202e\\u2066-\\u2069';
+const CHARACTER = `(?:[^${REFUSED}\\ud800-\\udfff]|[\\ud800-\\udbff][\\udc00-\\udfff])`;
+// What shows nothing: white space, the blank braille cell U+2800, and Unicode's
+// Default_Ignorable_Code_Point (format characters such as U+200B and U+00AD, the Hangul fillers
+// U+115F, U+1160, U+3164 and U+FFA0, variation selectors, tags); past the BMP, by surrogates:
+// U+1BCA0-1BCA3, U+1D173-1D17A, U+E0000-E0FFF.
+const INVISIBLE =
+  '\\s\\u00ad\\u034f\\u061c\\u115f\\u1160\\u17b4\\u17b5\\u180b-\\u180f\\u200b-\\u200f\\u2060-\\u206f\\u2800\\u3164\\ufe00-\\ufe0f\\uffa0\\ufff0-\\ufff8';
+const INVISIBLE_PAIR = '\\ud82f[\\udca0-\\udca3]|\\ud834[\\udd73-\\udd7a]|[\\udb40-\\udb43]';
+const VISIBLE = `(?!${INVISIBLE_PAIR})(?:[^${REFUSED}${INVISIBLE}\\ud800-\\udfff]|[\\ud800-\\udbff][\\udc00-\\udfff])`;
+
+/**
+ * A name a person reads (a pet's, a key's, an admin token's), one rule for all: 1 to `max`
+ * characters (code points, as PostgreSQL counts them; maxLength would count UTF-16 units), one of
+ * them visible, none of REFUSED; refused rather than altered. `emptyAllowed`: '' is also valid,
+ * for "no name".
+ */
+export const Name = ({ max, description, emptyAllowed = false }: { max: number; description: string; emptyAllowed?: boolean }) => {
+  const name = `(?=[\\s\\S]*${VISIBLE})${CHARACTER}{1,${max}}`;
+  return Type.String({
+    pattern: emptyAllowed ? `^(?:${name})?$` : `^${name}$`,
+    description,
+    'x-error-message': `must be ${emptyAllowed ? 'empty or ' : ''}1 to ${max} characters, one of them visible, without control characters, bidi overrides or lone surrogates`,
+  });
+};

@@ -408,7 +408,7 @@ export interface operations {
     requestBody: {
       content: {
         'application/json': {
-          /** @description The animal's name: 1 to 255 characters, not all white space */
+          /** @description The animal's name: 1 to 255 characters, one of them visible; no control characters or bidi overrides */
           name: string;
           /**
            * Format: int64

@@ -39,6 +39,18 @@ export interface KeysCommand {
 /** Bad arguments: exit 2, one line on stderr, nothing written. */
 export class UsageError extends Error {}
 
+// What JSON.stringify leaves as it is but a terminal acts on: DEL, the C1 controls (0x9b is a CSI, as ESC [
+// is) and the bidi embeddings, overrides and isolates, which reorder the rest of the line.
+const UNSAFE_FOR_TERMINAL = /[\u007f-\u009f\u202a-\u202e\u2066-\u2069]/g;
+
+/**
+ * A word from the command line as a refusal repeats it: quoted as JSON, and every control
+ * character escaped, so that an ESC sequence or a newline in what was typed is shown as such and
+ * cannot drive the terminal the message reaches.
+ */
+export const quoted = (word: string) =>
+  JSON.stringify(word).replace(UNSAFE_FOR_TERMINAL, (character) => `\\u${character.charCodeAt(0).toString(16).padStart(4, '0')}`);
+
 /** Changes made here are recorded as the keys command's: no admin token. */
 export const COMMAND: Actor = { name: 'cli:keys', adminTokenId: null };
 
@@ -92,7 +104,7 @@ export function idArgument(command: string, what: 'key' | 'token', positionals: 
 }
 
 export function noArguments(positionals: string[]): void {
-  if (positionals.length > 0) throw new UsageError(`unexpected argument '${positionals[0]}'`);
+  if (positionals.length > 0) throw new UsageError(`unexpected argument ${quoted(positionals[0]!)}`);
 }
 
 /** The refusals of the rules shared with the admin API, as bad arguments: limits that do not go with the plan, an expiry that is no future date. */

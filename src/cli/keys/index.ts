@@ -3,7 +3,7 @@ import { KeyStateError } from '../../repositories/api-keys.js';
 import { createAdminToken } from './admin-token/create.js';
 import { listAdminTokens } from './admin-token/list.js';
 import { revokeAdminToken } from './admin-token/revoke.js';
-import { UsageError, type KeysCommand, type OptionValues, type Output, type Repositories, type Run } from './command.js';
+import { quoted, UsageError, type KeysCommand, type OptionValues, type Output, type Repositories, type Run } from './command.js';
 import { create } from './create.js';
 import { list } from './list.js';
 import { revoke } from './revoke.js';
@@ -24,19 +24,32 @@ const HELP = ['Issue, list, rotate and revoke API keys and admin tokens:', '', .
 // Every command's options are read, so that one given to the wrong command is named as such.
 const ALL_OPTIONS = Object.assign({}, ...COMMANDS.map((command) => command.options)) as KeysCommand['options'];
 
+/**
+ * parseArgs' refusal, in one line. Its message repeats an unknown option as typed, ESC sequences and
+ * newlines included, so that option is named quoted instead (the first unknown one, as parseArgs
+ * stops at); its other refusals name only options known here.
+ */
+function optionsRefusal(error: Error & { code?: string }, args: string[]): UsageError {
+  if (error.code !== 'ERR_PARSE_ARGS_UNKNOWN_OPTION') return new UsageError(error.message.split('\n')[0]);
+  const { tokens } = parseArgs({ args, options: ALL_OPTIONS, allowPositionals: true, strict: false, tokens: true });
+  const unknown = tokens.find((token) => token.kind === 'option' && !Object.hasOwn(ALL_OPTIONS, token.name));
+  return new UsageError(`unknown option ${quoted(unknown?.kind === 'option' ? unknown.rawName : '')}`);
+}
+
 function parse(argv: string[]): Run {
   // `admin-token <sub-command>` is one command of two words.
   const words = argv[0] === 'admin-token' && argv[1] !== undefined && !argv[1].startsWith('-') ? 2 : 1;
   const name = argv.slice(0, words).join(' ');
+  const args = argv.slice(words);
   let parsed;
   try {
-    parsed = parseArgs({ args: argv.slice(words), options: ALL_OPTIONS, allowPositionals: true, strict: true });
+    parsed = parseArgs({ args, options: ALL_OPTIONS, allowPositionals: true, strict: true });
   } catch (error) {
-    throw new UsageError((error as Error).message.split('\n')[0]);
+    throw optionsRefusal(error as Error, args);
   }
   if (!name) throw new UsageError('a command is required');
   const command = COMMANDS.find((candidate) => candidate.name === name);
-  if (!command) throw new UsageError(`unknown command '${name}'`);
+  if (!command) throw new UsageError(`unknown command ${quoted(name)}`);
   const misplaced = Object.keys(parsed.values).find((option) => !Object.hasOwn(command.options, option));
   if (misplaced) throw new UsageError(`--${misplaced} does not apply to '${name}'`);
   return command.parse(parsed.values as OptionValues, parsed.positionals);

@@ -1,5 +1,5 @@
 import { ADMIN_SCOPES, isAdminScope } from '../../../repositories/admin-tokens.js';
-import { KeyName } from '../../../schemas/admin.js';
+import { AdminTokenName } from '../../../schemas/admin.js';
 import { checked, COMMAND, noArguments, UsageError, type KeysCommand } from '../command.js';
 
 /** Issues an admin token; the token is the last line of stdout. Only this command makes them. */
@@ -11,8 +11,7 @@ export const createAdminToken: KeysCommand = {
     noArguments(positionals);
     if (typeof scope !== 'string' || !isAdminScope(scope)) throw new UsageError(`--scope must be one of ${ADMIN_SCOPES.join(', ')}`);
     if (typeof name !== 'string' || !name) throw new UsageError('--name is required: who or what holds the token');
-    // A token's name follows the rule of a key's.
-    const tokenName = checked('--name', KeyName, name);
+    const tokenName = checked('--name', AdminTokenName, name);
     return async ({ tokens }, { out }) => {
       const { id, token } = await tokens.create({ name: tokenName, scope }, COMMAND);
       out(`Created admin token ${id} (${scope}). It is shown only this once; store it now:`);
