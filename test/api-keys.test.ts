@@ -1,13 +1,13 @@
 import pg from 'pg';
 import { describe, expect } from 'vitest';
-import { generateKey } from '../src/api-key-format.js';
+import { generateKey, hashKey } from '../src/api-key-format.js';
 import { buildMetricsServer } from '../src/metrics-server.js';
 import { buildTestApp, type TestApp } from './support/app.js';
 import { POSTGRES_URL } from './support/databases.js';
 import { eventually } from './support/eventually.js';
 import { databaseTest as databaseFixtures, describeAppTest, twoInstancesTest } from './support/fixtures.js';
 import { startServer } from './support/processes.js';
-import { bearer, keyLookups, waitForKeyAt } from './support/keys.js';
+import { bearer, keyLookups, keyNotices, waitForKeyAt, waitUntilListed } from './support/keys.js';
 import { T0 } from './support/time.js';
 
 async function metric(t: TestApp, name: string): Promise<number> {
@@ -19,6 +19,8 @@ const test = describeAppTest();
 // The flood of made-up keys below has an app of its own, since it spends its address's lookup
 // budget, on a clock that stands still: a flood crossing the end of a minute would meet two budgets.
 const floodTest = describeAppTest({ clock: T0 });
+// Unknown hashes are remembered for a minute of the app's clock, which stands still here.
+const stillTest = describeAppTest({ clock: T0 });
 const twoInstances = twoInstancesTest();
 // The servers below open it and run the migrations themselves.
 const databaseTest = databaseFixtures({ migrated: false });
@@ -40,8 +42,6 @@ describe('keys looked up on first use', () => {
   test('an unknown key asked for again is not looked up again', async () => {
     const other = await buildTestApp();
     try {
-      // Nothing changes keys meanwhile (a notice forgets the unknown hashes: a new key may be one of
-      // them); the notice of the test key's creation was awaited when the app was built.
       const key = generateKey();
       const before = await keyLookups(other.app);
       for (let i = 0; i < 10; i++) expect((await other.app.inject({ url: '/v1/pets', headers: bearer(key) })).statusCode).toBe(401);
@@ -62,6 +62,40 @@ describe('keys looked up on first use', () => {
     } finally {
       await small.close();
     }
+  });
+});
+
+describe('revoked keys', () => {
+  const get = (t: TestApp, key: string) => t.app.inject({ url: '/v1/pets?limit=1', headers: bearer(key) });
+
+  stillTest('a revoked key used between many changes of another key costs one lookup a minute, not one per change', async ({ t }) => {
+    const { id, key } = await t.app.apiKeysRepository.create({ plan: 'pro', name: 'revoked' });
+    const { id: other } = await t.app.apiKeysRepository.create({ plan: 'pro', name: 'changing' });
+    expect((await get(t, key)).statusCode).toBe(200);
+    await t.app.apiKeysRepository.revoke(id);
+    await eventually(async () => (await get(t, key)).statusCode === 401);
+    const before = await keyLookups(t.app);
+    for (let i = 0; i < 20; i++) {
+      const noticed = await keyNotices(t.app);
+      await t.app.apiKeysRepository.update(other, { name: `changing ${i}` });
+      await eventually(async () => (await keyNotices(t.app)) > noticed);
+      expect((await get(t, key)).statusCode).toBe(401);
+    }
+    expect((await keyLookups(t.app)) - before).toBeLessThanOrEqual(1);
+  });
+
+  stillTest('leave the key filter: the lookup of one the filter held rebuilds it without them', async ({ t }) => {
+    const { id, key } = await t.app.apiKeysRepository.create({ plan: 'pro', name: 'revoked unseen' });
+    const { key: kept } = await t.app.apiKeysRepository.create({ plan: 'pro', name: 'kept' });
+    await waitUntilListed(t.app, key);
+    await waitUntilListed(t.app, kept);
+    await t.app.apiKeysRepository.revoke(id);
+    // Never presented here, so not cached: the filter holds it, and it is looked up whatever its address did.
+    const before = await keyLookups(t.app);
+    expect((await get(t, key)).statusCode).toBe(401);
+    expect((await keyLookups(t.app)) - before).toBe(1);
+    await eventually(async () => !t.app.keyFilter.mayHold(hashKey(key).toString('base64')));
+    expect(t.app.keyFilter.mayHold(hashKey(kept).toString('base64'))).toBe(true);
   });
 });
 

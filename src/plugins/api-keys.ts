@@ -32,7 +32,10 @@ export default fp<ApiKeysOptions>(
   async function apiKeys(app, { cacheMaxEntries }) {
     const repository = createApiKeysRepository(app.db);
     const cache = new KeyCache(repository, { maxEntries: cacheMaxEntries, now: app.now });
-    const filter = new KeyFilter(repository, (error) => app.log.warn({ err: error }, 'API key filter: reading keys failed'));
+    const filter = new KeyFilter(repository, {
+      onError: (error) => app.log.warn({ err: error }, 'API key filter: reading keys failed'),
+      onLearned: (hashes) => cache.forgetUnknown(hashes),
+    });
     void filter.reload();
     app.addHook('onClose', () => filter.stop());
     new Gauge({
