@@ -141,6 +141,11 @@ export class KeyFilter {
     return this.#loading;
   }
 
+  /** Resolves once the keys of every notice handed to it so far have been read, and every load asked for so far has finished. */
+  async settled() {
+    while (this.#learning || this.#loading) await Promise.all([this.#learning, this.#loading]);
+  }
+
   /** Stops loading (between two pages) and waits for the load under way, before the database closes. */
   async stop() {
     this.#stopped = true;

@@ -6,6 +6,7 @@ import { buildTestApp, type TestApp } from './support/app.js';
 import { POSTGRES_URL } from './support/databases.js';
 import { eventually } from './support/eventually.js';
 import { databaseTest as databaseFixtures, describeAppTest, twoInstancesTest } from './support/fixtures.js';
+import { startHoldingProxy } from './support/holding-proxy.js';
 import { startServer } from './support/processes.js';
 import { bearer, keyLookups, keyNotices, waitForKeyAt, waitUntilListed } from './support/keys.js';
 import { T0 } from './support/time.js';
@@ -49,6 +50,12 @@ describe('keys looked up on first use', () => {
     } finally {
       await other.close();
     }
+  });
+
+  test('catching up with the key change notices is shared: one round trip under way, and one for all who came meanwhile', async ({ t }) => {
+    const before = await metric(t, 'api_key_notice_catch_ups_total');
+    expect(await Promise.all(Array.from({ length: 10 }, () => t.app.keyNotices.catchUp()))).toEqual(Array(10).fill(true));
+    expect((await metric(t, 'api_key_notice_catch_ups_total')) - before).toBe(2);
   });
 
   test('memory follows KEY_CACHE_MAX_ENTRIES, not the number of keys used', async () => {
@@ -158,6 +165,38 @@ describe.runIf(POSTGRES_URL)('several instances', () => {
         await a.app.apiKeysRepository.revoke(id);
         const ms = await eventually(async () => (await status(a, key)) === 401 && (await status(b, key)) === 401, 1_000);
         console.log(`revocation reached both instances after ${ms} ms${cut ? ' (listening connections cut)' : ''}`);
+      }
+    },
+  );
+});
+
+describe.runIf(POSTGRES_URL)('a key made on one instance, used at once on another', () => {
+  twoInstances(
+    'is served from an address that may spend no lookup there, before that instance has heard of the key',
+    async ({ instances: { a } }) => {
+      // The other instance hears notices through a proxy that holds them, on a clock that stands
+      // still (its address's lookup budget and ban, earned below, stay).
+      const proxy = await startHoldingProxy(a.databaseUrl!);
+      const b = await buildTestApp({ DATABASE_URL: a.databaseUrl!, DATABASE_LISTEN_URL: proxy.url }, { now: () => T0 });
+      try {
+        const get = (key: string) => b.app.inject({ url: '/v1/pets?limit=1', headers: bearer(key), remoteAddress: '198.51.100.7' });
+        // Made-up keys until the address is banned: 60 lookups (401), then 429s up to the ban threshold.
+        for (let i = 0; i < 200; i++) if ((await get(generateKey())).json().code === 'api_key_banned') break;
+        expect((await get(generateKey())).json()).toMatchObject({ code: 'api_key_banned', status: 429 });
+
+        proxy.hold();
+        const { key } = await a.app.apiKeysRepository.create({ plan: 'pro', name: 'made on a' });
+        const catchUps = await metric(b, 'api_key_notice_catch_ups_total');
+        let answered = false;
+        const answer = get(key).then((response) => ((answered = true), response));
+        // The notice of the key is released once b, refused a lookup for the address, catches up with the notices.
+        await eventually(async () => answered || (await metric(b, 'api_key_notice_catch_ups_total')) > catchUps);
+        proxy.release();
+        const response = await answer;
+        expect(response.statusCode, response.body).toBe(200);
+      } finally {
+        await b.close();
+        await proxy.close();
       }
     },
   );

@@ -116,6 +116,10 @@ export default fp(
         if (app.keyFilter.mayHold(credential.hash)) return recordIdentity(request, await verifyListed(credential));
         const budget = await app.rateLimit.mayLookUp(request.ip, now);
         if (budget.lookUp) return recordIdentity(request, await verify(credential));
+        // About to be refused: the notice of a key made a moment ago elsewhere may still be on its
+        // way. Once every notice sent before now is applied here, the filter tells.
+        if ((await app.keyNotices.catchUp()) && app.keyFilter.mayHold(credential.hash))
+          return recordIdentity(request, await verifyListed(credential));
         return budget.refusal ? { kind: 'lookup-refused', refusal: budget.refusal } : credential;
       },
 
