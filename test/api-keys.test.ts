@@ -194,6 +194,11 @@ describe.runIf(POSTGRES_URL)('a key made on one instance, used at once on anothe
         proxy.release();
         const response = await answer;
         expect(response.statusCode, response.body).toBe(200);
+
+        // A catch-up that never hears its own notice holds the request no longer than its bound (2 s), then refuses as before.
+        proxy.hold();
+        expect((await get(generateKey())).json()).toMatchObject({ code: 'api_key_banned', status: 429 });
+        proxy.release();
       } finally {
         await b.close();
         await proxy.close();

@@ -14,20 +14,30 @@ export class NoticeBarrier {
   readonly #db: Queryable;
   readonly channel: string;
   readonly #timeoutMs: number;
+  readonly #applied: () => Promise<unknown>;
   readonly #onSend: () => void;
   #sent = 0;
   #waiting: { token: string; heard: () => void } | undefined;
   #underWay: Promise<boolean> | undefined;
   #next: Promise<boolean> | undefined;
 
-  constructor(db: Queryable, channel: string, { timeoutMs, onSend }: { timeoutMs: number; onSend: () => void }) {
+  /**
+   * `applied` is what must finish, once the notice is heard, for every notice before it to have
+   * been applied; a round that takes longer than `timeoutMs` in all does not pass.
+   */
+  constructor(
+    db: Queryable,
+    channel: string,
+    { timeoutMs, applied, onSend }: { timeoutMs: number; applied: () => Promise<unknown>; onSend: () => void },
+  ) {
     this.#db = db;
     this.channel = channel;
     this.#timeoutMs = timeoutMs;
+    this.#applied = applied;
     this.#onSend = onSend;
   }
 
-  /** True once every notice committed before the call has been heard; false when that was not made sure of within the timeout. */
+  /** True once every notice committed before the call has been heard and applied; false when that was not made sure of in time. */
   pass(): Promise<boolean> {
     if (!this.#underWay) return this.#start();
     this.#next ??= this.#underWay.then(() => {
@@ -44,7 +54,7 @@ export class NoticeBarrier {
 
   /**
    * The listening connection is back after a loss: the notice under way may be lost with others.
-   * It counts as heard, since the listener reads everything again (see Database.listen).
+   * It counts as heard, since the listener reads everything again then (see Database.listen).
    */
   resubscribed() {
     this.#waiting?.heard();
@@ -60,17 +70,22 @@ export class NoticeBarrier {
 
   async #round(): Promise<boolean> {
     const token = String(++this.#sent);
-    let timer: NodeJS.Timeout | undefined;
-    const heard = new Promise<boolean>((resolve) => {
-      this.#waiting = { token, heard: () => resolve(true) };
-      timer = setTimeout(() => resolve(false), this.#timeoutMs).unref();
-    });
+    let settle!: (passed: boolean) => void;
+    const passed = new Promise<boolean>((resolve) => (settle = resolve));
+    this.#waiting = {
+      token,
+      heard: () =>
+        void this.#applied().then(
+          () => settle(true),
+          () => settle(false),
+        ),
+    };
+    // Also over a database that does not answer: the statement may outlast the round, never the caller's wait.
+    const timer = setTimeout(() => settle(false), this.#timeoutMs).unref();
+    this.#onSend();
+    this.#db.query(statement, [this.channel, token]).catch(() => settle(false));
     try {
-      this.#onSend();
-      await this.#db.query(statement, [this.channel, token]);
-      return await heard;
-    } catch {
-      return false;
+      return await passed;
     } finally {
       clearTimeout(timer);
       this.#waiting = undefined;

@@ -24,7 +24,7 @@ declare module 'fastify' {
   }
 }
 
-/** How long a catch-up waits for its own notice before the request it holds is refused as it would have been without it. */
+/** How long a catch-up may take before the requests it holds are refused as they would have been without it. */
 const CATCH_UP_TIMEOUT_MS = 2_000;
 
 export interface ApiKeysOptions {
@@ -73,6 +73,8 @@ export default fp<ApiKeysOptions>(
     // A channel of this instance's own, on the listening connection of the notices it catches up with.
     const barrier = new NoticeBarrier(app.db, `api_key_notices_heard_${randomBytes(8).toString('hex')}`, {
       timeoutMs: CATCH_UP_TIMEOUT_MS,
+      // Heard, the notices before it were handed to the filter: applied once it has read the keys they name.
+      applied: () => filter.settled(),
       onSend: () => catchUps.inc(),
     });
     const stopListening = await app.db.listen(
@@ -95,13 +97,7 @@ export default fp<ApiKeysOptions>(
     app.decorate('apiKeysRepository', repository);
     app.decorate('keyCache', cache);
     app.decorate('keyFilter', filter);
-    app.decorate('keyNotices', {
-      async catchUp() {
-        if (!(await barrier.pass())) return false;
-        await filter.settled();
-        return true;
-      },
-    });
+    app.decorate('keyNotices', { catchUp: () => barrier.pass() });
   },
   { name: 'api-keys', dependencies: ['database', 'metrics'] },
 );
