@@ -6,12 +6,27 @@ const FALSE_POSITIVE_RATE = 1e-4;
 const MIN_CAPACITY = 100_000;
 /** Stored keys read per statement while (re)loading. */
 const LOAD_PAGE_SIZE = 10_000;
+/**
+ * Hashes it held that matched no usable key (revoked, expired, or a false positive), as a share of
+ * the keys it holds, past which it is rebuilt: reading it again costs at most 100 rows for each
+ * lookup it let through for nothing (docs/decisions/key-filter.md).
+ */
+const REBUILD_AT_FALSE_POSITIVE_SHARE = 0.01;
 
 /** The stored keys a filter is made of: how many are usable, and their hashes (base64) a page at a time, in id order. */
 export interface StoredKeys {
   countUsable(): Promise<number>;
   usableHashes(afterId: number, limit: number): Promise<Array<{ id: number; hash: string }>>;
   usableHashesOf(ids: number[]): Promise<Array<{ id: number; hash: string }>>;
+}
+
+export interface KeyFilterEvents {
+  onError: (error: unknown) => void;
+  /**
+   * The hashes of the usable keys change notices named, once read: a hash remembered as no key may
+   * be one of them. `'*'` when they could not be read, and every stored key was read again instead.
+   */
+  onLearned: (hashes: string[] | '*') => void;
 }
 
 function sizedFor(keys: number) {
@@ -23,15 +38,19 @@ function sizedFor(keys: number) {
 /**
  * Which hashes may be stored keys: a Bloom filter of the usable keys' hashes, about 5 MB per
  * million keys, so a key nobody issued can be refused without a lookup however its address has
- * fared (see routes/v1/index.ts). It never forgets a key: a revoked one is looked up, refused and
- * remembered as unknown by the key cache. Until its first load has finished it holds nothing.
+ * fared (see routes/v1/index.ts). A Bloom filter cannot forget a key: a revoked or expired one is
+ * looked up, refused and remembered as unknown by the key cache, and leaves when the filter is
+ * rebuilt, once such lookups add up (REBUILD_AT_FALSE_POSITIVE_SHARE). Until its first load has
+ * finished it holds nothing.
  */
 export class KeyFilter {
   readonly #keys: StoredKeys;
-  readonly #onError: (error: unknown) => void;
+  readonly #events: KeyFilterEvents;
   #current = sizedFor(0);
   /** Keys added to the current filter. */
   #count = 0;
+  /** Hashes the current filter held that matched no usable key. */
+  #falsePositives = 0;
   /** The filter a load is filling, and the keys added to it; keys added meanwhile go to it too. */
   #next: { sized: ReturnType<typeof sizedFor>; count: number } | undefined;
   #loading: Promise<void> | undefined;
@@ -41,13 +60,18 @@ export class KeyFilter {
   #learning: Promise<void> | undefined;
   #stopped = false;
 
-  constructor(keys: StoredKeys, onError: (error: unknown) => void) {
+  constructor(keys: StoredKeys, events: KeyFilterEvents) {
     this.#keys = keys;
-    this.#onError = onError;
+    this.#events = events;
   }
 
   mayHold(hash: string): boolean {
     return this.#current.bloom.test(hash);
+  }
+
+  /** A hash it held matched no usable key when looked up: past a share of its keys, it is rebuilt without them. */
+  heldNoKey() {
+    if (++this.#falsePositives > this.#count * REBUILD_AT_FALSE_POSITIVE_SHARE && !this.#loading) void this.reload();
   }
 
   add(hash: string) {
@@ -75,19 +99,28 @@ export class KeyFilter {
       const ids = [...this.#unread];
       this.#unread.clear();
       try {
-        if (ids.length > LOAD_PAGE_SIZE) await this.reload();
-        else for (const { hash } of await this.#keys.usableHashesOf(ids)) this.add(hash);
+        if (ids.length > LOAD_PAGE_SIZE) await this.#reloadForNew();
+        else {
+          const hashes = (await this.#keys.usableHashesOf(ids)).map(({ hash }) => hash);
+          for (const hash of hashes) this.add(hash);
+          this.#events.onLearned(hashes);
+        }
       } catch (error) {
-        this.#onError(error);
-        await this.reload();
+        this.#events.onError(error);
+        await this.#reloadForNew();
       }
     }
   }
 
+  async #reloadForNew() {
+    await this.reload();
+    this.#events.onLearned('*');
+  }
+
   /**
    * Reads every stored key again, in the background, into a filter sized for them, which then
-   * replaces this one: at start, after a change too large to name its keys, and when notices may
-   * have been lost. Asked during a load, another follows it.
+   * replaces this one: at start, after a change too large to name its keys, when notices may have
+   * been lost, and once keys that left it add up. Asked during a load, another follows it.
    */
   reload(): Promise<void> {
     if (this.#stopped) return Promise.resolve();
@@ -96,7 +129,7 @@ export class KeyFilter {
       return this.#loading;
     }
     this.#loading = this.#load()
-      .catch(this.#onError)
+      .catch(this.#events.onError)
       .finally(() => {
         this.#loading = undefined;
         this.#next = undefined;
@@ -106,6 +139,11 @@ export class KeyFilter {
         }
       });
     return this.#loading;
+  }
+
+  /** Resolves once the keys of every notice handed to it so far have been read, and every load asked for so far has finished. */
+  async settled() {
+    while (this.#learning || this.#loading) await Promise.all([this.#learning, this.#loading]);
   }
 
   /** Stops loading (between two pages) and waits for the load under way, before the database closes. */
@@ -124,6 +162,7 @@ export class KeyFilter {
       if (page.length < LOAD_PAGE_SIZE) {
         this.#current = next.sized;
         this.#count = next.count;
+        this.#falsePositives = 0;
         return;
       }
       afterId = page.at(-1)!.id;

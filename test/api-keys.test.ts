@@ -1,13 +1,14 @@
 import pg from 'pg';
 import { describe, expect } from 'vitest';
-import { generateKey } from '../src/api-key-format.js';
+import { generateKey, hashKey } from '../src/api-key-format.js';
 import { buildMetricsServer } from '../src/metrics-server.js';
 import { buildTestApp, type TestApp } from './support/app.js';
 import { POSTGRES_URL } from './support/databases.js';
 import { eventually } from './support/eventually.js';
 import { databaseTest as databaseFixtures, describeAppTest, twoInstancesTest } from './support/fixtures.js';
+import { startHoldingProxy } from './support/holding-proxy.js';
 import { startServer } from './support/processes.js';
-import { bearer, keyLookups, waitForKeyAt } from './support/keys.js';
+import { bearer, keyLookups, keyNotices, waitForKeyAt, waitUntilListed } from './support/keys.js';
 import { T0 } from './support/time.js';
 
 async function metric(t: TestApp, name: string): Promise<number> {
@@ -19,6 +20,8 @@ const test = describeAppTest();
 // The flood of made-up keys below has an app of its own, since it spends its address's lookup
 // budget, on a clock that stands still: a flood crossing the end of a minute would meet two budgets.
 const floodTest = describeAppTest({ clock: T0 });
+// Unknown hashes are remembered for a minute of the app's clock, which stands still here.
+const stillTest = describeAppTest({ clock: T0 });
 const twoInstances = twoInstancesTest();
 // The servers below open it and run the migrations themselves.
 const databaseTest = databaseFixtures({ migrated: false });
@@ -40,8 +43,6 @@ describe('keys looked up on first use', () => {
   test('an unknown key asked for again is not looked up again', async () => {
     const other = await buildTestApp();
     try {
-      // Nothing changes keys meanwhile (a notice forgets the unknown hashes: a new key may be one of
-      // them); the notice of the test key's creation was awaited when the app was built.
       const key = generateKey();
       const before = await keyLookups(other.app);
       for (let i = 0; i < 10; i++) expect((await other.app.inject({ url: '/v1/pets', headers: bearer(key) })).statusCode).toBe(401);
@@ -49,6 +50,12 @@ describe('keys looked up on first use', () => {
     } finally {
       await other.close();
     }
+  });
+
+  test('catching up with the key change notices is shared: one round trip under way, and one for all who came meanwhile', async ({ t }) => {
+    const before = await metric(t, 'api_key_notice_catch_ups_total');
+    expect(await Promise.all(Array.from({ length: 10 }, () => t.app.keyNotices.catchUp()))).toEqual(Array(10).fill(true));
+    expect((await metric(t, 'api_key_notice_catch_ups_total')) - before).toBe(2);
   });
 
   test('memory follows KEY_CACHE_MAX_ENTRIES, not the number of keys used', async () => {
@@ -62,6 +69,40 @@ describe('keys looked up on first use', () => {
     } finally {
       await small.close();
     }
+  });
+});
+
+describe('revoked keys', () => {
+  const get = (t: TestApp, key: string) => t.app.inject({ url: '/v1/pets?limit=1', headers: bearer(key) });
+
+  stillTest('a revoked key used between many changes of another key costs one lookup a minute, not one per change', async ({ t }) => {
+    const { id, key } = await t.app.apiKeysRepository.create({ plan: 'pro', name: 'revoked' });
+    const { id: other } = await t.app.apiKeysRepository.create({ plan: 'pro', name: 'changing' });
+    expect((await get(t, key)).statusCode).toBe(200);
+    await t.app.apiKeysRepository.revoke(id);
+    await eventually(async () => (await get(t, key)).statusCode === 401);
+    const before = await keyLookups(t.app);
+    for (let i = 0; i < 20; i++) {
+      const noticed = await keyNotices(t.app);
+      await t.app.apiKeysRepository.update(other, { name: `changing ${i}` });
+      await eventually(async () => (await keyNotices(t.app)) > noticed);
+      expect((await get(t, key)).statusCode).toBe(401);
+    }
+    expect((await keyLookups(t.app)) - before).toBeLessThanOrEqual(1);
+  });
+
+  stillTest('leave the key filter: the lookup of one the filter held rebuilds it without them', async ({ t }) => {
+    const { id, key } = await t.app.apiKeysRepository.create({ plan: 'pro', name: 'revoked unseen' });
+    const { key: kept } = await t.app.apiKeysRepository.create({ plan: 'pro', name: 'kept' });
+    await waitUntilListed(t.app, key);
+    await waitUntilListed(t.app, kept);
+    await t.app.apiKeysRepository.revoke(id);
+    // Never presented here, so not cached: the filter holds it, and it is looked up whatever its address did.
+    const before = await keyLookups(t.app);
+    expect((await get(t, key)).statusCode).toBe(401);
+    expect((await keyLookups(t.app)) - before).toBe(1);
+    await eventually(async () => !t.app.keyFilter.mayHold(hashKey(key).toString('base64')));
+    expect(t.app.keyFilter.mayHold(hashKey(kept).toString('base64'))).toBe(true);
   });
 });
 
@@ -124,6 +165,43 @@ describe.runIf(POSTGRES_URL)('several instances', () => {
         await a.app.apiKeysRepository.revoke(id);
         const ms = await eventually(async () => (await status(a, key)) === 401 && (await status(b, key)) === 401, 1_000);
         console.log(`revocation reached both instances after ${ms} ms${cut ? ' (listening connections cut)' : ''}`);
+      }
+    },
+  );
+});
+
+describe.runIf(POSTGRES_URL)('a key made on one instance, used at once on another', () => {
+  twoInstances(
+    'is served from an address that may spend no lookup there, before that instance has heard of the key',
+    async ({ instances: { a } }) => {
+      // The other instance hears notices through a proxy that holds them, on a clock that stands
+      // still (its address's lookup budget and ban, earned below, stay).
+      const proxy = await startHoldingProxy(a.databaseUrl!);
+      const b = await buildTestApp({ DATABASE_URL: a.databaseUrl!, DATABASE_LISTEN_URL: proxy.url }, { now: () => T0 });
+      try {
+        const get = (key: string) => b.app.inject({ url: '/v1/pets?limit=1', headers: bearer(key), remoteAddress: '198.51.100.7' });
+        // Made-up keys until the address is banned: 60 lookups (401), then 429s up to the ban threshold.
+        for (let i = 0; i < 200; i++) if ((await get(generateKey())).json().code === 'api_key_banned') break;
+        expect((await get(generateKey())).json()).toMatchObject({ code: 'api_key_banned', status: 429 });
+
+        proxy.hold();
+        const { key } = await a.app.apiKeysRepository.create({ plan: 'pro', name: 'made on a' });
+        const catchUps = await metric(b, 'api_key_notice_catch_ups_total');
+        let answered = false;
+        const answer = get(key).then((response) => ((answered = true), response));
+        // The notice of the key is released once b, refused a lookup for the address, catches up with the notices.
+        await eventually(async () => answered || (await metric(b, 'api_key_notice_catch_ups_total')) > catchUps);
+        proxy.release();
+        const response = await answer;
+        expect(response.statusCode, response.body).toBe(200);
+
+        // A catch-up that never hears its own notice holds the request no longer than its bound (2 s), then refuses as before.
+        proxy.hold();
+        expect((await get(generateKey())).json()).toMatchObject({ code: 'api_key_banned', status: 429 });
+        proxy.release();
+      } finally {
+        await b.close();
+        await proxy.close();
       }
     },
   );

@@ -25,11 +25,16 @@ export interface Database extends Queryable {
   readonly kind: 'postgres' | 'pglite';
   transaction<T>(work: (tx: Transaction) => Promise<T>): Promise<T>;
   /**
-   * Calls onNotify with the payload of each NOTIFY on the channel. Notifications sent while the
+   * Calls onNotify with the payload of each NOTIFY on the channel (or channels: one connection
+   * hears them all, in the order their transactions committed). Notifications sent while the
    * listening connection was lost are gone, so onResubscribe runs each time it is back.
    * Resolves, once listening, to a function that stops.
    */
-  listen(channel: string, onNotify: (payload: string) => void, onResubscribe: () => void): Promise<() => Promise<void>>;
+  listen(
+    channel: string | readonly string[],
+    onNotify: (payload: string, channel: string) => void,
+    onResubscribe: () => void,
+  ): Promise<() => Promise<void>>;
   close(): Promise<void>;
   /** Connections of a pool, for metrics and load shedding; the embedded engine has none. */
   poolStats?(): { total: number; idle: number; waiting: number };

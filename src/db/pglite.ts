@@ -57,9 +57,11 @@ export async function createPgliteDatabase(dataDir: string, { brief = false }: E
     },
     // One process, one connection: the listener is never lost. Closing the database ends it too.
     listen: async (channel, onNotify) => {
-      const unlisten = await db.listen(channel, onNotify);
+      const unlisten = await Promise.all(
+        (typeof channel === 'string' ? [channel] : channel).map((name) => db.listen(name, (payload) => onNotify(payload, name))),
+      );
       return async () => {
-        if (!db.closed) await unlisten();
+        if (!db.closed) for (const each of unlisten) await each();
       };
     },
     close: async () => {

@@ -115,10 +115,11 @@ const RELISTEN_MS = 500;
 /** LISTEN on a connection of its own, reconnecting for as long as the listener is wanted. */
 async function listen(
   config: pg.ClientConfig,
-  channel: string,
-  onNotify: (payload: string) => void,
+  channel: string | readonly string[],
+  onNotify: (payload: string, channel: string) => void,
   onResubscribe: () => void,
 ): Promise<() => Promise<void>> {
+  const channels = new Set(typeof channel === 'string' ? [channel] : channel);
   let client: pg.Client | undefined;
   let stopped = false;
   let retry: NodeJS.Timeout | undefined;
@@ -131,7 +132,7 @@ async function listen(
   async function connect() {
     const next = new pg.Client(config);
     next.on('notification', (message) => {
-      if (message.channel === channel) onNotify(message.payload ?? '');
+      if (channels.has(message.channel)) onNotify(message.payload ?? '', message.channel);
     });
     next.on('error', () => {});
     next.on('end', () => {
@@ -139,7 +140,7 @@ async function listen(
     });
     try {
       await next.connect();
-      await next.query(`LISTEN ${next.escapeIdentifier(channel)}`);
+      await next.query([...channels].map((name) => `LISTEN ${next.escapeIdentifier(name)}`).join('; '));
     } catch (error) {
       await next.end().catch(() => {});
       throw error;

@@ -1,5 +1,7 @@
+import { randomBytes } from 'node:crypto';
 import fp from 'fastify-plugin';
 import { Counter, Gauge } from 'prom-client';
+import { NoticeBarrier } from '../db/notice-barrier.js';
 import { KeyFilter } from '../key-filter.js';
 import { createApiKeysRepository, type ApiKeysRepository } from '../repositories/api-keys.js';
 import { KeyCache, parseApiKeysChange } from '../repositories/cached-api-keys.js';
@@ -11,8 +13,19 @@ declare module 'fastify' {
     keyCache: KeyCache;
     /** Which hashes may be stored keys, kept current by the same notices. */
     keyFilter: KeyFilter;
+    keyNotices: {
+      /**
+       * Resolves to true once every key change notice sent before the call has been applied here
+       * (the key filter holds the keys they name), false when that was not made sure of in time.
+       * A database round trip (one at a time, shared), only for a request about to be refused.
+       */
+      catchUp(): Promise<boolean>;
+    };
   }
 }
+
+/** How long a catch-up may take before the requests it holds are refused as they would have been without it. */
+const CATCH_UP_TIMEOUT_MS = 2_000;
 
 export interface ApiKeysOptions {
   /** Keys (and unknown hashes) the key cache holds at most. */
@@ -32,7 +45,10 @@ export default fp<ApiKeysOptions>(
   async function apiKeys(app, { cacheMaxEntries }) {
     const repository = createApiKeysRepository(app.db);
     const cache = new KeyCache(repository, { maxEntries: cacheMaxEntries, now: app.now });
-    const filter = new KeyFilter(repository, (error) => app.log.warn({ err: error }, 'API key filter: reading keys failed'));
+    const filter = new KeyFilter(repository, {
+      onError: (error) => app.log.warn({ err: error }, 'API key filter: reading keys failed'),
+      onLearned: (hashes) => cache.forgetUnknown(hashes),
+    });
     void filter.reload();
     app.addHook('onClose', () => filter.stop());
     new Gauge({
@@ -49,9 +65,22 @@ export default fp<ApiKeysOptions>(
       help: 'Notices of changed API keys this instance has applied to its key cache',
       registers: [app.metricsRegistry],
     });
+    const catchUps = new Counter({
+      name: 'api_key_notice_catch_ups_total',
+      help: 'Round trips to the database to make sure every key change notice sent was applied, before refusing a key this instance has not seen',
+      registers: [app.metricsRegistry],
+    });
+    // A channel of this instance's own, on the listening connection of the notices it catches up with.
+    const barrier = new NoticeBarrier(app.db, `api_key_notices_heard_${randomBytes(8).toString('hex')}`, {
+      timeoutMs: CATCH_UP_TIMEOUT_MS,
+      // Heard, the notices before it were handed to the filter: applied once it has read the keys they name.
+      applied: () => filter.settled(),
+      onSend: () => catchUps.inc(),
+    });
     const stopListening = await app.db.listen(
-      'api_key_changed',
-      (payload) => {
+      ['api_key_changed', barrier.channel],
+      (payload, channel) => {
+        if (channel === barrier.channel) return barrier.heard(payload);
         const change = parseApiKeysChange(payload);
         cache.invalidate(change);
         notices.inc();
@@ -61,12 +90,14 @@ export default fp<ApiKeysOptions>(
       () => {
         cache.invalidate('*');
         void filter.reload();
+        barrier.resubscribed();
       },
     );
     app.addHook('onClose', stopListening);
     app.decorate('apiKeysRepository', repository);
     app.decorate('keyCache', cache);
     app.decorate('keyFilter', filter);
+    app.decorate('keyNotices', { catchUp: () => barrier.pass() });
   },
   { name: 'api-keys', dependencies: ['database', 'metrics'] },
 );

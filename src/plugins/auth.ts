@@ -91,6 +91,13 @@ export default fp(
       return usable(found);
     }
 
+    /** Verifies a key because the filter holds it, and tells the filter when it held no usable key. */
+    async function verifyListed(credential: Extract<Credential, { kind: 'unverified' }>): Promise<Credential> {
+      const verified = await verify(credential);
+      if (verified.kind !== 'key') app.keyFilter.heldNoKey();
+      return verified;
+    }
+
     app.decorateRequest('apiKey', undefined);
     const recordIdentity = (request: FastifyRequest, credential: Credential): Credential => {
       if (credential.kind === 'key') request.apiKey = credential.key;
@@ -103,11 +110,16 @@ export default fp(
       async authenticate(request, now) {
         const credential = identify(request);
         if (credential.kind !== 'unverified') return recordIdentity(request, credential);
+        if (credential.recheck) return recordIdentity(request, await verify(credential));
         // A key stored as far as the filter knows is looked up whatever its address did; any other
         // spends the address's budget (a key made a moment ago elsewhere, whose notice is on its way).
-        const listed = credential.recheck || app.keyFilter.mayHold(credential.hash);
-        const budget = listed ? { lookUp: true as const } : await app.rateLimit.mayLookUp(request.ip, now);
+        if (app.keyFilter.mayHold(credential.hash)) return recordIdentity(request, await verifyListed(credential));
+        const budget = await app.rateLimit.mayLookUp(request.ip, now);
         if (budget.lookUp) return recordIdentity(request, await verify(credential));
+        // About to be refused: the notice of a key made a moment ago elsewhere may still be on its
+        // way. Once every notice sent before now is applied here, the filter tells.
+        if ((await app.keyNotices.catchUp()) && app.keyFilter.mayHold(credential.hash))
+          return recordIdentity(request, await verifyListed(credential));
         return budget.refusal ? { kind: 'lookup-refused', refusal: budget.refusal } : credential;
       },
 

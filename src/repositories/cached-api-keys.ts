@@ -40,7 +40,7 @@ export class KeyCache {
   readonly #now: () => number;
   readonly #entries: Lru<string, Entry>;
   readonly #hashById = new Map<number, string>();
-  /** The entries of hashes that matched no usable key: the ones any new key may turn valid. */
+  /** The entries of hashes that matched no usable key: the ones a new key may turn valid. */
   readonly #unknown = new Set<string>();
   readonly #flights = new SingleFlight<string>();
 
@@ -90,10 +90,15 @@ export class KeyCache {
       const hash = this.#hashById.get(id);
       if (hash !== undefined) this.#entries.peek(hash)!.expiresAt = 0;
     }
-    // A new key may carry a hash remembered as unknown. Only those are visited, never every
-    // entry: a transaction of many one-row statements delivers a notice for each at its commit,
-    // and a scan of the whole cache per notice would cost notices x entries.
-    for (const hash of this.#unknown) this.#forget(hash);
+  }
+
+  /**
+   * Forgets the hashes remembered as no usable key that now are keys: those the key filter read
+   * for the keys a change named (everything remembered as unknown for "*"). Only those: a notice
+   * of some other key's change leaves a revoked key's hash remembered, and so not looked up again.
+   */
+  forgetUnknown(hashes: string[] | '*') {
+    for (const hash of hashes === '*' ? this.#unknown : hashes) if (this.#unknown.has(hash)) this.#forget(hash);
   }
 
   get size(): number {
