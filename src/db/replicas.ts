@@ -7,7 +7,8 @@ import { createPostgresDatabase, type PostgresOptions } from './postgres.js';
  * of (its own commits and every pets_changed notice), and polls each replica's replay position:
  * a read goes to a replica that has replayed past `required`, round robin among those, and
  * otherwise to the primary. Between a change and the moment its position is known, every read
- * goes to the primary.
+ * goes to the primary; so does every read until the primary's position has been read once and a
+ * replica has replayed it (a new instance knows of no change, but the replica may be far behind).
  */
 export interface ReplicaReads extends Queryable {
   /** Like query, but rows a replica did not have are asked of the primary before the answer is "none". */
@@ -104,8 +105,9 @@ export function createReplicaReads(primary: Database, options: ReplicaOptions, n
   let queued = 0;
   let reading = false;
   let layout: WalLayout | undefined;
-  /** The primary's positions and when they were read, oldest first: how long a replica has been behind. */
+  /** The primary's positions and when they were read, oldest first, for this long: how long a replica has been behind. */
   const samples: Array<{ at: number; lsn: bigint }> = [];
+  const keptMs = 2 * maxLagMs;
   let next = 0;
 
   async function readLayout(): Promise<WalLayout> {
@@ -143,13 +145,19 @@ export function createReplicaReads(primary: Database, options: ReplicaOptions, n
     const last = samples.at(-1);
     if (!last || at - last.at >= SAMPLE_SPACING_MS) samples.push({ at, lsn });
     else if (lsn > last.lsn) last.lsn = lsn;
-    while (samples.length > 1 && samples[0]!.at < at - 2 * maxLagMs) samples.shift();
+    while (samples.length > 1 && samples[0]!.at < at - keptMs) samples.shift();
   }
 
-  /** How long the replica has been behind: since the first position of the primary it has not replayed. */
+  /**
+   * How long the replica has been behind: since the first position of the primary it has not
+   * replayed. Behind the oldest position kept (at start, the primary's first one, or before any),
+   * it has been behind for longer than the positions tell: at least as long as they are kept.
+   */
   function lagOf(replayed: bigint): number {
-    const behindSince = samples.find((sample) => sample.lsn > replayed);
-    return behindSince ? now() - behindSince.at : 0;
+    const behindSince = samples.findIndex((sample) => sample.lsn > replayed);
+    if (behindSince > 0) return now() - samples[behindSince]!.at;
+    if (behindSince === -1 && samples.length > 0) return 0;
+    return Math.max(keptMs, now() - (samples[0]?.at ?? now()));
   }
 
   async function poll(replica: Replica) {

@@ -63,7 +63,9 @@ export default fp(
       });
       new Gauge({
         name: 'db_replica_lag_seconds',
-        help: "How long each replica has been behind the primary's WAL position, as last polled",
+        help:
+          "How long each replica has been behind the primary's WAL position, as last polled; behind every position kept " +
+          "(at an instance's start, behind the primary's position then), at least twice DATABASE_REPLICA_MAX_LAG_MS",
         labelNames: ['replica'] as const,
         registers: [registry],
         collect() {

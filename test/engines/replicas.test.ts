@@ -1,4 +1,6 @@
 import { test as base, expect } from 'vitest';
+import { createPostgresDatabase } from '../../src/db/postgres.js';
+import { createReplicaReads, type ReplicaOptions } from '../../src/db/replicas.js';
 import { buildMetricsServer } from '../../src/metrics-server.js';
 import { encodeCursor } from '../../src/pagination.js';
 import { buildTestApp, type TestApp } from '../support/app.js';
@@ -58,6 +60,16 @@ const test = base
       );
       await pair.waitForReplay(30_000);
       return pair;
+    }),
+  )
+  // Reads routed over the standby as an instance routes them, without an app around them: opened per test, closed after it.
+  .extend('openReads', async ({ pair }, { onCleanup }) =>
+    cleanupStack(onCleanup, async (defer) => (options: Partial<ReplicaOptions> = {}) => {
+      const primary = createPostgresDatabase({ connectionString: pair.primary.url('pets') });
+      defer(() => primary.close());
+      const reads = createReplicaReads(primary, { urls: [pair.standby.url('pets')], maxLagMs: 5_000, ...options });
+      defer(() => reads.close());
+      return reads;
     }),
   )
   .extend('instances', { scope: 'file' }, async ({ pair }, { onCleanup }) =>
@@ -166,6 +178,42 @@ describeNeeding(NEEDS.postgresUrl, NEEDS.privatePostgres)('reads of pets on a st
       expect(slowestListMs).toBeLessThan(1_000);
     } finally {
       await pair.delayStandby(0);
+    }
+  });
+
+  test('a new instance reads nothing from a standby far behind, until it has replayed the position the primary had then', async ({
+    pair,
+    openReads,
+  }) => {
+    await pair.waitForReplay();
+    await pair.pauseReplay();
+    try {
+      // Created before the instance starts: it hears of no change, yet the standby has not applied them.
+      await sqlAt(
+        pair.primary.url('pets'),
+        "INSERT INTO pets (name, category_id) SELECT 'Unreplayed-' || n, 3 FROM generate_series(1, 5) AS n",
+      );
+      const reads = openReads();
+      const standby = () => reads.stats().replicas[0]!;
+      const unreplayed = async () =>
+        (await reads.query<{ count: number }>("SELECT count(*)::int AS count FROM pets WHERE name LIKE 'Unreplayed-%'"))[0]!.count;
+      // Polled, and measured against a position of the primary.
+      await eventually(async () => standby().lagSeconds > 0);
+      expect(await unreplayed()).toBe(5);
+      expect(reads.stats().reads).toEqual({ primary: 1, replica: 0 });
+      expect(standby().available).toBe(false);
+      expect(standby().lagSeconds).toBeGreaterThanOrEqual(5);
+      // Once the standby has applied them, it takes the reads, and has them.
+      await pair.resumeReplay();
+      let onStandby = 0;
+      await eventually(async () => {
+        const before = reads.stats().reads.replica;
+        onStandby = await unreplayed();
+        return reads.stats().reads.replica > before;
+      });
+      expect(onStandby).toBe(5);
+    } finally {
+      await pair.resumeReplay();
     }
   });
 

@@ -41,6 +41,9 @@ export interface PrimaryWithStandby {
   startStandby(): Promise<void>;
   /** The standby applies each commit this long after the primary made it (recovery_min_apply_delay; 0: at once). */
   delayStandby(ms: number): Promise<void>;
+  /** The standby applies nothing more, though it still receives the WAL, until resumeReplay() (pg_wal_replay_pause). */
+  pauseReplay(): Promise<void>;
+  resumeReplay(): Promise<void>;
   /** Stops both and removes their directories. */
   close(): Promise<void>;
 }
@@ -224,6 +227,13 @@ export async function startPrimaryWithStandby(): Promise<PrimaryWithStandby> {
       async delayStandby(ms: number) {
         await query(standbyUrl(), `ALTER SYSTEM SET recovery_min_apply_delay = '${Math.round(ms)}ms'`);
         await query(standbyUrl(), 'SELECT pg_reload_conf()');
+      },
+      async pauseReplay() {
+        // Requested, no record is applied any more, even before the state reads 'paused' (the next record it meets).
+        await query(standbyUrl(), 'SELECT pg_wal_replay_pause()');
+      },
+      async resumeReplay() {
+        await query(standbyUrl(), 'SELECT pg_wal_replay_resume()');
       },
       async close() {
         if (running.running()) {
