@@ -217,6 +217,34 @@ describeNeeding(NEEDS.postgresUrl, NEEDS.privatePostgres)('reads of pets on a st
     }
   });
 
+  test('a standby behind for longer than DATABASE_REPLICA_MAX_LAG_MS takes no read, and says it is unavailable', async ({
+    pair,
+    openReads,
+  }) => {
+    const maxLagMs = 500;
+    const reads = openReads({ maxLagMs });
+    const standby = () => reads.stats().replicas[0]!;
+    const found = async () =>
+      (await reads.query<{ count: number }>("SELECT count(*)::int AS count FROM pets WHERE name = 'Behind-the-bound'"))[0]!.count;
+    await eventually(async () => {
+      await found();
+      return reads.stats().reads.replica > 0;
+    });
+    // Ten times the bound late; the create is not announced to the reads, as one an operator makes.
+    await pair.delayStandby(10 * maxLagMs);
+    try {
+      await sqlAt(pair.primary.url('pets'), "INSERT INTO pets (name, category_id) VALUES ('Behind-the-bound', 4)");
+      await eventually(async () => standby().lagSeconds * 1_000 > maxLagMs);
+      const before = reads.stats().reads;
+      expect(await found()).toBe(1);
+      expect(reads.stats().reads).toEqual({ primary: before.primary + 1, replica: before.replica });
+      expect(standby().available).toBe(false);
+    } finally {
+      await pair.delayStandby(0);
+      await pair.waitForReplay();
+    }
+  });
+
   test('a standby stopped under read load costs no request, and takes reads again within 10 s of its return', async ({ pair }) => {
     const reader = await replicaApp(pair, { PETS_CACHE_MAX_BYTES: '0' });
     const statuses: number[] = [];
