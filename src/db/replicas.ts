@@ -27,10 +27,15 @@ export interface ReplicaStats {
 
 export type ReadTarget = 'primary' | 'replica';
 
-export interface ReplicaOptions extends Omit<PostgresOptions, 'connectionString' | 'listenConnectionString'> {
+export interface ReplicaOptions extends Omit<
+  PostgresOptions,
+  'connectionString' | 'listenConnectionString' | 'connectTimeoutMs' | 'queryTimeoutMs'
+> {
   urls: string[];
   /** A replica behind the primary for longer than this takes no reads. */
   maxLagMs: number;
+  /** How long a read (or a poll) waits for a connection to a replica, and then for its answer, before the primary answers it. */
+  timeoutMs: number;
   /** How often the positions are read. */
   pollMs?: number;
 }
@@ -88,10 +93,11 @@ export function replicaName(url: string): string {
 }
 
 export function createReplicaReads(primary: Database, options: ReplicaOptions, now: () => number = Date.now): ReplicaReads {
-  const { urls, maxLagMs, pollMs = POLL_MS, ...postgres } = options;
+  const { urls, maxLagMs, timeoutMs, pollMs = POLL_MS, ...postgres } = options;
   const replicas: Replica[] = urls.map((url) => ({
     name: replicaName(url),
-    db: createPostgresDatabase({ ...postgres, connectionString: url }),
+    // A replica that stops answering (its connections black-holed) must not hold a read for the primary's 5 and 10 s.
+    db: createPostgresDatabase({ ...postgres, connectionString: url, connectTimeoutMs: timeoutMs, queryTimeoutMs: timeoutMs }),
     polledAt: 0,
     lagMs: 0,
     reachable: false,

@@ -67,7 +67,7 @@ const test = base
     cleanupStack(onCleanup, async (defer) => (options: Partial<ReplicaOptions> = {}) => {
       const primary = createPostgresDatabase({ connectionString: pair.primary.url('pets') });
       defer(() => primary.close());
-      const reads = createReplicaReads(primary, { urls: [pair.standby.url('pets')], maxLagMs: 5_000, ...options });
+      const reads = createReplicaReads(primary, { urls: [pair.standby.url('pets')], maxLagMs: 5_000, timeoutMs: 1_000, ...options });
       defer(() => reads.close());
       return reads;
     }),
@@ -242,6 +242,42 @@ describeNeeding(NEEDS.postgresUrl, NEEDS.privatePostgres)('reads of pets on a st
     } finally {
       await pair.delayStandby(0);
       await pair.waitForReplay();
+    }
+  });
+
+  test('a standby that stops answering holds a read for about DATABASE_REPLICA_TIMEOUT_MS, then the primary answers it', async ({
+    pair,
+  }) => {
+    const reader = await replicaApp(pair, { PETS_CACHE_MAX_BYTES: '0', DB_POOL_SIZE: '4' });
+    try {
+      await replicaServing(reader);
+      const timed = async (url: string) => {
+        const started = Date.now();
+        const { statusCode } = await reader.app.inject({ url, headers: reader.auth });
+        return { statusCode, ms: Date.now() - started };
+      };
+      pair.freezeStandby();
+      try {
+        // More at once than the pool holds: reads on its open connections, on new ones never greeted, and waiting for one.
+        const held = await Promise.all(
+          Array.from({ length: 8 }, (_, i) =>
+            timed(i % 2 === 0 ? `/v1/pets/${10 + i}` : `/v1/pets?limit=5&cursor=${encodeCursor(10 + i, undefined)}`),
+          ),
+        );
+        const after = await timed('/v1/pets/30');
+        const slowest = Math.max(...held.map((read) => read.ms));
+        console.log(
+          `replicas: standby frozen: 8 reads at once answered after ${held.map((read) => read.ms).join(', ')} ms; the next after ${after.ms} ms`,
+        );
+        expect([...held, after].map((read) => read.statusCode)).toEqual(Array.from({ length: 9 }, () => 200));
+        // 1 s by default; without it, 5 s (a connection) and 10 s (an answer).
+        expect(slowest).toBeLessThan(4_000);
+        expect(after.ms).toBeLessThan(4_000);
+      } finally {
+        pair.thawStandby();
+      }
+    } finally {
+      await reader.close();
     }
   });
 
