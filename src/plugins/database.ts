@@ -39,6 +39,7 @@ export default fp<DatabaseOptions>(
             urls: config.databaseReplicaUrls,
             maxLagMs: config.DATABASE_REPLICA_MAX_LAG_MS,
             timeoutMs: config.DATABASE_REPLICA_TIMEOUT_MS,
+            log: app.log,
             preparedStatements: config.DATABASE_PREPARED_STATEMENTS,
             max: config.DB_POOL_SIZE,
           })

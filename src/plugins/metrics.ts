@@ -1,5 +1,6 @@
 import fp from 'fastify-plugin';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { REPLICA_REFUSALS } from '../db/replicas.js';
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -79,6 +80,19 @@ export default fp(
         registers: [registry],
         collect() {
           for (const replica of replicaReads.stats().replicas) this.set({ replica: replica.name }, replica.available ? 1 : 0);
+        },
+      });
+      new Gauge({
+        name: 'db_replica_refused',
+        help:
+          'Whether each replica answers but is refused (1) or not (0), by reason: other_cluster (a standby of another cluster ' +
+          'than the primary: its system identifier differs) or not_in_recovery (promoted, or not a standby)',
+        labelNames: ['replica', 'reason'] as const,
+        registers: [registry],
+        collect() {
+          for (const replica of replicaReads.stats().replicas) {
+            for (const reason of REPLICA_REFUSALS) this.set({ replica: replica.name, reason }, replica.refused === reason ? 1 : 0);
+          }
         },
       });
     }
