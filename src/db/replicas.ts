@@ -49,6 +49,7 @@ export interface ReplicaOptions extends Omit<
   timeoutMs: number;
   /** How often the positions are read. */
   pollMs?: number;
+  /** Where a refused replica is reported. */
   log: FastifyBaseLogger;
 }
 
@@ -196,7 +197,7 @@ export function createReplicaReads(primary: Database, options: ReplicaOptions, n
   }
 
   async function poll(replica: Replica) {
-    // Its identity is compared with the primary's, once known.
+    // Not before the primary's identity is known: the replica's is compared with it.
     if (replica.polling || !cluster) return;
     replica.polling = true;
     try {

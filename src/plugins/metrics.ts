@@ -75,7 +75,7 @@ export default fp(
       });
       new Gauge({
         name: 'db_replica_available',
-        help: 'Whether each replica takes reads: reachable and at most DATABASE_REPLICA_MAX_LAG_MS behind (1) or not (0)',
+        help: 'Whether each replica takes reads: reachable, not refused, and at most DATABASE_REPLICA_MAX_LAG_MS behind (1) or not (0)',
         labelNames: ['replica'] as const,
         registers: [registry],
         collect() {
