@@ -48,6 +48,14 @@ export const ConfigSchema = Type.Object({
       'A replica that has been behind the primary for longer than this (or cannot be reached) takes no reads until it has ' +
       'caught up; with `DATABASE_REPLICA_URLS`.',
   }),
+  DATABASE_REPLICA_TIMEOUT_MS: Type.Integer({
+    minimum: 100,
+    default: 1_000,
+    description:
+      'How long a read waits for a replica: for a connection, and then for its answer. Past it (a replica that stopped ' +
+      'answering) the read is asked of the primary, and the replica takes no reads until it answers a poll again; with ' +
+      '`DATABASE_REPLICA_URLS`.',
+  }),
   DATABASE_PREPARED_STATEMENTS: Type.Boolean({
     default: true,
     description:

@@ -15,6 +15,7 @@ describe('DATABASE_REPLICA_URLS', () => {
     });
     expect(config.databaseReplicaUrls).toEqual(['postgres://pets@replica-1:5432/pets', 'postgresql://pets@replica-2/pets']);
     expect(config.DATABASE_REPLICA_MAX_LAG_MS).toBe(5_000);
+    expect(config.DATABASE_REPLICA_TIMEOUT_MS).toBe(1_000);
   });
 
   it('unset, names no replica', () => {

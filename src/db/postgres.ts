@@ -19,6 +19,10 @@ export interface PostgresOptions {
   /** Named statements (prepared once per connection); off, every statement is unnamed, as a transaction pooler needs. */
   preparedStatements?: boolean;
   max?: number;
+  /** How long getting a connection (a new one, or a turn for a pooled one) may take; 5 s by default. */
+  connectTimeoutMs?: number;
+  /** How long an answer may take; 10 s by default. */
+  queryTimeoutMs?: number;
 }
 
 export function createPostgresDatabase({
@@ -26,8 +30,17 @@ export function createPostgresDatabase({
   listenConnectionString = connectionString,
   preparedStatements = true,
   max = 10,
+  connectTimeoutMs = POOL_TIMEOUTS.connectionTimeoutMillis,
+  queryTimeoutMs = POOL_TIMEOUTS.query_timeout,
 }: PostgresOptions): Database & { pool: pg.Pool } {
-  const pool = new pg.Pool({ connectionString, max, types, ...POOL_TIMEOUTS });
+  const pool = new pg.Pool({
+    connectionString,
+    max,
+    types,
+    ...POOL_TIMEOUTS,
+    connectionTimeoutMillis: connectTimeoutMs,
+    query_timeout: queryTimeoutMs,
+  });
   // An idle client losing its connection (database restart) must not crash the process.
   pool.on('error', () => {});
   const run = preparedStatements ? runNamed : runUnnamed;

@@ -1,3 +1,4 @@
+import type { FastifyBaseLogger } from 'fastify';
 import { DatabaseUnavailableError, type Database, type Queryable, type Statement } from './database.js';
 import { createPostgresDatabase, type PostgresOptions } from './postgres.js';
 
@@ -7,7 +8,9 @@ import { createPostgresDatabase, type PostgresOptions } from './postgres.js';
  * of (its own commits and every pets_changed notice), and polls each replica's replay position:
  * a read goes to a replica that has replayed past `required`, round robin among those, and
  * otherwise to the primary. Between a change and the moment its position is known, every read
- * goes to the primary.
+ * goes to the primary; so does every read until the primary's position has been read once and a
+ * replica has replayed it (a new instance knows of no change, but the replica may be far behind).
+ * A replica that is not a standby of the primary's cluster is refused.
  */
 export interface ReplicaReads extends Queryable {
   /** Like query, but rows a replica did not have are asked of the primary before the answer is "none". */
@@ -21,17 +24,33 @@ export interface ReplicaReads extends Queryable {
 
 export interface ReplicaStats {
   reads: Record<ReadTarget, number>;
-  replicas: Array<{ name: string; lagSeconds: number; available: boolean }>;
+  replicas: Array<{ name: string; lagSeconds: number; available: boolean; refused: ReplicaRefusal | undefined }>;
 }
+
+/** Why a replica that answers takes no reads: a standby of another cluster, or no standby at all. */
+export const REPLICA_REFUSALS = ['other_cluster', 'not_in_recovery'] as const;
+export type ReplicaRefusal = (typeof REPLICA_REFUSALS)[number];
+
+const REFUSAL_MESSAGES: Record<ReplicaRefusal, string> = {
+  other_cluster: 'read replica refused: a standby of another cluster than the primary (its system identifier differs)',
+  not_in_recovery: 'read replica refused: not in recovery (promoted, or not a standby)',
+};
 
 export type ReadTarget = 'primary' | 'replica';
 
-export interface ReplicaOptions extends Omit<PostgresOptions, 'connectionString' | 'listenConnectionString'> {
+export interface ReplicaOptions extends Omit<
+  PostgresOptions,
+  'connectionString' | 'listenConnectionString' | 'connectTimeoutMs' | 'queryTimeoutMs'
+> {
   urls: string[];
   /** A replica behind the primary for longer than this takes no reads. */
   maxLagMs: number;
+  /** How long a read (or a poll) waits for a connection to a replica, and then for its answer, before the primary answers it. */
+  timeoutMs: number;
   /** How often the positions are read. */
   pollMs?: number;
+  /** Where a refused replica is reported. */
+  log: FastifyBaseLogger;
 }
 
 const POLL_MS = 200;
@@ -77,6 +96,8 @@ interface Replica {
   lagMs: number;
   /** False from a failed poll or read until a poll succeeds again. */
   reachable: boolean;
+  /** Set by the last poll answered. */
+  refused?: ReplicaRefusal;
   polling: boolean;
 }
 
@@ -87,10 +108,11 @@ export function replicaName(url: string): string {
 }
 
 export function createReplicaReads(primary: Database, options: ReplicaOptions, now: () => number = Date.now): ReplicaReads {
-  const { urls, maxLagMs, pollMs = POLL_MS, ...postgres } = options;
+  const { urls, maxLagMs, timeoutMs, pollMs = POLL_MS, log, ...postgres } = options;
   const replicas: Replica[] = urls.map((url) => ({
     name: replicaName(url),
-    db: createPostgresDatabase({ ...postgres, connectionString: url }),
+    // A replica that stops answering (its connections black-holed) must not hold a read for the primary's 5 and 10 s.
+    db: createPostgresDatabase({ ...postgres, connectionString: url, connectTimeoutMs: timeoutMs, queryTimeoutMs: timeoutMs }),
     polledAt: 0,
     lagMs: 0,
     reachable: false,
@@ -103,16 +125,19 @@ export function createReplicaReads(primary: Database, options: ReplicaOptions, n
   /** Changes waiting for the next read of the primary's position (one read under way covers only those before it). */
   let queued = 0;
   let reading = false;
-  let layout: WalLayout | undefined;
-  /** The primary's positions and when they were read, oldest first: how long a replica has been behind. */
+  /** The primary's, read once: replicas are polled from then on. */
+  let cluster: { layout: WalLayout; systemIdentifier: string } | undefined;
+  /** The primary's positions and when they were read, oldest first, for this long: how long a replica has been behind. */
   const samples: Array<{ at: number; lsn: bigint }> = [];
+  const keptMs = 2 * maxLagMs;
   let next = 0;
 
-  async function readLayout(): Promise<WalLayout> {
-    const [row] = await primary.query<{ block: number; segment: number }>(
-      "SELECT current_setting('wal_block_size')::int AS block, pg_size_bytes(current_setting('wal_segment_size'))::int AS segment",
+  async function readCluster() {
+    const [row] = await primary.query<{ block: number; segment: number; system: string }>(
+      "SELECT current_setting('wal_block_size')::int AS block, pg_size_bytes(current_setting('wal_segment_size'))::int AS segment, " +
+        'system_identifier::text AS system FROM pg_control_system()',
     );
-    return { blockSize: row!.block, segmentSize: row!.segment };
+    return { layout: { blockSize: row!.block, segmentSize: row!.segment }, systemIdentifier: row!.system };
   }
 
   /** Reads the primary's position once for every change queued so far; queued changes are read again after a failure. */
@@ -123,12 +148,15 @@ export function createReplicaReads(primary: Database, options: ReplicaOptions, n
     queued = 0;
     void (async () => {
       try {
-        layout ??= await readLayout();
+        cluster ??= await readCluster();
         const [row] = await primary.query<{ lsn: string }>('SELECT pg_current_wal_insert_lsn()::text AS lsn');
-        const lsn = insertedWalEnd(parseLsn(row!.lsn), layout);
+        const lsn = insertedWalEnd(parseLsn(row!.lsn), cluster.layout);
         if (settling > 0 && lsn > required) required = lsn;
         unsettled -= settling;
+        const first = samples.length === 0;
         record(lsn);
+        // The replicas are polled at once, not at the next tick: until then a new instance reads all on the primary.
+        if (first) for (const replica of replicas) void poll(replica);
         reading = false;
         if (queued > 0) readPrimary();
       } catch {
@@ -143,24 +171,50 @@ export function createReplicaReads(primary: Database, options: ReplicaOptions, n
     const last = samples.at(-1);
     if (!last || at - last.at >= SAMPLE_SPACING_MS) samples.push({ at, lsn });
     else if (lsn > last.lsn) last.lsn = lsn;
-    while (samples.length > 1 && samples[0]!.at < at - 2 * maxLagMs) samples.shift();
+    while (samples.length > 1 && samples[0]!.at < at - keptMs) samples.shift();
   }
 
-  /** How long the replica has been behind: since the first position of the primary it has not replayed. */
+  /**
+   * How long the replica has been behind: since the first position of the primary it has not
+   * replayed. Behind the oldest position kept (at start, the primary's first one, or before any),
+   * it has been behind for longer than the positions tell: at least as long as they are kept.
+   */
   function lagOf(replayed: bigint): number {
-    const behindSince = samples.find((sample) => sample.lsn > replayed);
-    return behindSince ? now() - behindSince.at : 0;
+    const behindSince = samples.findIndex((sample) => sample.lsn > replayed);
+    if (behindSince > 0) return now() - samples[behindSince]!.at;
+    if (behindSince === -1 && samples.length > 0) return 0;
+    return Math.max(keptMs, now() - (samples[0]?.at ?? now()));
+  }
+
+  /**
+   * Why a replica that answered takes no reads, if it does not: a server not in recovery has no
+   * replay position, and a standby of another cluster replays other WAL, into other rows.
+   */
+  function refusalOf({ lsn, system }: { lsn: string | null; system: string }, primarySystem: string): ReplicaRefusal | undefined {
+    if (lsn === null) return 'not_in_recovery';
+    if (system !== primarySystem) return 'other_cluster';
+    return undefined;
   }
 
   async function poll(replica: Replica) {
-    if (replica.polling) return;
+    // Not before the primary's identity is known: the replica's is compared with it.
+    if (replica.polling || !cluster) return;
     replica.polling = true;
     try {
-      const [row] = await replica.db.query<{ lsn: string | null }>('SELECT pg_last_wal_replay_lsn()::text AS lsn');
-      // NULL: not in recovery (promoted, or not a standby at all), so its position says nothing of the primary's.
-      replica.reachable = row?.lsn != null;
-      if (row?.lsn != null) {
-        replica.replayed = parseLsn(row.lsn);
+      const [row] = await replica.db.query<{ lsn: string | null; system: string }>(
+        'SELECT pg_last_wal_replay_lsn()::text AS lsn, system_identifier::text AS system FROM pg_control_system()',
+      );
+      const refused = refusalOf(row!, cluster.systemIdentifier);
+      if (refused && refused !== replica.refused) {
+        log.warn(
+          { replica: replica.name, systemIdentifier: row!.system, primarySystemIdentifier: cluster.systemIdentifier },
+          REFUSAL_MESSAGES[refused],
+        );
+      }
+      replica.refused = refused;
+      replica.reachable = true;
+      if (!refused) {
+        replica.replayed = parseLsn(row!.lsn!);
         replica.polledAt = now();
       }
     } catch {
@@ -175,11 +229,15 @@ export function createReplicaReads(primary: Database, options: ReplicaOptions, n
     readPrimary();
     for (const replica of replicas) void poll(replica);
   }, pollMs).unref();
+  // The replicas are polled once the primary's identity and position are known.
   readPrimary();
-  for (const replica of replicas) void poll(replica);
 
   const available = (replica: Replica) =>
-    replica.reachable && replica.replayed !== undefined && now() - replica.polledAt <= STALE_POLL_MS && replica.lagMs <= maxLagMs;
+    replica.reachable &&
+    !replica.refused &&
+    replica.replayed !== undefined &&
+    now() - replica.polledAt <= STALE_POLL_MS &&
+    replica.lagMs <= maxLagMs;
 
   function pick(): Replica | undefined {
     if (unsettled > 0) return undefined;
@@ -221,7 +279,12 @@ export function createReplicaReads(primary: Database, options: ReplicaOptions, n
     },
     stats: () => ({
       reads: { ...reads },
-      replicas: replicas.map((replica) => ({ name: replica.name, lagSeconds: replica.lagMs / 1000, available: available(replica) })),
+      replicas: replicas.map((replica) => ({
+        name: replica.name,
+        lagSeconds: replica.lagMs / 1000,
+        available: available(replica),
+        refused: replica.refused,
+      })),
     }),
     async close() {
       clearInterval(timer);

@@ -15,6 +15,7 @@ declare module 'fastify' {
 export type DatabaseOptions = Parameters<typeof openDatabase>[0] & {
   databaseReplicaUrls: string[];
   DATABASE_REPLICA_MAX_LAG_MS: number;
+  DATABASE_REPLICA_TIMEOUT_MS: number;
 };
 
 /** Opens the database the configuration names, brings its schema up to date, and closes it with the app. */
@@ -37,6 +38,8 @@ export default fp<DatabaseOptions>(
         ? createReplicaReads(db, {
             urls: config.databaseReplicaUrls,
             maxLagMs: config.DATABASE_REPLICA_MAX_LAG_MS,
+            timeoutMs: config.DATABASE_REPLICA_TIMEOUT_MS,
+            log: app.log,
             preparedStatements: config.DATABASE_PREPARED_STATEMENTS,
             max: config.DB_POOL_SIZE,
           })

@@ -1,5 +1,6 @@
 import fp from 'fastify-plugin';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { REPLICA_REFUSALS } from '../db/replicas.js';
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -63,7 +64,9 @@ export default fp(
       });
       new Gauge({
         name: 'db_replica_lag_seconds',
-        help: "How long each replica has been behind the primary's WAL position, as last polled",
+        help:
+          "How long each replica has been behind the primary's WAL position, as last polled; behind every position kept " +
+          "(at an instance's start, behind the primary's position then), at least twice DATABASE_REPLICA_MAX_LAG_MS",
         labelNames: ['replica'] as const,
         registers: [registry],
         collect() {
@@ -72,11 +75,24 @@ export default fp(
       });
       new Gauge({
         name: 'db_replica_available',
-        help: 'Whether each replica takes reads: reachable and at most DATABASE_REPLICA_MAX_LAG_MS behind (1) or not (0)',
+        help: 'Whether each replica takes reads: reachable, not refused, and at most DATABASE_REPLICA_MAX_LAG_MS behind (1) or not (0)',
         labelNames: ['replica'] as const,
         registers: [registry],
         collect() {
           for (const replica of replicaReads.stats().replicas) this.set({ replica: replica.name }, replica.available ? 1 : 0);
+        },
+      });
+      new Gauge({
+        name: 'db_replica_refused',
+        help:
+          'Whether each replica answers but is refused (1) or not (0), by reason: other_cluster (a standby of another cluster ' +
+          'than the primary: its system identifier differs) or not_in_recovery (promoted, or not a standby)',
+        labelNames: ['replica', 'reason'] as const,
+        registers: [registry],
+        collect() {
+          for (const replica of replicaReads.stats().replicas) {
+            for (const reason of REPLICA_REFUSALS) this.set({ replica: replica.name, reason }, replica.refused === reason ? 1 : 0);
+          }
         },
       });
     }

@@ -37,10 +37,17 @@ export interface PrimaryWithStandby {
   killStandby(): Promise<void>;
   /** A clean, fast shutdown of the standby (SIGINT). */
   stopStandby(): Promise<void>;
+  /** SIGSTOP to every process of the standby: its connections stay open and nothing answers, new ones are accepted and never greeted. */
+  freezeStandby(): void;
+  /** SIGCONT to every process freezeStandby() stopped. */
+  thawStandby(): void;
   /** Starts the stopped standby again on its port; resolves once it takes connections. */
   startStandby(): Promise<void>;
   /** The standby applies each commit this long after the primary made it (recovery_min_apply_delay; 0: at once). */
   delayStandby(ms: number): Promise<void>;
+  /** The standby applies nothing more, though it still receives the WAL, until resumeReplay() (pg_wal_replay_pause). */
+  pauseReplay(): Promise<void>;
+  resumeReplay(): Promise<void>;
   /** Stops both and removes their directories. */
   close(): Promise<void>;
 }
@@ -154,6 +161,16 @@ export async function startPrimaryWithStandby(): Promise<PrimaryWithStandby> {
 
     const primaryPid = () => Number(readFileSync(join(primaryDataDir, 'postmaster.pid'), 'utf8').split('\n')[0]);
     let running = standby!;
+    let frozen: number[] = [];
+    const thaw = () => {
+      for (const pid of frozen.splice(0)) {
+        try {
+          process.kill(pid, 'SIGCONT');
+        } catch {
+          // already gone
+        }
+      }
+    };
 
     // The insert position: with synchronous_commit off, a commit may not be written yet, and the
     // standby gets it once the WAL writer has flushed it.
@@ -217,6 +234,13 @@ export async function startPrimaryWithStandby(): Promise<PrimaryWithStandby> {
         await running.exited;
         clearTimeout(timer);
       },
+      freezeStandby() {
+        // The postmaster first, so that no new backend appears; each backend is a session of its own, so each gets its signal.
+        process.kill(running.pid, 'SIGSTOP');
+        frozen = processTree(running.pid);
+        for (const pid of frozen) if (pid !== running.pid) process.kill(pid, 'SIGSTOP');
+      },
+      thawStandby: thaw,
       async startStandby() {
         if (running.running()) return;
         running = await startStandbyDaemon!();
@@ -225,7 +249,15 @@ export async function startPrimaryWithStandby(): Promise<PrimaryWithStandby> {
         await query(standbyUrl(), `ALTER SYSTEM SET recovery_min_apply_delay = '${Math.round(ms)}ms'`);
         await query(standbyUrl(), 'SELECT pg_reload_conf()');
       },
+      async pauseReplay() {
+        // Requested, no record is applied any more, even before the state reads 'paused' (the next record it meets).
+        await query(standbyUrl(), 'SELECT pg_wal_replay_pause()');
+      },
+      async resumeReplay() {
+        await query(standbyUrl(), 'SELECT pg_wal_replay_resume()');
+      },
       async close() {
+        thaw();
         if (running.running()) {
           // A fast shutdown; the whole tree killed if it takes too long.
           process.kill(running.pid, 'SIGINT');
