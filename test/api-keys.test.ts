@@ -40,6 +40,21 @@ describe('keys looked up on first use', () => {
     expect(statuses.filter((status) => status === 429).length).toBe(100 - lookups);
   });
 
+  floodTest(
+    'made-up keys refused for their address cost a catch-up with the notices every 100 ms at most, however fast they come',
+    async ({ t }) => {
+      while ((await get(t, generateKey())).statusCode !== 429);
+      const before = await metric(t, 'api_key_notice_catch_ups_total');
+      const started = performance.now();
+      for (let i = 0; i < 10; i++) expect((await get(t, generateKey())).statusCode).toBe(429);
+      const elapsed = performance.now() - started;
+      const rounds = (await metric(t, 'api_key_notice_catch_ups_total')) - before;
+      expect(rounds).toBeGreaterThan(0);
+      // Each round starts 100 ms after the one before it at the earliest.
+      expect(rounds).toBeLessThanOrEqual(Math.floor(elapsed / 100) + 1);
+    },
+  );
+
   test('an unknown key asked for again is not looked up again', async () => {
     const other = await buildTestApp();
     try {

@@ -26,6 +26,8 @@ declare module 'fastify' {
 
 /** How long a catch-up may take before the requests it holds are refused as they would have been without it. */
 const CATCH_UP_TIMEOUT_MS = 2_000;
+/** Catch-ups start this far apart at least: a refused request waits a little longer, a flood of them costs little. */
+const CATCH_UP_INTERVAL_MS = 100;
 
 export interface ApiKeysOptions {
   /** Keys (and unknown hashes) the key cache holds at most. */
@@ -73,6 +75,7 @@ export default fp<ApiKeysOptions>(
     // A channel of this instance's own, on the listening connection of the notices it catches up with.
     const barrier = new NoticeBarrier(app.db, `api_key_notices_heard_${randomBytes(8).toString('hex')}`, {
       timeoutMs: CATCH_UP_TIMEOUT_MS,
+      minIntervalMs: CATCH_UP_INTERVAL_MS,
       // Heard, the notices before it were handed to the filter: applied once it has read the keys they name.
       applied: () => filter.settled(),
       onSend: () => catchUps.inc(),
