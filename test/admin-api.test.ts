@@ -2,6 +2,7 @@ import type { AddressInfo } from 'node:net';
 import type { FastifyInstance } from 'fastify';
 import { describe, expect } from 'vitest';
 import { generateAdminToken, generateKey } from '../src/api-key-format.js';
+import { MAX_OVERLAP_SECONDS } from '../src/api-key-lifecycle.js';
 import { buildApp } from '../src/app.js';
 import { loadConfig } from '../src/config.js';
 import { developmentKeyGreeting } from '../src/development-key.js';
@@ -509,6 +510,38 @@ describe('change, rotate, revoke', () => {
     expect(old.state).toBe('rotated');
   });
 
+  test('revoke takes with it the keys rotated into the revoked one that still work, in the audit trail; never its successor', async ({
+    t,
+    admin,
+  }) => {
+    // A chain of three: first rotated into second, second into third, each with the longest overlap.
+    const { id: first, key: firstKey } = await createKey(admin, { plan: 'pro', name: 'cancelled' });
+    const second = (await admin.request('POST', `/admin/v1/keys/${first}/rotate`, { json: { overlapSeconds: MAX_OVERLAP_SECONDS } })).body;
+    const third = (await admin.request('POST', `/admin/v1/keys/${second.id}/rotate`, { json: { overlapSeconds: MAX_OVERLAP_SECONDS } }))
+      .body;
+    const status = async (key: string) => (await t.app.inject({ url: '/v1/pets?limit=1', headers: bearer(key) })).statusCode;
+    for (const key of [firstKey, second.key, third.key]) await waitUntilCached(t.app, bearer(key));
+
+    // A cancellation revokes the customer's current key: the keys rotated into it stop with it.
+    const revoked = await admin.request('POST', `/admin/v1/keys/${third.id}/revoke`);
+    expect(revoked.body).toMatchObject({ id: third.id, state: 'revoked' });
+    await eventually(async () => (await status(firstKey)) === 401 && (await status(second.key)) === 401, 1_000);
+    for (const id of [first, second.id]) expect((await admin.request('GET', `/admin/v1/keys/${id}`)).body.state).toBe('revoked');
+    const [entry] = (await admin.request('GET', '/admin/v1/audit?limit=1')).body;
+    expect(entry).toMatchObject({ action: 'key.revoke', keyId: third.id, details: { sameQuota: [first, second.id] } });
+
+    // Revoking an old key in its overlap ends it early, and not the key that replaced it.
+    const { id: old, key: oldKey } = await createKey(admin, { plan: 'pro' });
+    const successor = (await admin.request('POST', `/admin/v1/keys/${old}/rotate`, { json: { overlapSeconds: MAX_OVERLAP_SECONDS } })).body;
+    await waitUntilCached(t.app, bearer(successor.key));
+    await admin.request('POST', `/admin/v1/keys/${old}/revoke`);
+    await eventually(async () => (await status(oldKey)) === 401, 1_000);
+    expect(await status(successor.key)).toBe(200);
+    expect((await admin.request('GET', `/admin/v1/keys/${successor.id}`)).body.state).toBe('active');
+    const [own] = (await admin.request('GET', '/admin/v1/audit?limit=1')).body;
+    expect(own).toMatchObject({ action: 'key.revoke', keyId: old, details: {} });
+  });
+
   test('revoke: 200 with the revoked key, effective on the next request; again, the same', async ({ t, admin }) => {
     const { id, key } = await createKey(admin);
     await waitForKeyOnApp(t.app, bearer(key));
@@ -576,7 +609,8 @@ describe('the audit trail', () => {
         requestId: expect.any(String),
         action: 'key.revoke',
         keyId: rotated.body.id,
-        details: {},
+        // The key rotated into it, still in its overlap, was revoked with it.
+        details: { sameQuota: [id] },
       },
       {
         id: expect.any(Number),
@@ -817,6 +851,23 @@ describe.runIf(POSTGRES_URL)('two instances', () => {
           1_000,
         );
         console.log(`through the admin API: plan change on the other instance after ${changedMs} ms, revocation after ${revokedMs} ms`);
+      } finally {
+        await admin.close();
+      }
+    },
+  );
+
+  twoInstances(
+    "a revocation of a rotated key's successor reaches the old key cached on the other instance",
+    async ({ instances: { a, b } }) => {
+      const admin = await openAdmin(a.app);
+      try {
+        const { id, key: old } = await createKey(admin, { plan: 'pro' });
+        const successor = await admin.request('POST', `/admin/v1/keys/${id}/rotate`, { json: { overlapSeconds: MAX_OVERLAP_SECONDS } });
+        await waitForKeyOnApp(b.app, bearer(old));
+        await waitUntilCached(b.app, bearer(old));
+        expect((await admin.request('POST', `/admin/v1/keys/${successor.body.id}/revoke`)).status).toBe(200);
+        await eventually(async () => (await b.app.inject({ url: '/v1/pets?limit=1', headers: bearer(old) })).statusCode === 401, 1_000);
       } finally {
         await admin.close();
       }

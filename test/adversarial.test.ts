@@ -1,11 +1,17 @@
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, expect } from 'vitest';
 import type { FastifyInstance } from 'fastify';
 import { generateKey, hashKey } from '../src/api-key-format.js';
+import { MAX_OVERLAP_SECONDS } from '../src/api-key-lifecycle.js';
+import { buildTestApp } from './support/app.js';
+import { createScratchDatabase, POSTGRES_URL } from './support/databases.js';
 import { eventually } from './support/eventually.js';
 import { appTest } from './support/fixtures.js';
 import { bearer, keyLookups, waitForKey, waitUntilCached, waitUntilListed } from './support/keys.js';
 import { closedWithin, openSocket, sendRaw } from './support/raw-socket.js';
-import { DAY, MINUTE } from './support/time.js';
+import { DAY, MINUTE, T0 } from './support/time.js';
 
 // What an adversarial pass against a running instance got through (issue 18), over real HTTP.
 const test = appTest({ clock: Date.parse('2026-01-05T00:00:00Z'), anonymous: true })
@@ -122,6 +128,44 @@ describe('a valid key this instance never saw, from an address that made up keys
     expect(await keyLookups(t.app)).toBe(before);
     const first = await request('GET', '/v1/pets?limit=1', { headers: valid });
     expect(first.status, JSON.stringify(first.body)).toBe(200);
+  });
+
+  test('is looked up as a stored key when it is the old key of a rotation in its overlap, on an instance started after the rotation', async () => {
+    // A database that a second app opens once the first has closed: a data directory of PGlite, or one of its own on PostgreSQL.
+    const dir = await mkdtemp(join(tmpdir(), 'pets-rotated-'));
+    const scratch = POSTGRES_URL ? await createScratchDatabase(POSTGRES_URL) : undefined;
+    const database: Record<string, string> = scratch ? { DATABASE_URL: scratch.url } : { DATA_DIR: dir };
+    try {
+      const first = await buildTestApp(database);
+      const { old, successor } = await (async () => {
+        try {
+          const { id, key } = await first.app.apiKeysRepository.create({ plan: 'pro', name: 'rotated' });
+          return { old: key, successor: (await first.app.apiKeysRepository.rotate(id, MAX_OVERLAP_SECONDS))!.key };
+        } finally {
+          await first.close();
+        }
+      })();
+
+      // Its filter comes from the database alone (no notice of these keys reached it), on a clock
+      // that stands still, so the address's lookup budget cannot come back in a new minute.
+      const fresh = await buildTestApp(database, { now: () => T0 });
+      try {
+        // The first load has finished: nothing but the load tells the filter of the successor.
+        await waitUntilListed(fresh.app, successor);
+        const get = (headers: { authorization: string }) =>
+          fresh.app.inject({ url: '/v1/pets?limit=1', headers, remoteAddress: '192.0.2.15' });
+        // The address spends every lookup it has: a key the filter does not hold is refused unread.
+        while ((await fresh.app.rateLimit.mayLookUp('192.0.2.15', T0)).lookUp);
+        expect((await get(madeUp())).statusCode).toBe(429);
+        const response = await get(bearer(old));
+        expect(response.statusCode, response.body).toBe(200);
+      } finally {
+        await fresh.close();
+      }
+    } finally {
+      await scratch?.drop();
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 
   test('is known after a bulk import, whose notice names no key', async ({ t, request }) => {

@@ -184,6 +184,21 @@ describe('npm run --silent keys', () => {
     },
   );
 
+  test('revoke takes with it the keys rotated into the revoked one that still work', MANY_RUNS, async ({ env, server }) => {
+    const old = lastLine((await keys(['create', '--plan', 'pro', '--name', 'cancelled'], env)).stdout);
+    const id = (await listJson(env)).find((record) => record.name === 'cancelled')!.id as number;
+    expect((await keys(['rotate', String(id), '--overlap-seconds', '2592000'], env)).code).toBe(0);
+    const successorId = (await listJson(env)).find((record) => record.id === id)!.replacedBy as number;
+    // On the embedded database, the server the commands go through has the old key in use.
+    const status = () => fetch(`${server!.origin}/v1/pets`, { headers: bearer(old) }).then((response) => response.status);
+    if (server) expect(await status()).toBe(200);
+
+    expect(await keys(['revoke', String(successorId)], env)).toMatchObject({ code: 0, stderr: '' });
+    const records = await listJson(env);
+    for (const revoked of [id, successorId]) expect(records.find((record) => record.id === revoked)!.state).toBe('revoked');
+    if (server) await eventually(async () => (await status()) === 401, 1_000);
+  });
+
   test(
     'bad arguments, an --expires-at not on the calendar among them (where Date would roll it over): one line on stderr, exit 2, nothing written',
     MANY_RUNS,

@@ -192,7 +192,8 @@ const adminKeys: FastifyPluginAsyncTypebox<AdminKeysOptions> = async (admin, { k
       schema: {
         operationId: 'revokeKey',
         tags: ['keys'],
-        summary: 'Revoke a key, on every instance within a second; revoking a revoked key changes nothing',
+        summary:
+          'Revoke a key, and the keys rotated into it that still work, on every instance within a second; revoking a revoked key changes nothing',
         params: KeyParams,
         response: { 200: AdminKey, 400: ErrorBody, 404: ErrorBody },
       },

@@ -69,9 +69,14 @@ const statements = {
   },
   list: { name: 'api_keys_list', text: `SELECT ${RECORD_COLUMNS} FROM api_keys ORDER BY id` },
   get: { name: 'api_keys_get', text: `SELECT ${RECORD_COLUMNS} FROM api_keys WHERE id = $1` },
+  // The key, and the keys rotated into it still in their overlap, which would otherwise outlive it: the
+  // older keys of its quota (a quota's keys are one chain, each rotated into the next one made). One
+  // statement, so one notice names them all.
   revoke: {
     name: 'api_keys_revoke',
-    text: `UPDATE api_keys SET revoked_at = now() WHERE id = $1 RETURNING ${RECORD_COLUMNS}`,
+    text: `UPDATE api_keys SET revoked_at = now()
+           WHERE id = $1 OR ((quota_id = $2 OR id = $2) AND id < $1 AND revoked_at IS NULL AND expires_at > now())
+           RETURNING ${RECORD_COLUMNS}`,
   },
   // Revoked keys are not usable; expired ones are returned with their expiry, which the caller
   // checks against its clock on every request, so expiry needs no notice.
@@ -310,14 +315,22 @@ export function createApiKeysRepository(db: Database) {
       return { keys, nextAfterId: rows.length > query.limit ? keys.at(-1)!.id : undefined };
     },
 
-    /** Revokes a key; undefined when there is no key with that id. Revoking twice is harmless (and recorded once). */
+    /**
+     * Revokes a key, and the keys rotated into it that still work (a cancellation that revokes the
+     * current key leaves no older one working out its overlap); never the key it was rotated into.
+     * Undefined when there is no key with that id. Revoking twice is harmless (and recorded once).
+     */
     revoke(id: number, { actor }: ChangeOptions = {}) {
       return db.transaction(async (tx): Promise<ApiKeyRecord | undefined> => {
         const [row] = await tx.query<ApiKeyRecordRow>(statements.forChange, [id]);
         if (!row || row.revoked_at) return row && recordOf(row);
-        const [revoked] = await tx.query<ApiKeyRecordRow>(statements.revoke, [id]);
-        if (actor) await recordAudit(tx, actor, 'key.revoke', id);
-        return recordOf(revoked!);
+        const rows = await tx.query<ApiKeyRecordRow>(statements.revoke, [id, row.quota_id ?? row.id]);
+        const sameQuota = rows
+          .filter((revoked) => revoked.id !== id)
+          .map((revoked) => revoked.id)
+          .sort((a, b) => a - b);
+        if (actor) await recordAudit(tx, actor, 'key.revoke', id, sameQuota.length > 0 ? { sameQuota } : {});
+        return recordOf(rows.find((revoked) => revoked.id === id)!);
       });
     },
 

@@ -1,6 +1,6 @@
 import { COMMAND, idArgument, type KeysCommand } from './command.js';
 
-/** Revokes a key on every instance, as the admin API's revokeKey does. */
+/** Revokes a key, and the keys rotated into it that still work, on every instance, as the admin API's revokeKey does. */
 export const revoke: KeysCommand = {
   name: 'revoke',
   synopsis: 'keys revoke <id>',
@@ -12,7 +12,7 @@ export const revoke: KeysCommand = {
         err(`keys: no API key with id ${id}`);
         return 1;
       }
-      out(`Revoked API key ${id}; it stops working on every instance within a second.`);
+      out(`Revoked API key ${id}, with any key rotated into it still in its overlap; they stop working on every instance within a second.`);
       return 0;
     };
   },
