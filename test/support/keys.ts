@@ -30,18 +30,19 @@ export const keyLookups = (app: FastifyInstance) => metricTotal(app, 'api_key_lo
 export const keyNotices = (app: FastifyInstance) => metricTotal(app, 'api_key_change_notices_total');
 
 /**
- * Waits until the app holds a key in its cache: a request with its Authorization header makes no
- * lookup. A key's first request is not always the last to look it up: the notice of its creation,
- * back through the database a moment after the commit, has a key cached before it checked again
- * (and a lookup it overtakes is not kept). By the time a request needs no lookup the notice has,
- * as a rule, come (it follows the commit by milliseconds), though nothing here sees it arrive.
+ * Waits until the app holds a key in its cache for good: every change notice sent so far has been
+ * applied (the notice of its creation, back through the database a moment after the commit, has
+ * a key cached before it checked again), and then a request with its Authorization header makes
+ * no lookup.
  */
-export const waitUntilCached = (app: FastifyInstance, headers: { authorization: string }) =>
-  eventually(async () => {
+export const waitUntilCached = async (app: FastifyInstance, headers: { authorization: string }) => {
+  if (!(await app.keyNotices.catchUp())) throw new Error('The app did not catch up with the key change notices');
+  return eventually(async () => {
     const before = await keyLookups(app);
     await app.inject({ url: '/v1/pets?limit=1', headers });
     return (await keyLookups(app)) === before;
   });
+};
 
 /**
  * Waits until the app's filter of stored keys holds a key: the change notice of its creation (or
