@@ -542,6 +542,38 @@ describe('change, rotate, revoke', () => {
     expect(own).toMatchObject({ action: 'key.revoke', keyId: old, details: {} });
   });
 
+  test('a rotation with a shorter overlap shortens the overlap of the keys rotated into the rotated one, in the audit trail', async ({
+    t,
+    admin,
+  }) => {
+    const status = async (key: string) => (await t.app.inject({ url: '/v1/pets?limit=1', headers: bearer(key) })).statusCode;
+    // first into second with the longest overlap, then second into third at once: first stops with second.
+    const { id: first, key: firstKey } = await createKey(admin, { plan: 'pro' });
+    const second = (await admin.request('POST', `/admin/v1/keys/${first}/rotate`, { json: { overlapSeconds: MAX_OVERLAP_SECONDS } })).body;
+    await waitUntilCached(t.app, bearer(firstKey));
+    const third = (await admin.request('POST', `/admin/v1/keys/${second.id}/rotate`, { json: { overlapSeconds: 0 } })).body;
+    await eventually(async () => (await status(firstKey)) === 401 && (await status(second.key)) === 401, 1_000);
+    expect(await status(third.key)).toBe(200);
+    expect((await admin.request('GET', `/admin/v1/keys/${first}`)).body.state).toBe('revoked');
+    const [entry] = (await admin.request('GET', '/admin/v1/audit?limit=1')).body;
+    expect(entry).toMatchObject({
+      action: 'key.rotate',
+      keyId: second.id,
+      details: { newKeyId: third.id, overlapSeconds: 0, sameQuota: [first] },
+    });
+
+    // A shorter overlap, not none: the older key ends no later than the key rotated now.
+    const fourth = (await admin.request('POST', `/admin/v1/keys/${third.id}/rotate`, { json: { overlapSeconds: MAX_OVERLAP_SECONDS } }))
+      .body;
+    await admin.request('POST', `/admin/v1/keys/${fourth.id}/rotate`, { json: { overlapSeconds: 600 } });
+    const [thirdNow, fourthNow] = await Promise.all(
+      [third.id, fourth.id].map(async (id) => (await admin.request('GET', `/admin/v1/keys/${id}`)).body),
+    );
+    expect(thirdNow.state).toBe('rotated');
+    expect(Date.parse(thirdNow.expiresAt)).toBeLessThanOrEqual(Date.parse(fourthNow.expiresAt));
+    expect(Date.parse(fourthNow.expiresAt) - Date.now()).toBeLessThanOrEqual(600_000);
+  });
+
   test('revoke: 200 with the revoked key, effective on the next request; again, the same', async ({ t, admin }) => {
     const { id, key } = await createKey(admin);
     await waitForKeyOnApp(t.app, bearer(key));

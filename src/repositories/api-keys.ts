@@ -85,13 +85,17 @@ const statements = {
     text: `SELECT ${COLUMNS} FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL`,
   },
   forChange: { name: 'api_keys_for_change', text: `SELECT ${RECORD_COLUMNS} FROM api_keys WHERE id = $1 FOR UPDATE` },
+  // The key, and the keys rotated into it still in their overlap, which would otherwise outlive it
+  // (a 30-day overlap rotated again with none): they stop when it does.
   retire: {
     name: 'api_keys_retire',
     text: `UPDATE api_keys
-           SET replaced_by = $2,
+           SET replaced_by = CASE WHEN id = $1 THEN $2 ELSE replaced_by END,
                expires_at = least(coalesce(expires_at, 'infinity'), now() + make_interval(secs => $3::int)),
                revoked_at = CASE WHEN $3::int = 0 THEN now() END
-           WHERE id = $1`,
+           WHERE id = $1 OR ((quota_id = $4 OR id = $4) AND id < $1 AND revoked_at IS NULL
+                             AND expires_at > now() + make_interval(secs => $3::int))
+           RETURNING id`,
   },
   // The key, and the rotated keys of its quota still in their overlap: one statement, so one notice names them all.
   // Limits stay on each key's row, so the limiter reads them from the key presented, with no lookup of the quota's newest key.
@@ -230,7 +234,8 @@ export function createApiKeysRepository(db: Database) {
     /**
      * Replaces a key with a new one of the same plan, limits, name, scope and quota; the old one
      * keeps working for `overlapSeconds` more (never longer than it would have), or stops at once
-     * for 0. Undefined when there is no key with that id.
+     * for 0, and so do the keys rotated into it still in their overlap. Undefined when there is no
+     * key with that id.
      */
     rotate(id: number, overlapSeconds: number, { expiresAt, actor }: { expiresAt?: Date; actor?: Actor } = {}) {
       return db.transaction(async (tx): Promise<IssuedApiKey | undefined> => {
@@ -247,8 +252,14 @@ export function createApiKeysRepository(db: Database) {
           },
           old.quota_id ?? old.id,
         );
-        await tx.query(statements.retire, [id, created.id, overlapSeconds]);
-        if (actor) await recordAudit(tx, actor, 'key.rotate', id, { newKeyId: created.id, overlapSeconds });
+        const retired = await tx.query<{ id: number }>(statements.retire, [id, created.id, overlapSeconds, old.quota_id ?? old.id]);
+        const sameQuota = retired.map((row) => row.id).filter((retiredId) => retiredId !== id);
+        if (actor)
+          await recordAudit(tx, actor, 'key.rotate', id, {
+            newKeyId: created.id,
+            overlapSeconds,
+            ...(sameQuota.length > 0 && { sameQuota: sameQuota.sort((a, b) => a - b) }),
+          });
         return created;
       });
     },
