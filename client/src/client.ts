@@ -247,13 +247,16 @@ export class PetStoreClient {
 
   /** The call's settings: the client's, overridden by the call's options (checked as the client's are). */
   #callOf(operation: Operation, method: Call['method'], url: string, { signal, headers = {}, ...limits }: CallOptions): Call {
+    // Lower-cased, so that the client's own headers (set after them) replace rather than join them.
+    const extra: Record<string, string> = {};
     for (const [name, value] of Object.entries(headers)) {
       if (!HEADER_NAME.test(name) || typeof value !== 'string' || !HEADER_VALUE.test(value)) {
         throw new TypeError(`headers: ${JSON.stringify(name)} is not a header name with a valid value`);
       }
       if (name.toLowerCase() === 'authorization') throw new TypeError('headers may not set Authorization: the client sends its apiKey');
+      extra[name.toLowerCase()] = value;
     }
-    return { operation, method, url, signal, headers, limits: limitsOf(limits, this.#limits) };
+    return { operation, method, url, signal, headers: extra, limits: limitsOf(limits, this.#limits) };
   }
 
   /**

@@ -338,9 +338,15 @@ describe('7. hooks and per-call options', () => {
     const { client, requests } = await clientOf((request, response) =>
       request.headers['x-slow'] ? undefined : refused(503, 'service_unavailable', { 'retry-after': '5' })(request, response, 0),
     );
-    // maxRetries 0: one request, with the extra header besides the client's own.
-    await expect(client.listPets({ maxRetries: 0, headers: { 'x-trace-id': 'abc' } })).rejects.toMatchObject({ status: 503 });
-    expect(requests[0]!.headers).toMatchObject({ 'x-trace-id': 'abc', authorization: 'Bearer psk_fake' });
+    // maxRetries 0: one request, with the extra headers besides the client's own, which they do not replace.
+    const extra = { 'X-Trace-Id': 'abc', Accept: 'text/html', 'User-Agent': 'mine' };
+    await expect(client.listPets({ maxRetries: 0, headers: extra })).rejects.toMatchObject({ status: 503 });
+    expect(requests[0]!.headers).toMatchObject({
+      'x-trace-id': 'abc',
+      accept: 'application/json',
+      'user-agent': 'pet-store-client/1.0.0',
+      authorization: 'Bearer psk_fake',
+    });
     // maxWaitMs 1 s: a 5 s Retry-After fails at once.
     await expect(client.listPets({ maxWaitMs: 1_000 })).rejects.toMatchObject({ status: 503, retryAfter: 5 });
     expect(requests).toHaveLength(2);
