@@ -1,35 +1,51 @@
 import { ConditionalCache, type HeldAnswer } from './conditional-cache.js';
-import { PetStoreError } from './errors.js';
-import { clockOffsetMs, deprecationOf, linksOf, retryAfterMs, type DeprecationNotice, type RateLimit } from './headers.js';
+import { ConnectionError, errorOf, PetStoreError, TimeoutError } from './errors.js';
+import { clockOffsetMs, deprecationOf, linksOf, retryAfterMs, urlOf, type DeprecationNotice, type RateLimit } from './headers.js';
 import { RateGate } from './rate-gate.js';
 import type { NewPet, Pet, PetStatus, ServiceErrorCode } from './types.js';
 import { VERSION } from './version.js';
-import { backoffMs, sleep } from './waits.js';
+import { retryDelayMs, sleep } from './waits.js';
 
-export interface PetStoreClientOptions {
+/** What the client may be told to do per call as well as for every call. */
+export interface RetryOptions {
+  /** Retries of one call after a retryable failure (default 3): an integer, 0 or more. */
+  maxRetries?: number;
+  /** How long one attempt may take, answer body included (default 10 s); above 0. */
+  timeoutMs?: number;
+  /**
+   * The longest wait the service may state (`Retry-After`, or the reset of a spent window) that the
+   * client waits out (default 60 s); a longer one fails at once. The spread added to a stated wait
+   * (up to 1 s) does not count.
+   */
+  maxWaitMs?: number;
+}
+
+export interface PetStoreClientOptions extends RetryOptions {
   /** The API's base address, ending in `/v1`, e.g. `https://pets.example.com/v1`. */
   baseUrl: string;
-  /** Sent as `Authorization: Bearer <apiKey>`. */
+  /** Sent as `Authorization: Bearer <apiKey>`, and nowhere else: no error or hook is shown it. */
   apiKey: string;
-  /** Retries of one call after a retryable failure (default 3). */
-  maxRetries?: number;
-  /** How long one attempt may take, answer body included (default 10 s). */
-  timeoutMs?: number;
-  /** The longest the client waits for the key's rate limit before failing instead (default 60 s). */
-  maxWaitMs?: number;
   /** The fetch to use (default: the platform's). */
   fetch?: typeof fetch;
   /** Conditional reads: keep the last answer of each read and revalidate it (`true`: up to 1,000 reads). */
   cache?: boolean | { maxEntries: number };
   /** Called once per deprecated operation the client calls (default: a warning, once). */
   onDeprecation?: (notice: DeprecationNotice) => void;
+  /** Called as each attempt is sent. */
+  onRequest?: (event: RequestEvent) => void;
+  /** Called as each attempt's answer has come, before the client decides what to do with it. */
+  onResponse?: (event: ResponseEvent) => void;
+  /** Called before the client waits to retry a failed attempt. */
+  onRetry?: (event: RetryEvent) => void;
   /** The User-Agent header (default `pet-store-client/<version>`; browsers may not send it). */
   userAgent?: string;
 }
 
-export interface CallOptions {
+export interface CallOptions extends RetryOptions {
   /** Aborting it stops the call at once, whatever it is waiting for; it rejects with the signal's reason. */
   signal?: AbortSignal;
+  /** Headers sent with each attempt of this call besides the client's; `Authorization` is refused. */
+  headers?: Record<string, string>;
 }
 
 export interface ListOptions extends CallOptions {
@@ -37,16 +53,65 @@ export interface ListOptions extends CallOptions {
   status?: PetStatus;
   /** Animals per page, 1 to 100 (the service's default: 20). */
   limit?: number;
+  /** Where to start: a page's `nextCursor` (default: the first page). */
+  cursor?: string;
 }
 
 export interface CreateOptions extends CallOptions {
-  /** The create's Idempotency-Key (default: a new random UUID per call); sent unchanged on every retry. */
+  /**
+   * The create's Idempotency-Key, 1 to 255 visible ASCII characters (default: a new random UUID
+   * per call); sent unchanged on every retry.
+   */
   idempotencyKey?: string;
+}
+
+/** One page of a listing. */
+export interface Page {
+  pets: Pet[];
+  /** The cursor of the next page (`listPetsPage({ cursor })`), undefined on the last page. */
+  nextCursor: string | undefined;
+  /** The answer's `X-Request-Id`. */
+  requestId: string | undefined;
+}
+
+export type Operation = 'listPets' | 'createPet' | 'getPet';
+
+/** What the hooks are told of an attempt; never a header. */
+export interface RequestEvent {
+  operation: Operation;
+  method: 'GET' | 'POST';
+  url: string;
+  /** 1 for a call's first request, 2 for its first retry, ... */
+  attempt: number;
+}
+
+export interface ResponseEvent extends RequestEvent {
+  status: number;
+  /** The answer's `X-Request-Id`. */
+  requestId: string | undefined;
+  /** From sending to the whole body read. */
+  durationMs: number;
+}
+
+export interface RetryEvent extends RequestEvent {
+  /** How long the client waits before the next attempt. */
+  delayMs: number;
+  /** Why attempt `attempt` failed. */
+  reason: PetStoreError;
 }
 
 const DEFAULTS = { maxRetries: 3, timeoutMs: 10_000, maxWaitMs: 60_000, cacheEntries: 1_000 };
 
-type Operation = 'listPets' | 'createPet' | 'getPet';
+/** A header value the platform's fetch sends as given (no control character, no space at either end). */
+const HEADER_VALUE = /^(?:[\x21-\x7e\x80-\xff](?:[\t\x20-\x7e\x80-\xff]*[\x21-\x7e\x80-\xff])?)?$/;
+const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
+/** What the service takes as an Idempotency-Key written bare. */
+const IDEMPOTENCY_KEY = /^[\x21-\x7e]{1,255}$/;
+
+/** What is retried (README: "What it retries"): these statuses whatever the body, and no answer at all. */
+const RETRIED_STATUSES = new Set([408, 429, 500, 502, 503, 504]);
+
+type Limits = Required<RetryOptions>;
 
 interface Call {
   operation: Operation;
@@ -55,6 +120,8 @@ interface Call {
   body?: string;
   idempotencyKey?: string;
   signal: AbortSignal | undefined;
+  headers: Record<string, string>;
+  limits: Limits;
 }
 
 /** A call's answer: its body (a held copy's for a 304) and headers. */
@@ -73,36 +140,36 @@ class AttemptTimeout extends Error {}
 export class PetStoreClient {
   readonly #baseUrl: string;
   readonly #headers: Record<string, string>;
-  readonly #maxRetries: number;
-  readonly #timeoutMs: number;
-  readonly #maxWaitMs: number;
+  readonly #limits: Limits;
   readonly #fetch: typeof fetch;
   readonly #cache: ConditionalCache | undefined;
   readonly #onDeprecation: (notice: DeprecationNotice) => void;
+  readonly #hooks: Pick<PetStoreClientOptions, 'onRequest' | 'onResponse' | 'onRetry'>;
   readonly #deprecationsReported = new Set<Operation>();
-  readonly #gate: RateGate;
+  readonly #gate = new RateGate();
 
   constructor(options: PetStoreClientOptions) {
-    const baseUrl = options.baseUrl.replace(/\/+$/, '');
-    if (!/^https?:\/\/[^/]+(\/.*)?\/v1$/.test(baseUrl)) {
+    const baseUrl = String(options.baseUrl).replace(/\/+$/, '');
+    if (!/^https?:\/\/[^/]+(\/.*)?\/v1$/.test(baseUrl) || !urlOf(baseUrl, baseUrl)) {
       throw new TypeError(`baseUrl must be the API's http(s) address ending in /v1, got ${JSON.stringify(options.baseUrl)}`);
     }
-    if (!options.apiKey) throw new TypeError('apiKey is required');
+    // Checked here, never echoed: fetch's own refusal quotes the whole header, key included.
+    if (typeof options.apiKey !== 'string' || !/^[\x21-\x7e]+$/.test(options.apiKey)) {
+      throw new TypeError('apiKey must be a non-empty string of visible ASCII characters (it is sent in the Authorization header)');
+    }
     this.#baseUrl = baseUrl;
     this.#headers = {
       authorization: `Bearer ${options.apiKey}`,
       accept: 'application/json',
       'user-agent': options.userAgent ?? `pet-store-client/${VERSION}`,
     };
-    this.#maxRetries = options.maxRetries ?? DEFAULTS.maxRetries;
-    this.#timeoutMs = options.timeoutMs ?? DEFAULTS.timeoutMs;
-    this.#maxWaitMs = options.maxWaitMs ?? DEFAULTS.maxWaitMs;
+    this.#limits = limitsOf(options, DEFAULTS);
     // Bound: a platform fetch called as a method of another object throws in browsers.
     this.#fetch = options.fetch ?? globalThis.fetch.bind(globalThis);
     const cache = options.cache === true ? { maxEntries: DEFAULTS.cacheEntries } : options.cache || undefined;
     this.#cache = cache ? new ConditionalCache(cache.maxEntries) : undefined;
     this.#onDeprecation = options.onDeprecation ?? warnOfDeprecation;
-    this.#gate = new RateGate(this.#maxWaitMs);
+    this.#hooks = { onRequest: options.onRequest, onResponse: options.onResponse, onRetry: options.onRetry };
   }
 
   /** The rate limit the last answer stated (undefined before the first). */
@@ -110,24 +177,38 @@ export class PetStoreClient {
     return this.#gate.last;
   }
 
-  /** One page of animals, in id order (the first `limit`, 20 by default). allPets walks every page. */
-  async listPets({ status, limit, signal }: ListOptions = {}): Promise<Pet[]> {
-    return (await this.#call({ operation: 'listPets', method: 'GET', url: this.#listUrl({ status, limit }), signal })).body as Pet[];
+  /** One page of animals, in id order (the first `limit`, 20 by default, after `cursor`). allPets walks every page. */
+  async listPets(options: ListOptions = {}): Promise<Pet[]> {
+    return (await this.#call(this.#listCall(options, this.#listUrl(options)))).body as Pet[];
   }
 
   /**
-   * Every animal, in id order, page after page as the service links them (Link rel="next"). A
-   * walk returns each animal that existed when it began exactly once.
+   * One page of animals with the cursor of the next. A next link to another address than the
+   * client's `baseUrl` (or none that is a URL) is refused: `unexpected_response`.
    */
-  async *allPets({ status, limit, signal }: ListOptions = {}): AsyncGenerator<Pet, void, undefined> {
-    let url: string | undefined = this.#listUrl({ status, limit });
-    while (url) {
-      const { body, headers } = await this.#call({ operation: 'listPets', method: 'GET', url, signal });
+  async listPetsPage(options: ListOptions = {}): Promise<Page> {
+    const url = this.#listUrl(options);
+    const { body, headers } = await this.#call(this.#listCall(options, url));
+    return { pets: body as Pet[], nextCursor: this.#nextCursor(headers, url), requestId: headers.get('x-request-id') ?? undefined };
+  }
+
+  /**
+   * Every animal, in id order (after `cursor` when given), page after page as the service links
+   * them (Link rel="next"). A walk returns each animal that existed when it began exactly once. A
+   * page's animals are yielded before its next link is judged: a link to another address, or to a
+   * cursor the walk was already given, ends the walk with `unexpected_response`.
+   */
+  async *allPets(options: ListOptions = {}): AsyncGenerator<Pet, void, undefined> {
+    const walked = new Set<string>();
+    let cursor = options.cursor;
+    for (;;) {
+      if (cursor !== undefined) walked.add(cursor);
+      const url = this.#listUrl({ ...options, cursor });
+      const { body, headers } = await this.#call(this.#listCall(options, url));
       yield* body as Pet[];
-      const next = linksOf(headers, url).get('next');
-      // Only the link's query (its cursor) is taken, onto this client's own address, so the key
-      // is never sent to a host the caller did not give.
-      url = next === undefined ? undefined : `${this.#baseUrl}/pets${new URL(next).search}`;
+      cursor = this.#nextCursor(headers, url);
+      if (cursor === undefined) return;
+      if (walked.has(cursor)) throw refusedLink(headers, 'a next link back to a page already walked');
     }
   }
 
@@ -136,78 +217,133 @@ export class PetStoreClient {
    * create whose answer was lost is retried safely: the service answers the retry with the first
    * create's 201 and adds no second animal.
    */
-  async createPet(pet: NewPet, { idempotencyKey = globalThis.crypto.randomUUID(), signal }: CreateOptions = {}): Promise<Pet> {
-    const url = `${this.#baseUrl}/pets`;
-    return (await this.#call({ operation: 'createPet', method: 'POST', url, body: JSON.stringify(pet), idempotencyKey, signal }))
-      .body as Pet;
+  async createPet(pet: NewPet, { idempotencyKey, ...options }: CreateOptions = {}): Promise<Pet> {
+    if (idempotencyKey !== undefined && (typeof idempotencyKey !== 'string' || !IDEMPOTENCY_KEY.test(idempotencyKey))) {
+      throw new TypeError('idempotencyKey must be a string of 1 to 255 visible ASCII characters');
+    }
+    const call = this.#callOf('createPet', 'POST', `${this.#baseUrl}/pets`, options);
+    return (await this.#call({ ...call, body: JSON.stringify(pet), idempotencyKey: idempotencyKey ?? randomUuid() })).body as Pet;
   }
 
   /**
    * One animal by id; 404 `not_found` when there is none.
    * @deprecated The service removes this operation on 5 December 2030: use listPets (with its status filter).
    */
-  async getPet(id: number, { signal }: CallOptions = {}): Promise<Pet> {
-    return (await this.#call({ operation: 'getPet', method: 'GET', url: `${this.#baseUrl}/pets/${id}`, signal })).body as Pet;
+  async getPet(id: number, options: CallOptions = {}): Promise<Pet> {
+    return (await this.#call(this.#callOf('getPet', 'GET', `${this.#baseUrl}/pets/${id}`, options))).body as Pet;
   }
 
-  #listUrl({ status, limit }: Omit<ListOptions, 'signal'>): string {
+  #listUrl({ status, limit, cursor }: Pick<ListOptions, 'status' | 'limit' | 'cursor'>): string {
     const query = new URLSearchParams();
     if (limit !== undefined) query.set('limit', String(limit));
     if (status !== undefined) query.set('status', status);
+    if (cursor !== undefined) query.set('cursor', cursor);
     return `${this.#baseUrl}/pets${query.size ? `?${query}` : ''}`;
+  }
+
+  #listCall(options: CallOptions, url: string): Call {
+    return this.#callOf('listPets', 'GET', url, options);
+  }
+
+  /** The call's settings: the client's, overridden by the call's options (checked as the client's are). */
+  #callOf(operation: Operation, method: Call['method'], url: string, { signal, headers = {}, ...limits }: CallOptions): Call {
+    // Lower-cased, so that the client's own headers (set after them) replace rather than join them.
+    const extra: Record<string, string> = {};
+    for (const [name, value] of Object.entries(headers)) {
+      if (!HEADER_NAME.test(name) || typeof value !== 'string' || !HEADER_VALUE.test(value)) {
+        throw new TypeError(`headers: ${JSON.stringify(name)} is not a header name with a valid value`);
+      }
+      if (name.toLowerCase() === 'authorization') throw new TypeError('headers may not set Authorization: the client sends its apiKey');
+      extra[name.toLowerCase()] = value;
+    }
+    return { operation, method, url, signal, headers: extra, limits: limitsOf(limits, this.#limits) };
+  }
+
+  /**
+   * The cursor of the answer's next link, refused unless the link is to this client's listing (so
+   * the key is never sent to a host or path the caller did not give).
+   */
+  #nextCursor(headers: Headers, requestUrl: string): string | undefined {
+    const target = linksOf(headers).get('next');
+    if (target === undefined) return undefined;
+    const next = urlOf(target, requestUrl);
+    const listing = new URL(`${this.#baseUrl}/pets`);
+    if (!next || next.origin !== listing.origin || next.pathname !== listing.pathname) {
+      throw refusedLink(headers, 'a next link to another address than the client’s baseUrl');
+    }
+    const cursor = next.searchParams.get('cursor');
+    if (!cursor) throw refusedLink(headers, 'a next link without a cursor');
+    return cursor;
   }
 
   /** The call with its retries: each attempt through the rate gate, failures retried while they may be. */
   async #call(call: Call): Promise<Answer> {
     for (let attempt = 0; ; attempt++) {
-      await this.#gate.acquire(call.signal);
+      const ticket = await this.#gate.acquire(call.signal, call.limits.maxWaitMs);
+      const event: RequestEvent = { operation: call.operation, method: call.method, url: call.url, attempt: attempt + 1 };
       const held = call.method === 'GET' ? this.#cache?.get(call.url) : undefined;
-      let response: Response;
-      let text: string;
-      let receivedAt: number;
+      let sent: Sent;
       try {
-        ({ response, text, receivedAt } = await this.#attempt(call, held));
+        this.#hooks.onRequest?.(event);
+        sent = await this.#attempt(call, held);
       } catch (error) {
-        this.#gate.settle(undefined, Date.now());
-        if (call.signal?.aborted) throw call.signal.reason;
-        const failure = connectionFailure(error, this.#timeoutMs);
-        // Reads are always safe to repeat, and a create always carries its Idempotency-Key.
-        if (attempt >= this.#maxRetries) throw failure;
-        await sleep(backoffMs(attempt), call.signal);
+        this.#gate.settle(undefined, Date.now(), ticket);
+        if (!(error instanceof ConnectionError || error instanceof TimeoutError)) throw error;
+        await this.#retryOrThrow(call, event, error, undefined);
         continue;
       }
-      this.#gate.settle(response, receivedAt);
+      const { response, text, receivedAt, durationMs } = sent;
+      this.#gate.settle(response, receivedAt, ticket);
+      const requestId = response.headers.get('x-request-id') ?? undefined;
+      this.#hooks.onResponse?.({ ...event, status: response.status, requestId, durationMs });
       this.#noticeDeprecation(call, response.headers);
       if (response.ok || response.status === 304) return this.#answer(call, response, text, held);
-
-      const error = serviceError(response, text, receivedAt);
-      if (!isRetryable(call, response.status, error.code) || attempt >= this.#maxRetries) throw error;
-      // Never before Retry-After; past it by a random backoff that grows with each retry, so that
-      // callers told the same time do not all come back at once.
-      const wait = (error.retryAfter ?? 0) * 1000 + backoffMs(attempt);
-      if (wait > this.#maxWaitMs) throw error;
-      await sleep(wait, call.signal);
+      const statedWaitMs = retryAfterMs(response.headers, clockOffsetMs(response.headers, receivedAt), receivedAt);
+      await this.#retryOrThrow(call, event, serviceError(response, text, statedWaitMs), statedWaitMs);
     }
   }
 
-  /** One request, its whole answer read within timeoutMs. */
-  async #attempt(call: Call, held: HeldAnswer | undefined): Promise<{ response: Response; text: string; receivedAt: number }> {
-    const headers: Record<string, string> = { ...this.#headers };
+  /**
+   * Throws the failure unless it is retried (isRetried, attempts left, and no stated wait beyond
+   * maxWaitMs: one the caller did not allow fails now rather than later); else waits to retry.
+   */
+  async #retryOrThrow(call: Call, event: RequestEvent, failure: PetStoreError, statedWaitMs: number | undefined): Promise<void> {
+    if (!isRetried(call, failure) || event.attempt > call.limits.maxRetries) throw failure;
+    if (statedWaitMs !== undefined && statedWaitMs > call.limits.maxWaitMs) throw failure;
+    const delayMs = retryDelayMs(event.attempt - 1, statedWaitMs);
+    this.#hooks.onRetry?.({ ...event, delayMs, reason: failure });
+    await sleep(delayMs, call.signal);
+  }
+
+  /**
+   * One request, its whole answer read within timeoutMs. No answer is a ConnectionError or a
+   * TimeoutError; the caller's abort rejects with its reason.
+   */
+  async #attempt(call: Call, held: HeldAnswer | undefined): Promise<Sent> {
+    // The client's own headers last: a call's extra headers cannot replace them.
+    const headers: Record<string, string> = { ...call.headers, ...this.#headers };
     if (call.body !== undefined) headers['content-type'] = 'application/json';
     if (call.idempotencyKey !== undefined) headers['idempotency-key'] = call.idempotencyKey;
     if (held) headers['if-none-match'] = held.etag;
     const timeout = new AbortController();
-    const timer = setTimeout(() => timeout.abort(new AttemptTimeout()), this.#timeoutMs);
+    const timerStop = new AbortController();
+    sleep(call.limits.timeoutMs, timerStop.signal).then(
+      () => timeout.abort(new AttemptTimeout()),
+      () => {},
+    );
     const signal = call.signal ? AbortSignal.any([call.signal, timeout.signal]) : timeout.signal;
+    const sentAt = performance.now();
     try {
       const fetchOnce = this.#fetch;
       const response = await fetchOnce(call.url, { method: call.method, headers, body: call.body, signal });
       const receivedAt = Date.now();
-      return { response, text: await response.text(), receivedAt };
+      const text = await response.text();
+      return { response, text, receivedAt, durationMs: performance.now() - sentAt };
     } catch (error) {
-      throw timeout.signal.aborted ? timeout.signal.reason : error;
+      if (call.signal?.aborted) throw call.signal.reason;
+      throw connectionFailure(timeout.signal.aborted ? timeout.signal.reason : error, call.limits.timeoutMs);
     } finally {
-      clearTimeout(timer);
+      timerStop.abort();
     }
   }
 
@@ -239,34 +375,53 @@ export class PetStoreClient {
   }
 }
 
-/**
- * 429 and 503 (after their Retry-After), and a create's 409 `idempotency_key_in_use` (its first
- * request still runs; retried after Retry-After, it gets that request's answer). No other 4xx:
- * sent again, it would fail again.
- */
-function isRetryable(call: Call, status: number, code: string): boolean {
-  if (status === 429 || status === 503) return true;
-  return status === 409 && code === 'idempotency_key_in_use' && call.idempotencyKey !== undefined;
+/** An attempt's answer, its body read. */
+interface Sent {
+  response: Response;
+  text: string;
+  receivedAt: number;
+  durationMs: number;
 }
 
-/** The service's Error body as a PetStoreError, with the answer's request id and Retry-After. */
-function serviceError(response: Response, text: string, receivedAt: number): PetStoreError {
+/** The client's limits overridden by `options`, each checked: a `TypeError` names the one refused. */
+function limitsOf(options: RetryOptions, defaults: Limits): Limits {
+  const { maxRetries = defaults.maxRetries, timeoutMs = defaults.timeoutMs, maxWaitMs = defaults.maxWaitMs } = options;
+  if (!Number.isInteger(maxRetries) || maxRetries < 0)
+    throw new TypeError(`maxRetries must be an integer of 0 or more, got ${String(maxRetries)}`);
+  if (typeof timeoutMs !== 'number' || !(timeoutMs > 0))
+    throw new TypeError(`timeoutMs must be a number above 0, got ${String(timeoutMs)}`);
+  if (typeof maxWaitMs !== 'number' || !(maxWaitMs >= 0))
+    throw new TypeError(`maxWaitMs must be a number of 0 or more, got ${String(maxWaitMs)}`);
+  return { maxRetries, timeoutMs, maxWaitMs };
+}
+
+/**
+ * What is retried, as the README's table says: no answer (a failed connection, a timeout); 408,
+ * 429, 500, 502, 503 and 504 whatever the body (a gateway's HTML page included), for reads and
+ * creates alike (a create always carries its Idempotency-Key); and a create's 409
+ * `idempotency_key_in_use` (its first request still runs; retried, it gets that request's answer).
+ * No other 4xx: sent again, it would fail again.
+ */
+function isRetried(call: Call, failure: PetStoreError): boolean {
+  if (failure instanceof ConnectionError || failure instanceof TimeoutError || RETRIED_STATUSES.has(failure.status)) return true;
+  return failure.status === 409 && failure.code === 'idempotency_key_in_use' && call.idempotencyKey !== undefined;
+}
+
+/** The service's Error body as a PetStoreError, with the answer's request id and Retry-After; another body as unexpected_response. */
+function serviceError(response: Response, text: string, retryAfterMs: number | undefined): PetStoreError {
   let body: { code?: unknown; message?: unknown } | undefined;
   try {
     body = JSON.parse(text) as typeof body;
   } catch {
     body = undefined;
   }
-  if (typeof body?.code !== 'string' || typeof body.message !== 'string') {
-    return unexpected(response, `HTTP ${response.status} without the service's error body`);
-  }
-  const retryAfter = retryAfterMs(response.headers, clockOffsetMs(response.headers, receivedAt), receivedAt);
-  return new PetStoreError({
+  const known = typeof body?.code === 'string' && typeof body.message === 'string';
+  return errorOf({
     status: response.status,
-    code: body.code as ServiceErrorCode,
-    message: body.message,
+    code: known ? (body!.code as ServiceErrorCode) : 'unexpected_response',
+    message: known ? (body!.message as string) : `The service answered HTTP ${response.status} without the service's error body`,
     requestId: response.headers.get('x-request-id') ?? undefined,
-    retryAfter: retryAfter === undefined ? undefined : Math.ceil(retryAfter / 1000),
+    retryAfter: retryAfterMs === undefined ? undefined : Math.ceil(retryAfterMs / 1000),
   });
 }
 
@@ -280,12 +435,32 @@ function unexpected(response: Response, what: string, cause?: unknown): PetStore
   });
 }
 
-function connectionFailure(error: unknown, timeoutMs: number): PetStoreError {
+function refusedLink(headers: Headers, what: string): PetStoreError {
+  return new PetStoreError({
+    status: 200,
+    code: 'unexpected_response',
+    message: `The service answered ${what}; the walk stops there`,
+    requestId: headers.get('x-request-id') ?? undefined,
+  });
+}
+
+function connectionFailure(error: unknown, timeoutMs: number): ConnectionError | TimeoutError {
   if (error instanceof AttemptTimeout) {
-    return new PetStoreError({ status: 0, code: 'timeout', message: `No answer within ${timeoutMs} ms`, cause: error });
+    return new TimeoutError({ status: 0, code: 'timeout', message: `No answer within ${timeoutMs} ms`, cause: error });
   }
   const reason = error instanceof Error ? (error.cause instanceof Error ? error.cause.message : error.message) : String(error);
-  return new PetStoreError({ status: 0, code: 'network_error', message: `The request failed: ${reason}`, cause: error });
+  return new ConnectionError({ status: 0, code: 'network_error', message: `The request failed: ${reason}`, cause: error });
+}
+
+/** A v4 UUID; from getRandomValues where randomUUID is missing (it needs a secure context: https or localhost). */
+function randomUuid(): string {
+  const { crypto } = globalThis;
+  if (typeof crypto.randomUUID === 'function') return crypto.randomUUID();
+  const bytes = crypto.getRandomValues(new Uint8Array(16));
+  bytes[6] = (bytes[6]! & 0x0f) | 0x40;
+  bytes[8] = (bytes[8]! & 0x3f) | 0x80;
+  const hex = Array.from(bytes, (byte) => byte.toString(16).padStart(2, '0')).join('');
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
 }
 
 /** The default notice: one warning, as Node reports its own deprecations, or on the console. */

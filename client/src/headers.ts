@@ -40,16 +40,25 @@ export function retryAfterMs(headers: Headers, offsetMs: number, now: number): n
   return Number.isNaN(date) ? undefined : Math.max(0, date - offsetMs - now);
 }
 
-/** The targets of an RFC 8288 Link header by relation type, resolved against `base`. */
-export function linksOf(headers: Headers, base: string): Map<string, string> {
+/** The targets of an RFC 8288 Link header by relation type, as written (resolve them with urlOf). */
+export function linksOf(headers: Headers): Map<string, string> {
   const links = new Map<string, string>();
   for (const [, target, params] of (headers.get('link') ?? '').matchAll(/<([^>]*)>([^,]*)/g)) {
     const rel = /;\s*rel\s*=\s*(?:"([^"]*)"|([^\s;"]+))/i.exec(params!);
     for (const type of (rel?.[1] ?? rel?.[2] ?? '').toLowerCase().split(/\s+/).filter(Boolean)) {
-      if (!links.has(type)) links.set(type, new URL(target!, base).href);
+      if (!links.has(type)) links.set(type, target!);
     }
   }
   return links;
+}
+
+/** `target` resolved against `base`, or undefined when it is not a URL. */
+export function urlOf(target: string, base: string): URL | undefined {
+  try {
+    return new URL(target, base);
+  } catch {
+    return undefined;
+  }
 }
 
 /** What a deprecated operation's answer says of it (RFC 9745 Deprecation, RFC 8594 Sunset). */
@@ -71,11 +80,12 @@ export function deprecationOf(operation: string, headers: Headers, base: string)
   if (deprecation === null && sunset === null) return undefined;
   const since = /^@(-?\d+)$/.exec(deprecation?.trim() ?? '');
   const sunsetAt = Date.parse(sunset ?? '');
-  const links = linksOf(headers, base);
+  const links = linksOf(headers);
+  const link = links.get('deprecation') ?? links.get('successor-version');
   return {
     operation,
     deprecation: since ? new Date(Number(since[1]) * 1000) : undefined,
     sunset: Number.isNaN(sunsetAt) ? undefined : new Date(sunsetAt),
-    link: links.get('deprecation') ?? links.get('successor-version'),
+    link: link === undefined ? undefined : urlOf(link, base)?.href,
   };
 }

@@ -1,9 +1,11 @@
-import { PetStoreError } from './errors.js';
+import { RateLimitError } from './errors.js';
 import { clockOffsetMs, rateLimitOf, retryAfterMs, type RateLimit } from './headers.js';
 import { sleep } from './waits.js';
 
 /** What a 429 without Retry-After is taken to ask for (the service always sends one). */
 const DEFAULT_RETRY_AFTER_MS = 1_000;
+/** While the key is out of quota for longer than a caller waits, one request this often sees whether the limit was lifted. */
+const PROBE_INTERVAL_MS = 60_000;
 
 /** The key's quota in one window, as this client knows it. */
 interface Budget {
@@ -23,7 +25,9 @@ interface Budget {
  *   this client has sent since), nothing is sent until X-RateLimit-Reset;
  * - while no answer of the window has said what is left, one request at a time goes out, so a
  *   burst of concurrent calls cannot overrun a quota it has not heard of yet.
- * A wait longer than maxWaitMs fails at once (429 `rate_limited`) and sends nothing.
+ * A wait longer than the call's maxWaitMs fails at once (429 `rate_limited`) and sends nothing,
+ * except for one probe a minute: a limit lifted meanwhile (a plan changed, a ban lifted) is seen by
+ * its answer, and one request a minute is far from what gets a key banned.
  */
 export class RateGate {
   #blockedUntil = 0;
@@ -33,13 +37,18 @@ export class RateGate {
   /** The fewest Remaining the answers stated since nothing was in flight: the window's count once all are back. */
   #lowest = Infinity;
   #waitingForAnswer: Array<() => void> = [];
+  /** When the last request was let through (the last probe's included). */
+  #lastSentAt = -Infinity;
+  #probing = false;
   /** The rate limit the last answer stated. */
   last: RateLimit | undefined;
 
-  constructor(private readonly maxWaitMs: number) {}
-
-  /** Waits until a request may be sent and counts it as sent; every acquire is followed by one settle. */
-  async acquire(signal: AbortSignal | undefined): Promise<void> {
+  /**
+   * Waits until a request may be sent and counts it as sent; every acquire is followed by one
+   * settle, told whether this request was the probe.
+   */
+  async acquire(signal: AbortSignal | undefined, maxWaitMs: number): Promise<{ probe: boolean }> {
+    let probe = false;
     for (;;) {
       signal?.throwIfAborted();
       const now = Date.now();
@@ -50,8 +59,13 @@ export class RateGate {
       const spentUntil = this.#budget && this.#budget.remaining <= 0 ? this.#budget.resetsAt : 0;
       const until = Math.max(this.#blockedUntil, spentUntil);
       if (until > now) {
-        await this.#wait(until - now, signal);
-        continue;
+        if (until - now <= maxWaitMs) {
+          await sleep(until - now, signal);
+          continue;
+        }
+        if (this.#probing || now - this.#lastSentAt < PROBE_INTERVAL_MS) throw outOfQuota(until - now, maxWaitMs);
+        probe = this.#probing = true;
+        break;
       }
       if (this.#budget) {
         this.#budget.remaining--;
@@ -64,11 +78,14 @@ export class RateGate {
       break;
     }
     this.#inFlight++;
+    this.#lastSentAt = Date.now();
+    return { probe };
   }
 
   /** Learns from the answer to a request acquire let through (undefined when none came). */
-  settle(response: Response | undefined, receivedAt: number): void {
+  settle(response: Response | undefined, receivedAt: number, { probe }: { probe: boolean }): void {
     this.#inFlight--;
+    if (probe) this.#probing = false;
     if (response) {
       this.#learning = false;
       const offset = clockOffsetMs(response.headers, receivedAt);
@@ -77,6 +94,9 @@ export class RateGate {
       if (response.status === 429) {
         const wait = retryAfterMs(response.headers, offset, receivedAt) ?? DEFAULT_RETRY_AFTER_MS;
         this.#blockedUntil = Math.max(this.#blockedUntil, receivedAt + wait);
+      } else if (probe) {
+        // Answered: the limit was lifted. What its headers state of the window now counts.
+        this.#blockedUntil = 0;
       }
     }
     for (const wake of this.#waitingForAnswer.splice(0)) wake();
@@ -97,19 +117,6 @@ export class RateGate {
     if (this.#inFlight === 0) this.#lowest = Infinity;
   }
 
-  async #wait(ms: number, signal: AbortSignal | undefined): Promise<void> {
-    if (ms > this.maxWaitMs) {
-      const seconds = Math.ceil(ms / 1000);
-      throw new PetStoreError({
-        status: 429,
-        code: 'rate_limited',
-        message: `The API key's rate limit allows the next request in ${seconds} s, longer than maxWaitMs (${this.maxWaitMs} ms); nothing was sent`,
-        retryAfter: seconds,
-      });
-    }
-    await sleep(ms, signal);
-  }
-
   #nextAnswer(signal: AbortSignal | undefined): Promise<void> {
     return new Promise((resolve, reject) => {
       const onAbort = () => reject(signal!.reason as Error);
@@ -120,4 +127,14 @@ export class RateGate {
       });
     });
   }
+}
+
+function outOfQuota(waitMs: number, maxWaitMs: number): RateLimitError {
+  const seconds = Math.ceil(waitMs / 1000);
+  return new RateLimitError({
+    status: 429,
+    code: 'rate_limited',
+    message: `The API key's rate limit allows the next request in ${seconds} s, longer than maxWaitMs (${maxWaitMs} ms); nothing was sent`,
+    retryAfter: seconds,
+  });
 }

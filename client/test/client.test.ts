@@ -1,11 +1,30 @@
 // The client against the real service (built by buildTestApp on its embedded database, over loopback HTTP).
 import { describe, vi } from 'vitest';
 import { appTest, expect } from '../../test/support/fixtures.js';
+import { freePort } from '../../test/support/free-port.js';
 import { countPets } from '../../test/support/pets.js';
-import { PetStoreClient, PetStoreError, type DeprecationNotice, type Pet, type PetStoreClientOptions } from '../src/index.js';
+import {
+  AuthenticationError,
+  BadRequestError,
+  ConflictError,
+  ConnectionError,
+  NotFoundError,
+  PetStoreClient,
+  PetStoreError,
+  TimeoutError,
+  type DeprecationNotice,
+  type Pet,
+  type PetStoreClientOptions,
+} from '../src/index.js';
 import { answerLosingProxy, recordingFetch, silentServer } from './support.js';
 
-const test = appTest();
+const PORT = await freePort();
+const ORIGIN = `http://127.0.0.1:${PORT}`;
+// The service's links name its public address: here, as in production, the one the client is given.
+const test = appTest({ env: { PUBLIC_BASE_URL: `${ORIGIN}/v1` } }).extend('origin', { scope: 'file' }, async ({ t }) => {
+  if (!t.app.server.listening) await t.app.listen({ port: PORT, host: '127.0.0.1' });
+  return ORIGIN;
+});
 
 /** A client of the test app's key (enterprise, limits no test reaches), recording its traffic. */
 function clientOf(origin: string, apiKey: string, options: Partial<PetStoreClientOptions> = {}) {
@@ -20,9 +39,10 @@ const elapsedSince = (start: number) => Math.round(performance.now() - start);
 describe('creates', () => {
   test('an answer lost after the server committed: the retry, with the same key, gets the replayed 201 and one pet exists', async ({
     t,
-    port,
+    origin,
   }) => {
-    const proxy = await answerLosingProxy(port);
+    expect(origin).toBe(ORIGIN);
+    const proxy = await answerLosingProxy(PORT);
     try {
       const { client, exchanges } = clientOf(proxy.origin, keyOf(t.auth));
       const before = await countPets(t.db, 'Lost answer');
@@ -51,8 +71,8 @@ describe('creates', () => {
     }
   });
 
-  test('every create has a key of its own unless given one, sent as given', async ({ t, port }) => {
-    const { client, exchanges } = clientOf(`http://127.0.0.1:${port}`, keyOf(t.auth));
+  test('every create has a key of its own unless given one, sent as given', async ({ t, origin }) => {
+    const { client, exchanges } = clientOf(origin, keyOf(t.auth));
     const first = await client.createPet({ name: 'Keyed', categoryId: 1 });
     await client.createPet({ name: 'Keyed', categoryId: 1 });
     const given = await client.createPet({ name: 'Given key', categoryId: 1 }, { idempotencyKey: 'order-4711' });
@@ -67,35 +87,51 @@ describe('creates', () => {
   });
 });
 
-test('allPets walks 250 pets page by page, each once and in order, on its own address whatever the links name', async ({ t, port }) => {
+test('allPets walks 250 pets page by page, each once and in order; listPetsPage gives each page with its cursor, and a cursor resumes a walk', async ({
+  t,
+  origin,
+}) => {
   const created: Pet[] = [];
   for (let i = 0; i < 250; i++) created.push(await t.app.petsRepository.create({ name: `Walker ${i}`, categoryId: 3, status: 'pending' }));
-  const { client, exchanges } = clientOf(`http://127.0.0.1:${port}`, keyOf(t.auth));
+  const { client, exchanges } = clientOf(origin, keyOf(t.auth));
 
   const walked: Pet[] = [];
   for await (const pet of client.allPets({ status: 'pending', limit: 100 })) walked.push(pet);
 
   expect(walked).toEqual(created);
   expect(exchanges.map((exchange) => exchange.status)).toEqual([200, 200, 200]);
-  // The service's links name its public address (https://api.example.test/v1); the key went nowhere else.
-  expect(exchanges.every((exchange) => exchange.url.startsWith(`http://127.0.0.1:${port}/v1/pets?`))).toBe(true);
+  expect(exchanges.every((exchange) => exchange.url.startsWith(`${origin}/v1/pets?`))).toBe(true);
   const pages = exchanges.length;
   expect(await client.listPets({ status: 'pending', limit: 5 })).toEqual(created.slice(0, 5));
 
   const small: Pet[] = [];
-  for await (const pet of clientOf(`http://127.0.0.1:${port}`, keyOf(t.auth)).client.allPets({ status: 'pending', limit: 7 }))
-    small.push(pet);
+  for await (const pet of clientOf(origin, keyOf(t.auth)).client.allPets({ status: 'pending', limit: 7 })) small.push(pet);
   expect(small.map((pet) => pet.id)).toEqual(created.map((pet) => pet.id));
-  console.log(`allPets: ${walked.length} pets in ${pages} pages of 100, and in ${Math.ceil(250 / 7)} pages of 7, each once, in id order`);
+
+  const first = await client.listPetsPage({ status: 'pending', limit: 100 });
+  expect(first.pets).toEqual(created.slice(0, 100));
+  expect(first.requestId).toBe(exchanges.at(-1)!.headers!.get('x-request-id'));
+  expect(first.nextCursor).toEqual(expect.any(String));
+  const second = await client.listPetsPage({ status: 'pending', limit: 100, cursor: first.nextCursor });
+  expect(second.pets).toEqual(created.slice(100, 200));
+  const last = await client.listPetsPage({ status: 'pending', limit: 100, cursor: second.nextCursor });
+  expect(last).toMatchObject({ pets: created.slice(200), nextCursor: undefined });
+  expect(await client.listPets({ status: 'pending', limit: 100, cursor: second.nextCursor })).toEqual(created.slice(200));
+  const resumed: Pet[] = [];
+  for await (const pet of client.allPets({ status: 'pending', limit: 100, cursor: first.nextCursor })) resumed.push(pet);
+  expect(resumed).toEqual(created.slice(100));
+  console.log(
+    `allPets: ${walked.length} pets in ${pages} pages of 100, and in ${Math.ceil(250 / 7)} pages of 7, each once, in id order; resumed from a page's cursor`,
+  );
 });
 
 describe('errors', () => {
-  test('carry the status, code, message and request id of the answer, and a 4xx is not retried', async ({ t, port }) => {
-    const { client, exchanges } = clientOf(`http://127.0.0.1:${port}`, keyOf(t.auth), { onDeprecation: () => {} });
+  test('carry the status, code, message and request id of the answer, and a 4xx is not retried', async ({ t, origin }) => {
+    const { client, exchanges } = clientOf(origin, keyOf(t.auth), { onDeprecation: () => {} });
 
     const missing = await client.getPet(9_007_199_254_740_991).catch((error: unknown) => error);
     expect(missing).toBeInstanceOf(PetStoreError);
-    expect(missing).toMatchObject({ name: 'PetStoreError', status: 404, code: 'not_found', retryAfter: undefined });
+    expect(missing).toMatchObject({ name: 'NotFoundError', status: 404, code: 'not_found', retryAfter: undefined });
     expect((missing as PetStoreError).requestId).toBe(exchanges[0]!.headers!.get('x-request-id'));
     expect((missing as PetStoreError).requestId).toMatch(/^[0-9a-f-]{36}$/);
 
@@ -103,10 +139,50 @@ describe('errors', () => {
     expect(invalid).toMatchObject({ status: 400, code: 'bad_request', message: expect.stringContaining('body/name') });
     expect((invalid as PetStoreError).requestId).toBe(exchanges[1]!.headers!.get('x-request-id'));
 
-    const stranger = clientOf(`http://127.0.0.1:${port}`, 'psk_not-a-key');
+    const stranger = clientOf(origin, 'psk_not-a-key');
     await expect(stranger.client.listPets()).rejects.toMatchObject({ status: 401, code: 'unauthorized' });
     expect(stranger.exchanges).toHaveLength(1);
     expect(exchanges).toHaveLength(2);
+  });
+
+  test('are of the class their status names, each a PetStoreError, answered by the service or by no one', async ({ t, origin }) => {
+    const { client, exchanges } = clientOf(origin, keyOf(t.auth), { onDeprecation: () => {} });
+    const failureOf = (call: Promise<unknown>) =>
+      call.then(
+        () => new Error('answered'),
+        (failure: unknown) => failure,
+      );
+    await client.createPet({ name: 'Once', categoryId: 1 }, { idempotencyKey: 'classes-1' });
+    const closed = await silentServer();
+    await closed.close();
+    const silent = await silentServer();
+    try {
+      const failures = {
+        BadRequestError: await failureOf(client.listPets({ limit: 500 })),
+        AuthenticationError: await failureOf(clientOf(origin, 'psk_not-a-key').client.listPets()),
+        NotFoundError: await failureOf(client.getPet(9_007_199_254_740_991)),
+        ConflictError: await failureOf(client.createPet({ name: 'Other', categoryId: 1 }, { idempotencyKey: 'classes-1' })),
+        ConnectionError: await failureOf(clientOf(closed.origin, 'psk_x', { maxRetries: 0 }).client.listPets()),
+        TimeoutError: await failureOf(clientOf(silent.origin, 'psk_x', { maxRetries: 0, timeoutMs: 100 }).client.listPets()),
+      };
+      const classes = { BadRequestError, AuthenticationError, NotFoundError, ConflictError, ConnectionError, TimeoutError };
+      for (const [name, failure] of Object.entries(failures)) {
+        expect(failure, name).toBeInstanceOf(classes[name as keyof typeof classes]);
+        expect(failure, name).toBeInstanceOf(PetStoreError);
+        expect((failure as PetStoreError).name).toBe(name);
+      }
+      expect(failures).toMatchObject({
+        BadRequestError: { status: 400, code: 'bad_request' },
+        AuthenticationError: { status: 401, code: 'unauthorized' },
+        NotFoundError: { status: 404, code: 'not_found' },
+        ConflictError: { status: 422, code: 'idempotency_key_mismatch' },
+        ConnectionError: { status: 0, code: 'network_error' },
+        TimeoutError: { status: 0, code: 'timeout' },
+      });
+      expect(exchanges.map((exchange) => exchange.status)).toEqual([201, 400, 404, 422]);
+    } finally {
+      await silent.close();
+    }
   });
 
   test('the base address must be the API, ending in /v1', () => {
@@ -123,7 +199,7 @@ describe('timeouts and cancellation', () => {
       const start = performance.now();
       const error = await client.listPets().catch((failure: unknown) => failure);
       const elapsed = elapsedSince(start);
-      expect(error).toMatchObject({ name: 'PetStoreError', status: 0, code: 'timeout', requestId: undefined });
+      expect(error).toMatchObject({ name: 'TimeoutError', status: 0, code: 'timeout', requestId: undefined });
       expect(silent.requests()).toBe(3);
       // Three attempts of 150 ms each at least; a silent server without the timeout would hold the
       // call for ever, so the upper bound only says it ended (a loaded machine stretches the rest).
@@ -161,10 +237,10 @@ describe('timeouts and cancellation', () => {
 });
 
 describe('deprecation', () => {
-  test('an answer with Deprecation and Sunset calls onDeprecation once per operation per client', async ({ t, port }) => {
+  test('an answer with Deprecation and Sunset calls onDeprecation once per operation per client', async ({ t, origin }) => {
     const pet = await t.app.petsRepository.create({ name: 'Old road', categoryId: 2 });
     const notices: DeprecationNotice[] = [];
-    const { client } = clientOf(`http://127.0.0.1:${port}`, keyOf(t.auth), { onDeprecation: (notice) => notices.push(notice) });
+    const { client } = clientOf(origin, keyOf(t.auth), { onDeprecation: (notice) => notices.push(notice) });
 
     await client.listPets({ limit: 1 });
     expect(await client.getPet(pet.id)).toEqual(pet);
@@ -176,22 +252,24 @@ describe('deprecation', () => {
         operation: 'getPet',
         deprecation: new Date('2025-12-05T00:00:00Z'),
         sunset: new Date('2030-12-05T00:00:00Z'),
-        link: 'https://api.example.test/v1/openapi.json#/paths/~1pets~1{petId}/get',
+        link: `${ORIGIN}/v1/openapi.json#/paths/~1pets~1{petId}/get`,
       },
     ]);
     console.log(`deprecation: 3 calls of getPet, onDeprecation called ${notices.length} time`);
   });
 
-  test('by default, one process warning', async ({ t, port }) => {
+  test('by default, one process warning', async ({ t, origin }) => {
     const warnings = vi.spyOn(process, 'emitWarning').mockImplementation(() => {});
     try {
       const pet = await t.app.petsRepository.create({ name: 'Warned', categoryId: 2 });
-      const { client } = clientOf(`http://127.0.0.1:${port}`, keyOf(t.auth));
+      const { client } = clientOf(origin, keyOf(t.auth));
       await client.getPet(pet.id);
       await client.getPet(pet.id);
       expect(warnings).toHaveBeenCalledTimes(1);
       expect(warnings).toHaveBeenCalledWith(
-        expect.stringMatching(/^The pet store API's getPet is deprecated and will be removed on Thu, 05 Dec 2030 00:00:00 GMT; see https:/),
+        expect.stringMatching(
+          /^The pet store API's getPet is deprecated and will be removed on Thu, 05 Dec 2030 00:00:00 GMT; see http:\/\/127\.0\.0\.1:/,
+        ),
         { type: 'DeprecationWarning', code: 'PET_STORE_DEPRECATED' },
       );
     } finally {
@@ -200,9 +278,9 @@ describe('deprecation', () => {
   });
 });
 
-test('with cache on, reads revalidate with If-None-Match, a 304 is answered from the copy and costs no quota', async ({ t, port }) => {
+test('with cache on, reads revalidate with If-None-Match, a 304 is answered from the copy and costs no quota', async ({ t, origin }) => {
   const pet = await t.app.petsRepository.create({ name: 'Cached', categoryId: 4, status: 'sold' });
-  const { client, exchanges } = clientOf(`http://127.0.0.1:${port}`, keyOf(t.auth), { cache: { maxEntries: 10 }, onDeprecation: () => {} });
+  const { client, exchanges } = clientOf(origin, keyOf(t.auth), { cache: { maxEntries: 10 }, onDeprecation: () => {} });
 
   const first = await client.listPets({ status: 'sold' });
   const afterFirst = client.rateLimit!.remaining;
@@ -225,7 +303,7 @@ test('with cache on, reads revalidate with If-None-Match, a 304 is answered from
   await client.listPets({ status: 'sold' });
   expect(exchanges.at(-1)!.status).toBe(304);
 
-  const uncached = clientOf(`http://127.0.0.1:${port}`, keyOf(t.auth));
+  const uncached = clientOf(origin, keyOf(t.auth));
   await uncached.client.listPets({ status: 'sold' });
   await uncached.client.listPets({ status: 'sold' });
   expect(uncached.exchanges.every((exchange) => !exchange.requestHeaders.has('if-none-match'))).toBe(true);

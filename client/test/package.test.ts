@@ -1,6 +1,6 @@
 // The package as it ships: types current with the served document, and dist/ as a consumer gets it
-// (ESM with declarations, nothing imported but its own modules).
-import { mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+// (ESM with declarations, nothing imported but its own modules), packed by npm and installed.
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CLIENT_TYPES_COMMAND, CLIENT_TYPES_FILE, clientTypes } from '../../scripts/client-types.js';
@@ -62,13 +62,42 @@ describe('the built package', () => {
     }
   });
 
+  it('packs the client and its types, no test and nothing of the server; its README links resolve where it is installed', async () => {
+    const packed = await runCommand('npm', ['pack', '--workspace=client', '--ignore-scripts', '--json', '--pack-destination', consumer]);
+    expect(packed.code, packed.stderr).toBe(0);
+    const [{ filename, files }] = JSON.parse(packed.stdout) as [{ filename: string; files: Array<{ path: string }> }];
+    const paths = files.map((file) => file.path).sort();
+    expect(paths).toEqual(expect.arrayContaining(['README.md', 'package.json', 'dist/index.js', 'dist/index.d.ts', 'dist/client.d.ts']));
+    const stray = paths.filter((path) => !/^(README\.md|package\.json|(dist|src)\/[\w./-]+\.(js|ts|map))$/.test(path));
+    expect(stray, 'only the client, built and as source').toEqual([]);
+    expect(paths.filter((path) => /test|fastify|routes|plugins|\bdb\b/i.test(path))).toEqual([]);
+    const clientSources = readdirSync(join(ROOT, 'client/src'), { recursive: true, encoding: 'utf8' }).filter((file) =>
+      file.endsWith('.ts'),
+    );
+    expect(paths.filter((path) => path.startsWith('src/'))).toEqual(clientSources.map((file) => `src/${file}`).sort());
+
+    // Installed as npm installs it: the consumer below resolves @pet-store/client to this copy.
+    const installed = join(consumer, 'node_modules/@pet-store/client');
+    mkdirSync(installed, { recursive: true });
+    const extracted = await runCommand('tar', ['-xzf', join(consumer, filename), '-C', installed, '--strip-components=1']);
+    expect(extracted.code, extracted.stderr).toBe(0);
+    const readme = readFileSync(join(installed, 'README.md'), 'utf8');
+    const links = [...readme.matchAll(/\]\(([^)\s]+)\)/g)].map((match) => match[1]!);
+    for (const link of links) {
+      if (/^https?:\/\//.test(link) || link.startsWith('#')) continue;
+      expect(existsSync(join(installed, link.split('#')[0]!)), `README link ${link} in the installed package`).toBe(true);
+    }
+  });
+
   it('is what `import ... from "@pet-store/client"` gives Node, with types that check a consumer and the README\'s examples', async () => {
     const loaded = await runCommand(process.execPath, [
       '--input-type=module',
       '-e',
       "const m = await import('@pet-store/client'); console.log(Object.keys(m).sort().join(' '))",
     ]);
-    expect(loaded.stdout.trim(), loaded.stderr).toBe('PetStoreClient PetStoreError VERSION');
+    expect(loaded.stdout.trim(), loaded.stderr).toBe(
+      'AuthenticationError BadRequestError ConflictError ConnectionError NotFoundError PermissionDeniedError PetStoreClient PetStoreError RateLimitError ServerError TimeoutError VERSION',
+    );
 
     writeFileSync(join(consumer, 'package.json'), JSON.stringify({ type: 'module' }));
     writeFileSync(

@@ -1,5 +1,7 @@
 // What the client's tests put around a real server: a fetch that records what went over the wire,
-// a TCP proxy that loses one answer, and a server that never answers. Nothing here answers for the service.
+// a TCP proxy that loses one answer, and a server that never answers; and, for what the real service
+// cannot be made to answer (a gateway's HTML page, a hostile Link, a minute's Retry-After), a fake one.
+import { createServer as createHttpServer, type IncomingHttpHeaders, type ServerResponse } from 'node:http';
 import { createServer, connect, type AddressInfo, type Server, type Socket } from 'node:net';
 
 export interface Exchange {
@@ -105,4 +107,42 @@ export async function silentServer() {
     });
   });
   return { ...(await listening(server)), requests: () => requests };
+}
+
+/** A request a fake server received. */
+export interface ReceivedRequest {
+  method: string;
+  url: string;
+  headers: IncomingHttpHeaders;
+  body: string;
+}
+
+/**
+ * An HTTP server on a loopback port answering each request as `answer` says (given the request and
+ * how many came before it): a gateway, a hostile server, a service out of quota.
+ */
+export async function fakeServer(answer: (request: ReceivedRequest, response: ServerResponse, index: number) => void) {
+  const requests: ReceivedRequest[] = [];
+  const server = createHttpServer((request, response) => {
+    let body = '';
+    request.setEncoding('utf8');
+    request.on('data', (chunk: string) => (body += chunk));
+    request.on('end', () => {
+      const received = { method: request.method!, url: request.url!, headers: request.headers, body };
+      requests.push(received);
+      answer(received, response, requests.length - 1);
+    });
+  });
+  return { ...(await listening(server)), requests };
+}
+
+/** Answers JSON, as the service does. */
+export function answerJson(response: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}) {
+  response.writeHead(status, { 'content-type': 'application/json', ...headers }).end(JSON.stringify(body));
+}
+
+/** Answers as nginx does when the upstream is down: an HTML page. */
+export function answerGatewayPage(response: ServerResponse, status: 502 | 503 | 504) {
+  const page = `<html><head><title>${status} Bad Gateway</title></head><body><center><h1>${status}</h1></center><hr><center>nginx</center></body></html>`;
+  response.writeHead(status, { 'content-type': 'text/html' }).end(page);
 }
