@@ -265,7 +265,8 @@ awk '$1 == "#" && $2 == "TYPE" {
 postgres_only="db_pool_connections
 db_reads_total
 db_replica_lag_seconds
-db_replica_available"
+db_replica_available
+db_replica_refused"
 missing=""
 not_checked=""
 while IFS= read -r line; do
