@@ -87,6 +87,42 @@ describe('keys looked up on first use', () => {
   });
 });
 
+describe('the hash of a presented key', () => {
+  const get = (t: TestApp, key: string) => t.app.inject({ url: '/v1/pets?limit=1', headers: bearer(key) });
+  const hashOf = (key: string) => hashKey(key).toString('base64');
+
+  test('is computed on its first use and known by the key while the cache holds it as usable, never for an unknown key', async ({ t }) => {
+    const { id, key } = await t.app.apiKeysRepository.create({ plan: 'pro' });
+    expect(t.app.keyCache.knownHash(key)).toBeUndefined();
+    expect((await get(t, key)).statusCode).toBe(200);
+    expect(t.app.keyCache.knownHash(key)).toBe(hashOf(key));
+    const unknown = generateKey();
+    expect((await get(t, unknown)).statusCode).toBe(401);
+    expect(t.app.keyCache.knownHash(unknown)).toBeUndefined();
+    // Revoked: its next use looks it up again, finds no usable key, and the key is no longer held.
+    await t.app.apiKeysRepository.revoke(id);
+    await eventually(async () => (await get(t, key)).statusCode === 401);
+    expect(t.app.keyCache.knownHash(key)).toBeUndefined();
+  });
+
+  test('leaves memory with its entry: evicted, or forgotten with everything', async () => {
+    const small = await buildTestApp({ KEY_CACHE_MAX_ENTRIES: '2' });
+    try {
+      const keys = [];
+      for (let i = 0; i < 3; i++) {
+        const { key } = await small.app.apiKeysRepository.create({ plan: 'pro' });
+        expect((await get(small, key)).statusCode).toBe(200);
+        keys.push(key);
+      }
+      expect(keys.map((key) => small.app.keyCache.knownHash(key))).toEqual([undefined, hashOf(keys[1]!), hashOf(keys[2]!)]);
+      small.app.keyCache.invalidate('*');
+      expect(keys.map((key) => small.app.keyCache.knownHash(key))).toEqual([undefined, undefined, undefined]);
+    } finally {
+      await small.close();
+    }
+  });
+});
+
 describe('revoked keys', () => {
   const get = (t: TestApp, key: string) => t.app.inject({ url: '/v1/pets?limit=1', headers: bearer(key) });
 

@@ -77,23 +77,27 @@ export default fp(
       if (request.routeOptions.config.public) return { kind: 'public' };
       const token = bearerToken(request.headers.authorization);
       if (!token) return { kind: 'missing' };
-      // A key that cannot be ours (its shape, or its checksum) never reaches the cache or the database.
-      if (!isPlausibleKey(token)) return { kind: 'invalid' };
-      const hash = hashKey(token).toString('base64');
+      // A key that cannot be ours (its shape, or its checksum) never reaches the cache or the database;
+      // one held as usable was checked and hashed on its first use.
+      let hash = app.keyCache.knownHash(token);
+      if (hash === undefined) {
+        if (!isPlausibleKey(token)) return { kind: 'invalid' };
+        hash = hashKey(token).toString('base64');
+      }
       const known = app.keyCache.get(hash);
       if (known === undefined || known === 'stale') return { kind: 'unverified', hash, recheck: known === 'stale' };
       return usable(known);
     }
 
-    async function verify({ hash }: Extract<Credential, { kind: 'unverified' }>): Promise<Credential> {
-      const found = await app.keyCache.lookUp(hash);
+    async function verify(request: FastifyRequest, { hash }: Extract<Credential, { kind: 'unverified' }>): Promise<Credential> {
+      const found = await app.keyCache.lookUp(hash, bearerToken(request.headers.authorization)!);
       lookups.inc({ outcome: found ? 'found' : 'unknown' });
       return usable(found);
     }
 
     /** Verifies a key because the filter holds it, and tells the filter when it held no usable key. */
-    async function verifyListed(credential: Extract<Credential, { kind: 'unverified' }>): Promise<Credential> {
-      const verified = await verify(credential);
+    async function verifyListed(request: FastifyRequest, credential: Extract<Credential, { kind: 'unverified' }>): Promise<Credential> {
+      const verified = await verify(request, credential);
       if (verified.kind !== 'key') app.keyFilter.heldNoKey();
       return verified;
     }
@@ -110,16 +114,16 @@ export default fp(
       async authenticate(request, now) {
         const credential = identify(request);
         if (credential.kind !== 'unverified') return recordIdentity(request, credential);
-        if (credential.recheck) return recordIdentity(request, await verify(credential));
+        if (credential.recheck) return recordIdentity(request, await verify(request, credential));
         // A key stored as far as the filter knows is looked up whatever its address did; any other
         // spends the address's budget (a key made a moment ago elsewhere, whose notice is on its way).
-        if (app.keyFilter.mayHold(credential.hash)) return recordIdentity(request, await verifyListed(credential));
+        if (app.keyFilter.mayHold(credential.hash)) return recordIdentity(request, await verifyListed(request, credential));
         const budget = await app.rateLimit.mayLookUp(request.ip, now);
-        if (budget.lookUp) return recordIdentity(request, await verify(credential));
+        if (budget.lookUp) return recordIdentity(request, await verify(request, credential));
         // About to be refused: the notice of a key made a moment ago elsewhere may still be on its
         // way. Once every notice sent before now is applied here, the filter tells.
         if ((await app.keyNotices.catchUp()) && app.keyFilter.mayHold(credential.hash))
-          return recordIdentity(request, await verifyListed(credential));
+          return recordIdentity(request, await verifyListed(request, credential));
         return budget.refusal ? { kind: 'lookup-refused', refusal: budget.refusal } : credential;
       },
 

@@ -26,12 +26,15 @@ interface Entry {
   /** Undefined for a hash that matched no usable key. */
   identity: ApiKeyIdentity | undefined;
   expiresAt: number;
+  /** The key as presented, for a usable one: in memory only, and only as long as its entry. */
+  key?: string;
 }
 
 /**
  * The keys recently used on this instance, by hash, filled on first use from the database and
- * bounded by configuration: the least recently used go first. A cached key costs a hash and a
- * map lookup, never a round trip. Changes arrive as notices naming key ids (or "everything"),
+ * bounded by configuration: the least recently used go first. A cached key costs two map lookups,
+ * never a round trip: its hash is computed once, on its first use, and known by the key as
+ * presented while its entry is held (docs/decisions/key-hash-memo.md). Changes arrive as notices naming key ids (or "everything"),
  * from the api_keys trigger (migrations/006), whoever made them; a read that a change overtook
  * is not kept, so a revocation is never undone by a lookup already under way.
  */
@@ -40,6 +43,8 @@ export class KeyCache {
   readonly #now: () => number;
   readonly #entries: Lru<string, Entry>;
   readonly #hashById = new Map<number, string>();
+  /** The hash of each usable key held, by the key as presented. */
+  readonly #hashByKey = new Map<string, string>();
   /** The entries of hashes that matched no usable key: the ones a new key may turn valid. */
   readonly #unknown = new Set<string>();
   readonly #flights = new SingleFlight<string>();
@@ -67,12 +72,20 @@ export class KeyCache {
     return entry.identity ?? null;
   }
 
-  /** Looks a hash up in the database, once however many requests ask at the same time. */
-  lookUp(hash: string): Promise<ApiKeyIdentity | undefined> {
+  /** The hash of a presented key held as usable (stale ones included), without hashing it again. */
+  knownHash(key: string): string | undefined {
+    return this.#hashByKey.get(key);
+  }
+
+  /**
+   * Looks a hash up in the database, once however many requests ask at the same time. `key`, the
+   * key presented with that hash, is what knownHash answers by while it is held.
+   */
+  lookUp(hash: string, key: string): Promise<ApiKeyIdentity | undefined> {
     return this.#flights.run(
       hash,
       () => this.#keys.findUsable(hash),
-      (identity) => this.#remember(hash, identity),
+      (identity) => this.#remember(hash, identity, key),
     );
   }
 
@@ -82,6 +95,7 @@ export class KeyCache {
     if (ids === '*') {
       this.#entries.clear();
       this.#hashById.clear();
+      this.#hashByKey.clear();
       this.#unknown.clear();
       return;
     }
@@ -105,11 +119,16 @@ export class KeyCache {
     return this.#entries.size;
   }
 
-  #remember(hash: string, identity: ApiKeyIdentity | undefined) {
+  #remember(hash: string, identity: ApiKeyIdentity | undefined, key: string) {
     this.#forget(hash);
-    this.#entries.set(hash, { identity, expiresAt: this.#now() + (identity ? KNOWN_TTL_MS : UNKNOWN_TTL_MS) });
-    if (identity) this.#hashById.set(identity.id, hash);
-    else this.#unknown.add(hash);
+    if (identity) {
+      this.#entries.set(hash, { identity, expiresAt: this.#now() + KNOWN_TTL_MS, key });
+      this.#hashById.set(identity.id, hash);
+      this.#hashByKey.set(key, hash);
+    } else {
+      this.#entries.set(hash, { identity, expiresAt: this.#now() + UNKNOWN_TTL_MS });
+      this.#unknown.add(hash);
+    }
   }
 
   #forget(hash: string) {
@@ -121,6 +140,7 @@ export class KeyCache {
 
   /** Drops a forgotten entry from the indexes beside the entries. */
   #unindex(hash: string, entry: Entry) {
+    if (entry.key !== undefined) this.#hashByKey.delete(entry.key);
     if (!entry.identity) this.#unknown.delete(hash);
     else if (this.#hashById.get(entry.identity.id) === hash) this.#hashById.delete(entry.identity.id);
   }
