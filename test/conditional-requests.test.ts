@@ -1,3 +1,4 @@
+import { hash } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import type { LightMyRequestResponse } from 'fastify';
 import { buildTestApp, type TestApp } from './support/app.js';
@@ -88,6 +89,8 @@ describe('ETag and If-None-Match', () => {
     expect(availableNow.statusCode).toBe(200);
     expect(availableNow.json()).toContainEqual(created.json());
     expect(availableNow.headers.etag).not.toBe(available.headers.etag);
+    // The digest of the body sent, not of the one the URL answered before (a page is digested once per version).
+    for (const response of [available, availableNow]) expect(response.headers.etag).toBe(`"${hash('sha1', response.body, 'base64url')}"`);
     expectNotModified(await get(t, '/v1/pets?status=pending&limit=100', { 'if-none-match': String(pending.headers.etag) }), pending);
     expectNotModified(await get(t, '/v1/pets?limit=2', { 'if-none-match': String(firstTwo.headers.etag) }), firstTwo);
     // Different bodies, different tags: no two pages of a listing share one.

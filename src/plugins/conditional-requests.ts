@@ -37,7 +37,8 @@ const matches = (ifNoneMatch: string | undefined, etag: string) => ifNoneMatch?.
 const revalidatesHeldCopy = (ifNoneMatch: string | undefined, statusCode: number, etag: unknown) =>
   statusCode === 304 && typeof etag === 'string' && listsTag(ifNoneMatch, etag);
 
-export const readsOnly = (method: string | string[]) => [method].flat().every((one) => one === 'GET' || one === 'HEAD');
+const isRead = (method: string) => method === 'GET' || method === 'HEAD';
+export const readsOnly = (method: string | string[]) => (typeof method === 'string' ? isRead(method) : method.every(isRead));
 
 /**
  * The data version, which moves whenever any read may answer differently, and how long an answer
@@ -69,6 +70,14 @@ interface KnownTag {
 /** Bounds the memory of known tags: URLs remembered at most, and the longest remembered. */
 const MAX_KNOWN_TAGS = 10_000;
 const MAX_KNOWN_URL_LENGTH = 512;
+/** Bounds the bodies kept to tell whether a URL answered the same again: their characters in all. */
+const MAX_DIGESTED_CHARACTERS = 4 * 1024 * 1024;
+
+/** The last body a URL answered, and its tag. */
+interface Digested {
+  body: string;
+  etag: string;
+}
 
 /**
  * A request found to revalidate a known-current tag, and the data version a revalidating read
@@ -107,6 +116,16 @@ export default fp<ConditionalRequestsOptions>(
     const remember = (url: string, tag: KnownTag) => {
       if (url.length <= MAX_KNOWN_URL_LENGTH) known.set(url, tag);
     };
+    // A page is digested once per version: while a URL answers the same body, comparing it with
+    // the last one (a memcmp) costs far less than hashing it again.
+    const digested = new Lru<string, Digested>(MAX_DIGESTED_CHARACTERS);
+    const tagOf = (url: string, body: string) => {
+      const last = digested.get(url);
+      if (last?.body === body) return last.etag;
+      const etag = `"${hash('sha1', body, 'base64url')}"`;
+      if (url.length <= MAX_KNOWN_URL_LENGTH) digested.set(url, { body, etag }, url.length + body.length);
+      return etag;
+    };
     app.decorateRequest(NOT_MODIFIED, undefined);
     app.decorateRequest(READ_AT_VERSION, undefined);
 
@@ -139,7 +158,7 @@ export default fp<ConditionalRequestsOptions>(
         const ifNoneMatch = request.headers['if-none-match'];
         const free = () => revalidatesHeldCopy(ifNoneMatch, reply.statusCode, reply.getHeader('etag'));
         if (reply.statusCode !== 200 || typeof payload !== 'string' || !readsOnly(request.method)) return { payload, free: free() };
-        const etag = `"${hash('sha1', payload, 'base64url')}"`;
+        const etag = tagOf(request.url, payload);
         reply.header('etag', etag).header('cache-control', REVALIDATE);
         // Remembered only for clients that revalidate: plain reads (most) pay nothing for it.
         const version = (request as Revalidating)[READ_AT_VERSION];
