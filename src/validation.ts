@@ -18,10 +18,11 @@ export const validatorCompiler: FastifySchemaCompiler<TSchema> = ({ schema, http
   // TypeBox converts in place, so it converts a copy and the wire text stays there to compare.
   // Headers are checked as they are: every header the service reads is a string, and copying and
   // walking all of a request's headers is the dearest step of a cached read.
+  const withDefaults = defaultsOf(schema);
   const fromWire =
     httpPart === 'body' || httpPart === 'headers'
       ? (input: unknown) => input
-      : (input: unknown) => Value.Default(schema, keepStrict(input, Value.Convert(schema, Value.Clone(input))));
+      : (input: unknown) => withDefaults(keepStrict(input, Value.Convert(schema, copyOf(input))));
   return (input) => {
     const value = fromWire(input);
     if (check.Check(value)) return { value };
@@ -31,6 +32,43 @@ export const validatorCompiler: FastifySchemaCompiler<TSchema> = ({ schema, http
     return { error: (missing.length > 0 ? missing : found.slice(0, 1)).map(toFastifyError) };
   };
 };
+
+/**
+ * Fills in a parameters object's missing properties with their schema's defaults. Query and path
+ * parameters are flat objects, so one pass over the properties that declare a default does what
+ * TypeBox's Value.Default does, without walking the whole schema on every request (half the cost
+ * of validating a query). Any other shape is left to Value.Default.
+ */
+function defaultsOf(schema: TSchema): (value: unknown) => unknown {
+  const properties = (schema.type === 'object' ? schema.properties : undefined) as Record<string, TSchema> | undefined;
+  if (!properties || !Object.values(properties).every(isScalar)) return (value) => Value.Default(schema, value);
+  const defaults = Object.entries(properties).flatMap(([name, property]) =>
+    'default' in property ? [[name, property.default as unknown] as const] : [],
+  );
+  return (value) => {
+    if (isRecord(value)) for (const [name, fallback] of defaults) if (value[name] === undefined) value[name] = fallback;
+    return value;
+  };
+}
+
+/** A schema of a value with no parts (a number, a string, a choice of literals): nothing inside it can have a default. */
+const isScalar = (schema: TSchema): boolean =>
+  !('properties' in schema) && !('items' in schema) && ((schema.anyOf ?? schema.oneOf ?? []) as TSchema[]).every(isScalar);
+
+/** The parsed query string, copied: values are strings, or arrays of them for a repeated name. */
+function copyOf(input: unknown): unknown {
+  if (!isRecord(input)) return Value.Clone(input);
+  const copy: Record<string, unknown> = {};
+  for (const name in input) {
+    const value = input[name];
+    copy[name] = Array.isArray(value)
+      ? [...(value as unknown[])]
+      : typeof value === 'object' && value !== null
+        ? Value.Clone(value)
+        : value;
+  }
+  return copy;
+}
 
 function toFastifyError(error: ValueError): FastifySchemaValidationError {
   const required = error.type === ValueErrorType.ObjectRequiredProperty;

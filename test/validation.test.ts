@@ -26,6 +26,21 @@ app.get(
   async (request) => ({ params: request.params, query: request.query }),
 );
 
+// Flat, as every query of the API is: its defaults are filled in without TypeBox's walk of the schema.
+app.get(
+  '/flat',
+  {
+    schema: {
+      querystring: Type.Object({
+        size: Type.Integer({ default: 20 }),
+        kind: Type.Optional(Type.Union([Type.Literal('a'), Type.Literal('b')])),
+        label: Type.String({ default: 'none' }),
+      }),
+    },
+  },
+  async (request) => ({ query: request.query }),
+);
+
 const get = async (url: string) => {
   const response = await app.inject(url);
   return { status: response.statusCode, body: response.json() };
@@ -38,6 +53,9 @@ describe('parameters on the wire', () => {
       body: { params: { id: 7 }, query: { flag: true, ratio: 1.5, ids: [1, 2], size: 20 } },
     });
     expect((await get('/things/7?flag=false&ids=3&size=5')).body.query).toEqual({ flag: false, ids: [3], size: 5 });
+    expect((await get('/flat')).body.query).toEqual({ size: 20, label: 'none' });
+    expect((await get('/flat?size=5&kind=b')).body.query).toEqual({ size: 5, kind: 'b', label: 'none' });
+    expect((await get('/flat?size=05')).status).toBe(400);
     expect((await get('/things/7?ratio=-0.25')).body.query.ratio).toBe(-0.25);
   });
 
