@@ -11,6 +11,8 @@ export interface BenchOptions {
   rounds: number;
   /** Requests with random invalid keys in the memory scenario. */
   memoryRequests: number;
+  /** Requests per row while strace counts the server's write system calls; 0 counts none. */
+  straceRequests: number;
   /** A PostgreSQL URL with the right to create and drop the benchmark database. */
   postgresUrl: string;
   /** Dropped and recreated on every run. */
@@ -23,15 +25,15 @@ export interface BenchOptions {
 }
 
 const USAGE = `usage: npm run bench -- [--smoke] [--connections N] [--duration SECONDS] [--warmup SECONDS]
-                        [--rounds N] [--memory-requests N]
+                        [--rounds N] [--memory-requests N] [--strace-requests N]
        npm run bench:compare -- --before DIR [the options above]
 environment: BENCH_SMOKE=1, BENCH_CONNECTIONS, BENCH_DURATION, BENCH_WARMUP, BENCH_ROUNDS, BENCH_MEMORY_REQUESTS,
-             BENCH_POSTGRES_URL, BENCH_DATABASE, BENCH_REDIS_URL`;
+             BENCH_STRACE_REQUESTS, BENCH_POSTGRES_URL, BENCH_DATABASE, BENCH_REDIS_URL`;
 
-// 18 rows x 3 rounds x (8 + 2) s and the memory scenario: about 11 minutes on 2 cores.
-const MEASURED = { durationSeconds: 8, warmupSeconds: 2, rounds: 3, memoryRequests: 1_000_000 };
+// 30 rows x 3 rounds x (8 + 2) s, a write count per row (about 1 s each) and the memory scenario: about 16 minutes on 2 cores.
+const MEASURED = { durationSeconds: 8, warmupSeconds: 2, rounds: 3, memoryRequests: 1_000_000, straceRequests: 1_000 };
 // Long enough for every server to answer a few hundred requests at least, short enough for CI.
-const SMOKE = { durationSeconds: 0.5, warmupSeconds: 0.2, rounds: 1, memoryRequests: 2_000 };
+const SMOKE = { durationSeconds: 0.5, warmupSeconds: 0.2, rounds: 1, memoryRequests: 2_000, straceRequests: 200 };
 
 export function parseOptions(argv: string[], env: NodeJS.ProcessEnv = process.env): BenchOptions {
   const { values } = parseArgs({
@@ -43,6 +45,7 @@ export function parseOptions(argv: string[], env: NodeJS.ProcessEnv = process.en
       warmup: { type: 'string' },
       rounds: { type: 'string' },
       'memory-requests': { type: 'string' },
+      'strace-requests': { type: 'string' },
       before: { type: 'string' },
       help: { type: 'boolean' },
     },
@@ -54,12 +57,12 @@ export function parseOptions(argv: string[], env: NodeJS.ProcessEnv = process.en
   }
   const smoke = values.smoke ?? ['1', 'true'].includes(env.BENCH_SMOKE ?? '');
   const defaults = smoke ? SMOKE : MEASURED;
-  const number = (name: string, flag: string | undefined, envValue: string | undefined, fallback: number, integer = true) => {
+  const number = (name: string, flag: string | undefined, envValue: string | undefined, fallback: number, integer = true, zero = false) => {
     const raw = flag ?? envValue;
     if (raw === undefined || raw === '') return fallback;
     const value = Number(raw);
-    if (!(value > 0) || (integer && !Number.isInteger(value)))
-      throw new Error(`${name} must be a positive ${integer ? 'integer' : 'number'}, got ${raw}\n${USAGE}`);
+    if (!(value > 0 || (zero && value === 0)) || (integer && !Number.isInteger(value)))
+      throw new Error(`${name} must be a ${zero ? 'non-negative' : 'positive'} ${integer ? 'integer' : 'number'}, got ${raw}\n${USAGE}`);
     return value;
   };
   const databaseName = env.BENCH_DATABASE || (smoke ? 'pets_bench_smoke' : 'pets_bench');
@@ -72,6 +75,7 @@ export function parseOptions(argv: string[], env: NodeJS.ProcessEnv = process.en
     warmupSeconds: number('--warmup', values.warmup, env.BENCH_WARMUP, defaults.warmupSeconds, false),
     rounds: number('--rounds', values.rounds, env.BENCH_ROUNDS, defaults.rounds),
     memoryRequests: number('--memory-requests', values['memory-requests'], env.BENCH_MEMORY_REQUESTS, defaults.memoryRequests),
+    straceRequests: number('--strace-requests', values['strace-requests'], env.BENCH_STRACE_REQUESTS, defaults.straceRequests, true, true),
     postgresUrl: env.BENCH_POSTGRES_URL || 'postgres://postgres@127.0.0.1:5432/postgres',
     databaseName,
     redisUrl: env.BENCH_REDIS_URL || 'redis://127.0.0.1:6379',

@@ -24,6 +24,7 @@ import {
   type RowResult,
   type RunResult,
 } from './report.js';
+import { countWrites, perResponse } from './syscalls.js';
 import { invalidKeyList, isExpected, operations, oursSpec, phases, samePages, serverSpecs, type Databases, type Row } from './scenarios.js';
 
 const RESULTS_DIR = join(ROOT, 'bench/results');
@@ -112,7 +113,40 @@ async function measure(server: ServerProcess, shape: RequestShape, options: Benc
   return { warmup, round: { ...measured, serverCpuUsPerResponse: cpuUs / Math.max(1, measured.responses) } };
 }
 
-/** Each row in turn, round after round (A B A B ...), so slow spells of the machine hit every row alike. */
+/** Connections while strace counts writes: few, as its stops slow the server down many times over. */
+const STRACE_CONNECTIONS = 10;
+/** Why writes could not be counted (no strace, no right to trace): the first failure, after which none is tried. */
+let straceUnavailable: string | undefined;
+
+/**
+ * A row's requests once more, a fixed number of them, with strace attached to its server: the
+ * write system calls per response, by where they went (the client's socket, the log file, ...).
+ */
+async function countRowWrites(result: RowResult, server: ServerProcess, options: BenchOptions): Promise<void> {
+  if (options.straceRequests === 0 || straceUnavailable) return;
+  try {
+    let measured: Measurement | undefined;
+    const writes = await countWrites(server, async () => {
+      measured = await load(server.origin, result.row.shape, STRACE_CONNECTIONS, { requests: options.straceRequests });
+      return measured.responses;
+    });
+    server.assertRunning();
+    result.writes = { ...writes, errors: errorsOf(result.row, measured!) };
+    say(
+      `writes ${result.row.id}: ${perResponse(writes, 'client').toFixed(2)} to the client's socket and ` +
+        `${perResponse(writes, 'log').toFixed(2)} to the log per response (${JSON.stringify(writes.clientByCall)})`,
+    );
+  } catch (error) {
+    server.assertRunning();
+    straceUnavailable = (error as Error).message;
+    say(`writes not counted: ${straceUnavailable}`);
+  }
+}
+
+/**
+ * Each row in turn, round after round (A B A B ...), so slow spells of the machine hit every row
+ * alike; then each row's writes counted.
+ */
 async function alternate(rows: Row[], servers: Map<string, ServerProcess>, options: BenchOptions): Promise<RowResult[]> {
   await preflight(rows, servers);
   const results = rows.map((row): RowResult => ({ row, rounds: [], warmups: [] }));
@@ -127,6 +161,7 @@ async function alternate(rows: Row[], servers: Map<string, ServerProcess>, optio
       );
     }
   }
+  for (const result of results) await countRowWrites(result, servers.get(result.row.server)!, options);
   return results;
 }
 
@@ -159,7 +194,7 @@ function findProblems(
   redisKeys: number,
 ): string[] {
   const problems: string[] = [];
-  for (const { row, rounds, warmups } of rows) {
+  for (const { row, rounds, warmups, writes } of rows) {
     const check = (measurement: Measurement, what: string) => {
       const errors = errorsOf(row, measurement);
       if (measurement.responses - (errors - measurement.failed) === 0)
@@ -188,6 +223,7 @@ function findProblems(
     };
     rounds.forEach((round, index) => check(round, `round ${index + 1}`));
     warmups.forEach((warmup, index) => check(warmup, `warm-up ${index + 1}`));
+    if (writes && writes.errors > 0) problems.push(`${row.id}: ${writes.errors} errors while its writes were counted`);
   }
   if (memory.refusals === 0) problems.push('memory scenario: not one 401 or 429; the requests did not reach the service');
   if (memory.unexpected > 0) problems.push(`memory scenario: ${memory.unexpected} answers other than 401 or 429, or no answer`);
@@ -268,11 +304,16 @@ async function main(): Promise<number> {
       },
       options: withoutUrls(options),
       rows,
+      writeCounts: {
+        requests: options.straceRequests,
+        connections: STRACE_CONNECTIONS,
+        ...(straceUnavailable && { unavailable: straceUnavailable }),
+      },
       memory,
       problems: findProblems(rows, options.connections, memory, exitCodes, redisKeys),
     };
     const summaries = summarize(rows);
-    const goals = evaluateGoals(summaries);
+    const goals = evaluateGoals(rows);
     const markdown = renderMarkdown(run, summaries, goals);
     writeFileSync(join(RESULTS_DIR, `${options.reportName}.md`), markdown);
     // Request shapes carry the run's API key, which belongs in no file, even for a database that is dropped.

@@ -29,6 +29,8 @@ export interface ServerSpec {
 
 export interface ServerProcess {
   name: string;
+  /** The server's process id (the benchmark attaches strace to it). */
+  pid: number;
   origin: string;
   logFile: string;
   /** Everything the process has printed so far, stdout and stderr. */
@@ -104,6 +106,7 @@ export async function startServer(spec: ServerSpec = {}): Promise<ServerProcess>
 
   return {
     name,
+    pid: child.pid!,
     origin,
     logFile,
     output,
