@@ -29,9 +29,8 @@ describe('log format', () => {
         done();
       },
     });
-    const output = await logOutput('pretty', sink);
+    const output = await logOutput('pretty', { destination: sink });
     pino(output.stream).info({ reqId: 'r-1', ms: 1.25, status: 200 }, 'request');
-    output.flush();
     await eventually(async () => written.includes('request'));
     const plain = written.replace(new RegExp(String.raw`\x1b\[[0-9;]*m`, 'g'), '');
     expect(plain).toMatch(/^\[\d{2}:\d{2}:\d{2}\.\d{3}\] INFO: request\n/);
@@ -48,13 +47,13 @@ describe('JSON lines to a pipe whose reader has gone', () => {
     const reader = openSync(fifo, constants.O_RDONLY | constants.O_NONBLOCK);
     const writer = openSync(fifo, 'w');
     closeSync(reader);
-    const output = await logOutput('json', writer);
+    const output = await logOutput('json', { destination: writer });
     const logger = pino(output.stream);
     logger.info('one');
     logger.info('two');
-    output.flush();
+    await output.flush();
     logger.info('three');
-    output.flush();
+    await output.flush();
     // The writer is left open: a write still under way when the test ends would meet a closed descriptor (EBADF) instead.
   });
 });
