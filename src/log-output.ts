@@ -45,10 +45,27 @@ export async function logOutput(format: 'json' | 'pretty', { destination = 1, sy
   if (format === 'json') {
     if (typeof destination !== 'number') return { stream: destination, flush: async () => {} };
     if (sync) return { stream: pino.destination({ dest: destination, sync: true }), flush: async () => {} };
-    // sonic-boom's periodicFlush: an unref'd timer, which keeps no process alive (it costs an idle
-    // server an empty write every 100 ms). At exit pino writes what is left synchronously (its own
-    // exit handler), which covers any line logged after the last flush.
-    const stream = pino.destination({ dest: destination, sync: false, minLength: FLUSH_BYTES, periodicFlush: FLUSH_INTERVAL_MS });
+    const stream = pino.destination({ dest: destination, sync: false, minLength: FLUSH_BYTES });
+    // The timer runs only while lines wait (sonic-boom's periodicFlush would write an empty buffer
+    // every 100 ms on an idle server): armed by a line, and after each write for the lines logged
+    // while it was under way, which a flush then leaves. Unref'd, it keeps no process alive; at exit
+    // pino writes what is left synchronously (its own exit handler).
+    let timer: NodeJS.Timeout | undefined;
+    const flushSoon = () => {
+      timer ??= setTimeout(() => {
+        timer = undefined;
+        stream.flush();
+      }, FLUSH_INTERVAL_MS).unref();
+    };
+    stream.on('write', (bytes: number) => bytes > 0 && flushSoon());
+    stream.once('close', () => clearTimeout(timer));
+    // As pino's own EPIPE handler does, which replaces write in its turn: no timer once the output has gone.
+    const write = stream.write.bind(stream);
+    stream.write = (line: string) => {
+      const belowHighWaterMark = write(line);
+      flushSoon();
+      return belowHighWaterMark;
+    };
     return {
       stream,
       // Unlike flushSync, flush waits for the write under way: lines neither overtake it nor are

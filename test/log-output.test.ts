@@ -68,7 +68,7 @@ describe('JSON lines, buffered', () => {
     const output = await logOutput('json', { destination: openSync(file, 'w'), sync });
     const sonic = output.stream as SonicBoom;
     const writes: number[] = [];
-    // Not the empty writes of the flush timer while nothing waits.
+    // Not the empty write of a flush that found nothing waiting.
     sonic.on('write', (bytes: number) => bytes > 0 && writes.push(bytes));
     return {
       logger: pino(output.stream),
