@@ -23,6 +23,8 @@ declare module 'fastify' {
     config: Config;
     /** The clock, in ms since the epoch: key expiry, rate limits, caches and the sunset read it; tests move it. */
     now: () => number;
+    /** Writes out the log lines still buffered (log-output.ts); the app does at close, server.ts on a fatal error. */
+    flushLog: () => Promise<void>;
   }
 }
 
@@ -52,9 +54,12 @@ const KEEP_ALIVE_TIMEOUT_MS = 5_000;
 
 /** Builds the whole service from its configuration: the server and the tests build it alike. */
 export async function buildApp(config: Config, deps: AppDependencies = {}): Promise<FastifyInstance> {
-  // JSON on stdout, asynchronous, flushed on close; pretty on a terminal (log-output.ts).
-  const stdout = deps.logStream ? undefined : await logOutput(logFormat(config.LOG_FORMAT, process.stdout.isTTY));
+  // JSON on stdout, in batches (or each line at once: LOG_SYNC), flushed on close; pretty on a terminal (log-output.ts).
+  const stdout = deps.logStream
+    ? undefined
+    : await logOutput(logFormat(config.LOG_FORMAT, process.stdout.isTTY), { sync: config.LOG_SYNC });
   const logStream = deps.logStream ?? stdout!.stream;
+  const flushLog = stdout?.flush ?? (async () => {});
   const app = Fastify({
     logger: {
       level: config.LOG_LEVEL,
@@ -79,12 +84,13 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
     trustProxy: config.trustedProxies,
   });
   app.server.maxConnections = config.MAX_CONNECTIONS;
-  app.addHook('onClose', async () => stdout?.flush());
+  app.addHook('onClose', async () => flushLog());
   // Spans still batched are sent before the process exits (nothing to do without tracing).
   app.addHook('onClose', stopTracing);
   serveJson(app);
   app.decorate('config', config);
   app.decorate('now', deps.now ?? Date.now);
+  app.decorate('flushLog', flushLog);
 
   await app.register(errorHandler);
   await app.register(shutdown);

@@ -85,6 +85,14 @@ export const ConfigSchema = Type.Object({
     description:
       '`auto`: pretty-printed (pino-pretty) when standard output is a terminal, JSON lines otherwise; `json` or `pretty` to choose.',
   }),
+  LOG_SYNC: Type.Boolean({
+    default: false,
+    description:
+      '`true`: each JSON line is written before the server goes on, one system call per line. Otherwise lines are ' +
+      'written in batches: once 4 KiB wait, within 100 ms, at close and on a fatal error. A process killed without ' +
+      'warning (SIGKILL, out of memory) loses at most its last 100 ms of lines, and a runtime frozen between requests ' +
+      '(serverless) holds them until it thaws: set `true` there. Pretty lines are always written at once.',
+  }),
   REDIS_URL: Type.Optional(
     Type.String({
       pattern: '^rediss?://',

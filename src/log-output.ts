@@ -12,33 +12,66 @@ export function logFormat(setting: LogFormatSetting, stdoutIsTTY: boolean | unde
   return stdoutIsTTY === true ? 'pretty' : 'json';
 }
 
+/**
+ * JSON lines are gathered and written together once this many bytes wait (pino's documented
+ * asynchronous mode), so under load the log costs a system call per batch, not per request.
+ */
+const FLUSH_BYTES = 4096;
+/** And at least this often, so that the lines of a quiet moment are not held back. */
+const FLUSH_INTERVAL_MS = 100;
+
+export interface LogOutputOptions {
+  /** A file descriptor (stdout by default), or a stream for pretty lines. */
+  destination?: number | NodeJS.WritableStream;
+  /** LOG_SYNC: each line written before the call that logs it returns, one system call per line. */
+  sync?: boolean;
+}
+
 export interface LogOutput {
   stream: DestinationStream;
-  /** Writes out whatever is still buffered; called when the app closes. */
-  flush: () => void;
+  /**
+   * Writes out whatever is buffered, after any write under way; resolves when it is written, or
+   * lost to an output that has gone (EPIPE). Called when the app closes and on a fatal error.
+   */
+  flush: () => Promise<void>;
 }
 
 /**
- * Where the logger writes. JSON goes to stdout asynchronously: lines written while a write is under
- * way are gathered into the next one, so under load the log costs a system call per batch, not per
- * request. Pretty lines are formatted in this thread by pino-pretty (loaded only then) and written
+ * Where the logger writes. JSON goes to stdout buffered and asynchronously unless `sync` is asked
+ * for. Pretty lines are formatted in this thread by pino-pretty (loaded only then) and written
  * synchronously, which a terminal's few lines a second afford.
  */
-export async function logOutput(format: 'json' | 'pretty', destination: number | NodeJS.WritableStream = 1): Promise<LogOutput> {
+export async function logOutput(format: 'json' | 'pretty', { destination = 1, sync = false }: LogOutputOptions = {}): Promise<LogOutput> {
   if (format === 'json') {
-    if (typeof destination !== 'number') return { stream: destination, flush: () => {} };
-    const stream = pino.destination({ dest: destination, sync: false });
+    if (typeof destination !== 'number') return { stream: destination, flush: async () => {} };
+    if (sync) return { stream: pino.destination({ dest: destination, sync: true }), flush: async () => {} };
+    const stream = pino.destination({ dest: destination, sync: false, minLength: FLUSH_BYTES });
+    // The timer runs only while lines wait (sonic-boom's periodicFlush would write an empty buffer
+    // every 100 ms on an idle server): armed by a line, and after each write for the lines logged
+    // while it was under way, which a flush then leaves. Unref'd, it keeps no process alive; at exit
+    // pino writes what is left synchronously (its own exit handler).
+    let timer: NodeJS.Timeout | undefined;
+    const flushSoon = () => {
+      timer ??= setTimeout(() => {
+        timer = undefined;
+        stream.flush();
+      }, FLUSH_INTERVAL_MS).unref();
+    };
+    stream.on('write', (bytes: number) => bytes > 0 && flushSoon());
+    stream.once('close', () => clearTimeout(timer));
+    // As pino's own EPIPE handler does, which replaces write in its turn: no timer once the output has gone.
+    const write = stream.write.bind(stream);
+    stream.write = (line: string) => {
+      const belowHighWaterMark = write(line);
+      flushSoon();
+      return belowHighWaterMark;
+    };
     return {
       stream,
-      flush: () => {
-        try {
-          stream.flushSync();
-        } catch (error) {
-          // The lines left are lost, and closing goes on. When whatever read the output has gone
-          // (EPIPE), pino's own handler of that, as on any write, stops logging, so exit does not retry.
-          if ((error as NodeJS.ErrnoException).code === 'EPIPE') stream.emit('error', error);
-        }
-      },
+      // Unlike flushSync, flush waits for the write under way: lines neither overtake it nor are
+      // left in it at exit. A closed pipe fails the flush, whose lines are lost (pino then stops
+      // logging), and closing goes on.
+      flush: () => new Promise<void>((resolve) => stream.flush(() => resolve())),
     };
   }
   const { default: pretty } = await import('pino-pretty');
@@ -49,7 +82,7 @@ export async function logOutput(format: 'json' | 'pretty', destination: number |
     ignore: 'pid,hostname',
     // With colours only where the terminal has them (pino-pretty's own check, NO_COLOR and FORCE_COLOR included).
   });
-  return { stream, flush: () => {} };
+  return { stream, flush: async () => {} };
 }
 
 /**

@@ -68,6 +68,8 @@ const CLOSE_MS = 10_000;
 closeWithGrace({ delay: config.SHUTDOWN_DRAIN_MS + CLOSE_MS }, async ({ signal, err }) => {
   if (err) {
     app.log.error({ err }, 'closing after an uncaught error');
+    // Written before closing is tried, which may hang on whatever failed.
+    await app.flushLog();
   } else if (signal === 'SIGTERM' && config.SHUTDOWN_DRAIN_MS > 0) {
     app.shutdown.drain();
     app.log.info({ signal, drainMs: config.SHUTDOWN_DRAIN_MS }, 'draining: /readyz answers 503, requests are still served');

@@ -400,7 +400,8 @@ describe.runIf(!POSTGRES_URL)('on the embedded database', () => {
     const id = (await listJson(env)).find((record) => record.name === 'beside a server')!.id as number;
     expect(await keys(['revoke', String(id)], env)).toMatchObject({ code: 0, stderr: '' });
     expect(await status()).toBe(401);
-    expect(server!.output()).toMatch(/"command":"revoke","exitCode":0,"msg":"keys command"/);
+    // Log lines are written in batches, within 100 ms.
+    await eventually(async () => /"command":"revoke","exitCode":0,"msg":"keys command"/.test(server!.output()));
   });
 
   test('opens the database itself when no server holds it', async () => {

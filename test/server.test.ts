@@ -90,11 +90,14 @@ describe('the server process', () => {
   });
 
   test('keeps serving when whatever read its standard output has gone, and still stops cleanly on SIGTERM', async () => {
-    // Every line of the log, and the development key's greeting, meets the closed pipe.
-    const server = await startServer({ env: { DATA_DIR: 'memory://' }, stdoutClosed: true });
-    for (let i = 0; i < 3; i++) expect((await fetch(`${server.origin}/v1/pets`)).status).toBe(401);
-    expect((await fetch(`${server.origin}/healthz`)).status).toBe(200);
-    expect(await server.stop('SIGTERM')).toBe(0);
+    // Every line of the log, and the development key's greeting, meets the closed pipe: in
+    // batches (past 4 KiB of lines, and at close) and, with LOG_SYNC, each line on its own.
+    for (const env of [{}, { LOG_SYNC: 'true' }] as Array<Record<string, string>>) {
+      const server = await startServer({ env: { DATA_DIR: 'memory://', ...env }, stdoutClosed: true });
+      for (let i = 0; i < 30; i++) expect((await fetch(`${server.origin}/v1/pets`)).status).toBe(401);
+      expect((await fetch(`${server.origin}/healthz`)).status).toBe(200);
+      expect(await server.stop('SIGTERM')).toBe(0);
+    }
   });
 
   test('prints a development key with a curl line on first embedded start, never into the log', async () => {
@@ -105,12 +108,13 @@ describe('the server process', () => {
     expect(curl?.[2]).toBe(`${server.origin}/v1/pets`);
     const response = await fetch(curl![2]!, { headers: bearer(key) });
     expect(response.status).toBe(200);
+    // Stopped first: every log line is written by then.
+    expect(await server.stop()).toBe(0);
     const logLines = server
       .output()
       .split('\n')
       .filter((line) => line.startsWith('{'));
     expect(logLines.length).toBeGreaterThan(0);
     expect(logLines.join('\n')).not.toContain(key);
-    expect(await server.stop()).toBe(0);
   });
 });

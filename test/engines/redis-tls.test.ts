@@ -198,7 +198,8 @@ describeNeeding(NEEDS.redisServer, NEEDS.openssl)('Redis over TLS with AUTH', ()
         certificate.cert,
       );
       try {
-        expect(server.output()).toContain('rate limiting: Redis unreachable at start');
+        // Log lines are written in batches, within 100 ms.
+        await eventually(async () => server.output().includes('rate limiting: Redis unreachable at start'));
         const response = await fetch(`${server.origin}/v1/pets?limit=1`, { headers });
         expect(response.status).toBe(200);
         expect(response.headers.get('x-ratelimit-remaining')).not.toBeNull();
