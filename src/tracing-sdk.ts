@@ -1,5 +1,15 @@
 import { register } from 'node:module';
 import { FastifyOtelInstrumentation } from '@fastify/otel';
+import {
+  context,
+  trace,
+  TraceFlags,
+  type Context,
+  type Span,
+  type SpanOptions,
+  type Tracer,
+  type TracerProvider,
+} from '@opentelemetry/api';
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
 import { registerInstrumentations } from '@opentelemetry/instrumentation';
 import { IORedisInstrumentation } from '@opentelemetry/instrumentation-ioredis';
@@ -10,6 +20,40 @@ import { ATTR_SERVICE_NAME } from '@opentelemetry/semantic-conventions';
 
 /** Requests that are not worth a trace: probes, scraped every few seconds (and the metrics server's one route). */
 const UNTRACED = new Set(['/healthz', '/readyz', '/metrics']);
+
+/**
+ * A span started beneath an unsampled span of this process is not sampled either, whichever
+ * sampler `OTEL_TRACES_SAMPLER` names (each follows its parent, or decides by the trace id they
+ * share). So it is not started: the unsampled parent is handed back, and an unsampled request
+ * costs its hooks, handler, queries and commands no new span, ids, attributes or sampling decision.
+ * A remote parent (a `traceparent` header) still gets its decision. @fastify/otel and the pg and
+ * ioredis instrumentations have no option for this (docs/decisions/unsampled-spans.md).
+ */
+function skipBeneathUnsampled(provider: TracerProvider): TracerProvider {
+  const isUnsampledLocal = (parent: Span | undefined): parent is Span => {
+    if (!parent || parent.isRecording()) return false;
+    const { traceFlags, isRemote } = parent.spanContext();
+    return !isRemote && (traceFlags & TraceFlags.SAMPLED) === 0;
+  };
+  return {
+    getTracer(...args): Tracer {
+      const tracer = provider.getTracer(...args);
+      const startSpan = (name: string, options?: SpanOptions, ctx: Context = context.active()) => {
+        const parent = options?.root ? undefined : trace.getSpan(ctx);
+        return isUnsampledLocal(parent) ? parent : tracer.startSpan(name, options, ctx);
+      };
+      return {
+        startSpan,
+        startActiveSpan(name: string, ...rest: unknown[]) {
+          const fn = rest.pop() as (span: Span) => unknown;
+          const [options, ctx = context.active()] = rest as [SpanOptions | undefined, Context | undefined];
+          const span = startSpan(name, options, ctx);
+          return context.with(trace.setSpan(ctx, span), fn, undefined, span);
+        },
+      };
+    },
+  };
+}
 
 /**
  * The OpenTelemetry SDK, loaded only when tracing is configured (tracing.ts): spans of each
@@ -27,7 +71,7 @@ export function startSdk({ url, serviceName }: { url: string; serviceName: strin
   });
   provider.register();
   registerInstrumentations({
-    tracerProvider: provider,
+    tracerProvider: skipBeneathUnsampled(provider),
     instrumentations: [
       new PgInstrumentation(),
       // The command alone: its keys and arguments name key ids and, for anonymous callers, client addresses.
