@@ -18,8 +18,11 @@ import { resourceFromAttributes } from '@opentelemetry/resources';
 import { BatchSpanProcessor, NodeTracerProvider } from '@opentelemetry/sdk-trace-node';
 import { ATTR_SERVICE_NAME } from '@opentelemetry/semantic-conventions';
 
-/** Requests that are not worth a trace: probes, scraped every few seconds (and the metrics server's one route). */
-const UNTRACED = new Set(['/healthz', '/readyz', '/metrics']);
+/**
+ * Requests that are not worth a trace: probes, scraped every few seconds (and the metrics server's
+ * one route), with or without a query. @fastify/otel asks at every hook of every request: no split.
+ */
+const UNTRACED = /^\/(?:healthz|readyz|metrics)(?:\?|$)/;
 
 /**
  * A span started beneath an unsampled span of this process is not sampled either, whichever
@@ -78,7 +81,7 @@ export function startSdk({ url, serviceName }: { url: string; serviceName: strin
       new IORedisInstrumentation({ dbStatementSerializer: (command) => command }),
       new FastifyOtelInstrumentation({
         registerOnInitialization: true,
-        ignorePaths: ({ url: path }: { url: string }) => UNTRACED.has(path.split('?')[0]!),
+        ignorePaths: ({ url: path }: { url: string }) => UNTRACED.test(path),
       }),
     ],
   });
