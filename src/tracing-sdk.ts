@@ -24,6 +24,13 @@ import { ATTR_SERVICE_NAME } from '@opentelemetry/semantic-conventions';
  */
 const UNTRACED = /^\/(?:healthz|readyz|metrics)(?:\?|$)/;
 
+/** A span of this process that records nothing and was not sampled (not one named by a `traceparent`). */
+function isUnsampledLocal(span: Span | undefined): span is Span {
+  if (!span || span.isRecording()) return false;
+  const { traceFlags, isRemote } = span.spanContext();
+  return !isRemote && (traceFlags & TraceFlags.SAMPLED) === 0;
+}
+
 /**
  * A span started beneath an unsampled span of this process is not sampled either, whichever
  * sampler `OTEL_TRACES_SAMPLER` names (each follows its parent, or decides by the trace id they
@@ -33,11 +40,6 @@ const UNTRACED = /^\/(?:healthz|readyz|metrics)(?:\?|$)/;
  * ioredis instrumentations have no option for this (docs/decisions/unsampled-spans.md).
  */
 function skipBeneathUnsampled(provider: TracerProvider): TracerProvider {
-  const isUnsampledLocal = (parent: Span | undefined): parent is Span => {
-    if (!parent || parent.isRecording()) return false;
-    const { traceFlags, isRemote } = parent.spanContext();
-    return !isRemote && (traceFlags & TraceFlags.SAMPLED) === 0;
-  };
   return {
     getTracer(...args): Tracer {
       const tracer = provider.getTracer(...args);
@@ -81,7 +83,9 @@ export function startSdk({ url, serviceName }: { url: string; serviceName: strin
       new IORedisInstrumentation({ dbStatementSerializer: (command) => command }),
       new FastifyOtelInstrumentation({
         registerOnInitialization: true,
-        ignorePaths: ({ url: path }: { url: string }) => UNTRACED.test(path),
+        // Asked again at each hook and the handler, within the request: beneath an unsampled
+        // request they run as they are, without a span or a context of their own.
+        ignorePaths: ({ url: path }: { url: string }) => UNTRACED.test(path) || isUnsampledLocal(trace.getActiveSpan()),
       }),
     ],
   });
