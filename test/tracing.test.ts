@@ -8,6 +8,7 @@ import { loadConfig } from '../src/config.js';
 import { tracesEndpoint } from '../src/tracing.js';
 import { cleanupStack } from './support/fixtures.js';
 import { createScratchDatabase, POSTGRES_URL } from './support/databases.js';
+import type { StartedSpans } from './support/count-spans.js';
 import { bearer } from './support/keys.js';
 import { developmentKey, run, startServer } from './support/processes.js';
 
@@ -71,56 +72,76 @@ describe('the traces endpoint', () => {
   });
 });
 
-const test = base.extend(
-  'traced',
-  { scope: 'file' },
-  // eslint-disable-next-line no-empty-pattern -- vitest reads a fixture's dependencies from this pattern
-  async ({}, { onCleanup }) => {
-    return cleanupStack(onCleanup, async (defer) => {
-      const receiver = await otlpReceiver();
-      defer(() => receiver.close());
-      const dataDir = await mkdtemp(join(tmpdir(), 'pets-tracing-'));
-      defer(() => rm(dataDir, { recursive: true, force: true }));
-      const scratch = POSTGRES_URL ? await createScratchDatabase(POSTGRES_URL) : undefined;
-      if (scratch) defer(() => scratch.drop());
-      const env = {
-        DATABASE_URL: scratch?.url ?? '',
-        DATA_DIR: dataDir,
-        OTEL_EXPORTER_OTLP_ENDPOINT: receiver.origin,
-        PETS_CACHE_MAX_BYTES: '0',
-      };
-      const server = await startServer({ name: 'traced', env });
-      defer(() => server.stop());
-      let key: string;
-      if (scratch) {
-        const created = await run(
-          ['src/cli/keys.ts', 'create', '--plan', 'enterprise', '--per-minute', '100000', '--per-day', '1000000'],
-          env,
-        );
-        key = created.stdout.trim().split('\n').at(-1)!;
-      } else {
-        key = await developmentKey(server);
-      }
-      return { receiver, server, key };
+/** A server traced to a receiver of its own, on a scratch database when PostgreSQL answers, with an API key of its own. */
+async function tracedServer(
+  defer: (each: () => unknown) => void,
+  name: string,
+  spec: { env?: Record<string, string>; nodeArgs?: string[] } = {},
+) {
+  const receiver = await otlpReceiver();
+  defer(() => receiver.close());
+  const dataDir = await mkdtemp(join(tmpdir(), 'pets-tracing-'));
+  defer(() => rm(dataDir, { recursive: true, force: true }));
+  const scratch = POSTGRES_URL ? await createScratchDatabase(POSTGRES_URL) : undefined;
+  if (scratch) defer(() => scratch.drop());
+  const env = {
+    DATABASE_URL: scratch?.url ?? '',
+    DATA_DIR: dataDir,
+    OTEL_EXPORTER_OTLP_ENDPOINT: receiver.origin,
+    PETS_CACHE_MAX_BYTES: '0',
+    ...spec.env,
+  };
+  // Ready, not only alive: load shedding answers 503 until its first health check.
+  const server = await startServer({ name, env, nodeArgs: spec.nodeArgs, readyPath: '/readyz' });
+  defer(() => server.stop());
+  let key: string;
+  if (scratch) {
+    const created = await run(['src/cli/keys.ts', 'create', '--plan', 'enterprise', '--per-minute', '100000', '--per-day', '1000000'], env);
+    key = created.stdout.trim().split('\n').at(-1)!;
+  } else {
+    key = await developmentKey(server);
+  }
+  return { receiver, server, key };
+}
+
+/** Creates a pet, waiting for a new key to be known to the server (it learns of it through NOTIFY or a lookup). */
+async function createPet(origin: string, key: string) {
+  for (;;) {
+    const created = await fetch(`${origin}/v1/pets`, {
+      method: 'POST',
+      headers: { ...bearer(key), 'content-type': 'application/json' },
+      body: JSON.stringify({ name: 'Traced', categoryId: 1 }),
     });
-  },
-);
+    if (created.status !== 401) return created;
+  }
+}
+
+const test = base
+  .extend(
+    'traced',
+    { scope: 'file' },
+    // eslint-disable-next-line no-empty-pattern -- vitest reads a fixture's dependencies from this pattern
+    async ({}, { onCleanup }) => cleanupStack(onCleanup, (defer) => tracedServer(defer, 'traced')),
+  )
+  .extend(
+    'unsampled',
+    { scope: 'file' },
+    // eslint-disable-next-line no-empty-pattern -- vitest reads a fixture's dependencies from this pattern
+    async ({}, { onCleanup }) =>
+      cleanupStack(onCleanup, (defer) =>
+        tracedServer(defer, 'unsampled', {
+          // The sampler an operator sets, at a ratio that samples no request.
+          env: { OTEL_TRACES_SAMPLER: 'parentbased_traceidratio', OTEL_TRACES_SAMPLER_ARG: '0' },
+          nodeArgs: ['--import', 'tsx', '--import', './test/support/count-spans.ts', 'src/server.ts'],
+        }),
+      ),
+  );
 
 describe('traces of the running server, sent to an OTLP/HTTP receiver', () => {
   test('a create and a list: request spans with their status, database and Redis spans beneath them, no API key anywhere', async ({
     traced: { receiver, server, key },
   }) => {
-    const headers = { ...bearer(key), 'content-type': 'application/json' };
-    // A new key may take a moment to be usable on the server (it learns of it through NOTIFY or a lookup).
-    let created: Response;
-    for (;;) {
-      created = await fetch(`${server.origin}/v1/pets`, {
-        method: 'POST',
-        headers,
-        body: JSON.stringify({ name: 'Traced', categoryId: 1 }),
-      });
-      if (created.status !== 401) break;
-    }
+    const created = await createPet(server.origin, key);
     expect(created.status).toBe(201);
     const listed = await fetch(`${server.origin}/v1/pets?limit=5`, { headers: bearer(key) });
     expect(listed.status).toBe(200);
@@ -193,5 +214,30 @@ describe('traces of the running server, sent to an OTLP/HTTP receiver', () => {
       .map((line) => JSON.parse(line) as Record<string, unknown>);
     const logged = lines.filter((line) => line.msg === 'request');
     for (const root of [create!, list!]) expect(logged.some((line) => line.trace_id === root.traceId)).toBe(true);
+  });
+});
+
+describe('an unsampled request', () => {
+  test('starts no span beneath its own: no hook, handler, query or Redis command span, only the decision', async ({
+    unsampled: { receiver, server, key },
+  }) => {
+    expect((await createPet(server.origin, key)).status).toBe(201);
+    expect((await fetch(`${server.origin}/v1/pets?limit=5`, { headers: bearer(key) })).status).toBe(200);
+    // A caller's own unsampled trace: its decision is followed, not taken again.
+    const traceparent = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00';
+    expect((await fetch(`${server.origin}/v1/pets?limit=5`, { headers: { ...bearer(key), traceparent } })).status).toBe(200);
+    expect(await server.stop()).toBe(0);
+
+    const line = server
+      .output()
+      .split('\n')
+      .find((each) => each.startsWith('{"startedSpans"'));
+    const { startedSpans } = JSON.parse(line!) as { startedSpans: StartedSpans };
+    // Each request asked for its own span once, the one with a caller's traceparent beneath it.
+    expect(startedSpans.root).toBeGreaterThanOrEqual(2);
+    expect(startedSpans.remoteParent).toBe(1);
+    // Nothing beneath them: no span for a hook, the handler, a query or a Redis command.
+    expect(startedSpans.localParent).toEqual([]);
+    expect(receiver.spans).toEqual([]);
   });
 });
