@@ -34,6 +34,7 @@ export interface RowResult {
 /** RSS of the service before and after many requests with random, well-formed, invalid keys. */
 export interface MemoryResult {
   requests: number;
+  connections: number;
   rssAfterWarmupBytes: number;
   rssAfterBytes: number;
   measured: Measurement;
@@ -502,7 +503,7 @@ export function renderMarkdown(run: RunResult, summaries: RowSummary[], goals: G
     '',
     '## Memory under random invalid keys',
     '',
-    `A fresh instance (memory store) took a ${options.warmupSeconds} s warm-up, then ${integer(memory.requests)} requests to ` +
+    `A fresh instance (memory store) took a ${options.warmupSeconds} s warm-up, then ${integer(memory.requests)} requests over ${integer(memory.connections)} connections to ` +
       `\`${LIST}\`, each with a random well-formed key (\`psk_\` + 43 base64url characters), at ${integer(memory.measured.requestsPerSecond)} req/s. ` +
       `RSS after the warm-up: ${mib(memory.rssAfterWarmupBytes)}; after the requests: ${mib(memory.rssAfterBytes)} ` +
       `(${ratio(memory.rssAfterBytes / memory.rssAfterWarmupBytes)}).`,
