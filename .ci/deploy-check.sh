@@ -261,7 +261,7 @@ awk '$1 == "#" && $2 == "TYPE" {
   else print $3
 }' "$RUN_DIR/metrics.txt" | sort -u > "$RUN_DIR/exported.txt"
 [ "$(wc -l < "$RUN_DIR/exported.txt")" -gt 10 ] || fail "the service's /metrics listed almost nothing"
-# Exported only on PostgreSQL (src/plugins/metrics.ts; the replicas' with DATABASE_REPLICA_URLS): checked when the server ran on it.
+# Exported only on PostgreSQL (src/platform/observability/metrics.ts; the replicas' with DATABASE_REPLICA_URLS): checked when the server ran on it.
 postgres_only="db_pool_connections
 db_reads_total
 db_replica_lag_seconds

@@ -1,7 +1,7 @@
-import type { Database } from '../src/db/database.js';
-import { migrate } from '../src/db/migrate.js';
-import { encodeCursor } from '../src/pagination.js';
-import { createApiKeysRepository } from '../src/repositories/api-keys.js';
+import type { Database } from '../src/platform/db/database.js';
+import { migrate } from '../src/platform/db/migrate.js';
+import { encodeCursor } from '../src/platform/pagination.js';
+import { createApiKeysRepository } from '../src/api-keys/repository.js';
 import { createScratchDatabase, openExistingDatabase } from '../test/support/databases.js';
 
 export const PET_COUNT = 10_000;

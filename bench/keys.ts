@@ -7,8 +7,8 @@
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { migrate } from '../src/db/migrate.js';
-import { createApiKeysRepository } from '../src/repositories/api-keys.js';
+import { migrate } from '../src/platform/db/migrate.js';
+import { createApiKeysRepository } from '../src/api-keys/repository.js';
 import { createScratchDatabase, openExistingDatabase } from '../test/support/databases.js';
 import { ROOT, startServer } from '../test/support/processes.js';
 import { buildService } from './processes.js';

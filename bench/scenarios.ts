@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { encodeCursor } from '../src/pagination.js';
+import { encodeCursor } from '../src/platform/pagination.js';
 import { WALK_CURSOR_COUNT, type Fixture } from './fixtures.js';
 import type { RequestShape, RequestSpec } from './load.js';
 import type { ServerSpec } from '../test/support/processes.js';

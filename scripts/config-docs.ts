@@ -1,15 +1,15 @@
 // Writes the settings table of docs/configuration.md and the whole of .env.example from the
 // configuration schema, whose descriptions are the settings' documentation. `npm run docs:config`;
-// test/config.test.ts fails when the committed files differ from what this writes.
+// test/platform/config.test.ts fails when the committed files differ from what this writes.
 import { readFileSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import type { TSchema } from '@sinclair/typebox';
-import { ConfigSchema } from '../src/config.js';
+import { ConfigSchema } from '../src/platform/config.js';
 
 export const DOCS_COMMAND = 'npm run docs:config';
 
 const ROOT = new URL('../', import.meta.url);
-const TABLE_START = `<!-- The settings table is generated from the schema in src/config.ts by \`${DOCS_COMMAND}\`: edit the schema, not the table. -->`;
+const TABLE_START = `<!-- The settings table is generated from the schema in src/platform/config.ts by \`${DOCS_COMMAND}\`: edit the schema, not the table. -->`;
 const TABLE_END = '<!-- End of the generated settings table. -->';
 
 const settings = Object.entries(ConfigSchema.properties as Record<string, TSchema>);
@@ -88,7 +88,7 @@ function comment(text: string): string[] {
 
 const ENV_HEADER = [
   '# The settings the service reads from its environment, each optional, with its default (empty: unset).',
-  `# Generated from the schema in src/config.ts by \`${DOCS_COMMAND}\`: edit the schema, not this file.`,
+  `# Generated from the schema in src/platform/config.ts by \`${DOCS_COMMAND}\`: edit the schema, not this file.`,
   '# docs/configuration.md has them as a table; docker compose reads a .env file.',
 ];
 

@@ -1,29 +1,29 @@
 import Fastify, { type FastifyInstance } from 'fastify';
 import type { DestinationStream } from 'pino';
-import type { Config } from './config.js';
-import { listenerOptions, serveJson } from './http/listener.js';
-import { requestIdGenerator } from './http/request-id.js';
-import apiKeys from './plugins/api-keys.js';
-import database from './plugins/database.js';
-import errorHandler from './plugins/error-handler.js';
-import health from './plugins/health.js';
-import loadShedding from './plugins/load-shedding.js';
-import metrics from './plugins/metrics.js';
-import { SECURITY_SCHEME } from './plugins/auth.js';
-import openapi from './plugins/openapi.js';
-import rateLimit from './plugins/rate-limit/index.js';
-import pets from './plugins/pets.js';
-import shutdown from './plugins/shutdown.js';
-import v1, { API_PREFIX } from './routes/v1/index.js';
-import { logFormat, logOutput } from './log-output.js';
-import { stopTracing, traceLogMixin } from './tracing.js';
+import type { Config } from './platform/config.js';
+import { listenerOptions, serveJson } from './platform/http/listener.js';
+import { requestIdGenerator } from './platform/http/request-id.js';
+import apiKeys from './api-keys/plugin.js';
+import database from './platform/db/plugin.js';
+import errorHandler from './platform/http/error-handler.js';
+import health from './platform/http/health.js';
+import loadShedding from './platform/http/load-shedding.js';
+import metrics from './platform/observability/metrics.js';
+import { SECURITY_SCHEME } from './auth/plugin.js';
+import openapi from './platform/http/openapi.js';
+import rateLimit from './rate-limit/plugin.js';
+import pets from './pets/plugin.js';
+import shutdown from './platform/http/shutdown.js';
+import v1, { API_PREFIX } from './v1/pipeline.js';
+import { logFormat, logOutput } from './platform/observability/log-output.js';
+import { stopTracing, traceLogMixin } from './platform/observability/tracing.js';
 
 declare module 'fastify' {
   interface FastifyInstance {
     config: Config;
     /** The clock, in ms since the epoch: key expiry, rate limits, caches and the sunset read it; tests move it. */
     now: () => number;
-    /** Writes out the log lines still buffered (log-output.ts); the app does at close, server.ts on a fatal error. */
+    /** Writes out the log lines still buffered (platform/observability/log-output.ts); the app does at close, server.ts on a fatal error. */
     flushLog: () => Promise<void>;
   }
 }
@@ -54,7 +54,7 @@ const KEEP_ALIVE_TIMEOUT_MS = 5_000;
 
 /** Builds the whole service from its configuration: the server and the tests build it alike. */
 export async function buildApp(config: Config, deps: AppDependencies = {}): Promise<FastifyInstance> {
-  // JSON on stdout, in batches (or each line at once: LOG_SYNC), flushed on close; pretty on a terminal (log-output.ts).
+  // JSON on stdout, in batches (or each line at once: LOG_SYNC), flushed on close; pretty on a terminal (platform/observability/log-output.ts).
   const stdout = deps.logStream
     ? undefined
     : await logOutput(logFormat(config.LOG_FORMAT, process.stdout.isTTY), { sync: config.LOG_SYNC });
@@ -70,7 +70,7 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
       mixin: await traceLogMixin(config),
     },
     ...listenerOptions(config),
-    // X-Request-Id from a trusted proxy when well-formed, else a new UUID (http/request-id.ts).
+    // X-Request-Id from a trusted proxy when well-formed, else a new UUID (platform/http/request-id.ts).
     genReqId: requestIdGenerator(config.trustedProxies),
     bodyLimit: BODY_LIMIT,
     // Opening and migrating the database is part of start-up; a cold embedded one can be slow.

@@ -1,12 +1,12 @@
 import closeWithGrace from 'close-with-grace';
 import type { FastifyInstance } from 'fastify';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { ConfigError, loadConfig } from './config.js';
-import { DataDirInUseError } from './db/database.js';
-import { developmentKeyGreeting } from './development-key.js';
-import { keysSocketPath, serveKeysCommands } from './cli/keys/socket.js';
-import { buildMetricsServer } from './metrics-server.js';
-import { startTracing } from './tracing.js';
+import { ConfigError, loadConfig } from './platform/config.js';
+import { DataDirInUseError } from './platform/db/database.js';
+import { developmentKeyGreeting } from './api-keys/development-key.js';
+import { keysSocketPath, serveKeysCommands } from './keys-command/socket.js';
+import { buildMetricsServer } from './platform/observability/metrics-server.js';
+import { startTracing } from './platform/observability/tracing.js';
 
 /** A port that cannot be had; said in one line that names the setting. */
 class ListenError extends Error {}

@@ -6,7 +6,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { test as base, describe, expect } from 'vitest';
-import { createApiKeysRepository } from '../src/repositories/api-keys.js';
+import { createApiKeysRepository } from '../src/api-keys/repository.js';
 import { cleanupStack } from './support/fixtures.js';
 import { createScratchDatabase, openExistingDatabase, POSTGRES_URL } from './support/databases.js';
 import { developmentKey, startServer, type ServerProcess } from './support/processes.js';

@@ -2,7 +2,7 @@ import pg from 'pg';
 import { serveMinimal } from './minimal.js';
 
 /**
- * The naive database ceiling: the service's own list and insert SQL (src/repositories/pets.ts)
+ * The naive database ceiling: the service's own list and insert SQL (src/pets/repository.ts)
  * through a plain pg Pool of the service's size, with no validation, auth, rate limiting, caching or
  * request logging. Statements are unnamed, as most code writes them.
  */

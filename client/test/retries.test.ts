@@ -6,7 +6,7 @@ import { describeAppTest, expect } from '../../test/support/fixtures.js';
 import { POSTGRES_URL } from '../../test/support/databases.js';
 import { eventually } from '../../test/support/eventually.js';
 import { countPets } from '../../test/support/pets.js';
-import type { Database, Queryable } from '../../src/db/database.js';
+import type { Database, Queryable } from '../../src/platform/db/database.js';
 import { PetStoreClient } from '../src/index.js';
 import { recordingFetch } from './support.js';
 

@@ -1,11 +1,11 @@
 import { isIP } from 'node:net';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
-import { errors } from '../errors.js';
-import type { RateLimiter } from '../plugins/rate-limit/index.js';
-import type { AdminAuditRepository } from '../repositories/admin-audit.js';
-import { refuseOtherMethods } from '../http/method-not-allowed.js';
-import { AddressBans, AddressParams } from '../schemas/admin.js';
-import { ErrorBody } from '../schemas/error.js';
+import { errors } from '../platform/errors.js';
+import type { RateLimiter } from '../rate-limit/plugin.js';
+import type { AdminAuditRepository } from './audit-repository.js';
+import { refuseOtherMethods } from '../platform/http/method-not-allowed.js';
+import { AddressBans, AddressParams } from './schemas.js';
+import { ErrorBody } from '../platform/schemas/error.js';
 import { actorOf } from './auth.js';
 
 const BANS_PATH = '/admin/v1/address-bans';

@@ -1,10 +1,10 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
-import { decodeCursor, encodeCursor, nextLink } from '../pagination.js';
-import type { AdminAuditRepository } from '../repositories/admin-audit.js';
-import { refuseOtherMethods } from '../http/method-not-allowed.js';
-import { AuditEntries, AuditQuery } from '../schemas/admin.js';
-import { DEFAULT_PAGE_SIZE } from '../schemas/common.js';
-import { ErrorBody } from '../schemas/error.js';
+import { decodeCursor, encodeCursor, nextLink } from '../platform/pagination.js';
+import type { AdminAuditRepository } from './audit-repository.js';
+import { refuseOtherMethods } from '../platform/http/method-not-allowed.js';
+import { AuditEntries, AuditQuery } from './schemas.js';
+import { DEFAULT_PAGE_SIZE } from '../platform/schemas/common.js';
+import { ErrorBody } from '../platform/schemas/error.js';
 
 const AUDIT_PATH = '/admin/v1/audit';
 

@@ -1,9 +1,9 @@
 import fp from 'fastify-plugin';
-import { hashKey, isPlausibleAdminToken } from '../api-key-format.js';
-import { errors } from '../errors.js';
-import { bearerToken } from '../http/bearer.js';
-import type { Actor } from '../repositories/admin-audit.js';
-import type { AdminTokenIdentity, AdminTokensRepository } from '../repositories/admin-tokens.js';
+import { hashKey, isPlausibleAdminToken } from '../api-keys/format.js';
+import { errors } from '../platform/errors.js';
+import { bearerToken } from '../platform/http/bearer.js';
+import type { Actor } from './audit-repository.js';
+import type { AdminTokenIdentity, AdminTokensRepository } from './tokens-repository.js';
 import type { FastifyRequest } from 'fastify';
 
 declare module 'fastify' {

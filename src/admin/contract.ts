@@ -1,10 +1,10 @@
 import type { TSchema } from '@sinclair/typebox';
 import type { RouteOptions } from 'fastify';
-import { SERVICE_FAILURE_RESPONSES } from '../errors.js';
-import { REQUEST_ID_RESPONSE_HEADERS } from '../http/request-id.js';
-import { documentIdempotency } from '../plugins/idempotency.js';
-import { ErrorBody } from '../schemas/error.js';
-import { withHeaders, type ResponseSchemas } from '../schemas/responses.js';
+import { SERVICE_FAILURE_RESPONSES } from '../platform/errors.js';
+import { REQUEST_ID_RESPONSE_HEADERS } from '../platform/http/request-id.js';
+import { documentIdempotency } from '../idempotency/plugin.js';
+import { ErrorBody } from '../platform/schemas/error.js';
+import { withHeaders, type ResponseSchemas } from '../platform/schemas/responses.js';
 import { ADMIN_SECURITY_SCHEME } from './auth.js';
 
 const WWW_AUTHENTICATE = { 'www-authenticate': { type: 'string', description: 'Bearer realm="pets-admin" (RFC 6750)' } } as const;

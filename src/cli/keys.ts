@@ -4,15 +4,15 @@
  * exit 2, having written nothing. On the embedded database a running server holds the data
  * directory, so the command is sent to it; with no server there, it opens the database itself.
  */
-import { ConfigError, loadConfig } from '../config.js';
-import { DataDirInUseError } from '../db/database.js';
-import { migrate } from '../db/migrate.js';
-import { openDatabase } from '../db/open.js';
-import { askRunningServer, keysSocketPath } from './keys/socket.js';
-import { createAdminTokensRepository } from '../repositories/admin-tokens.js';
-import { createApiKeysRepository } from '../repositories/api-keys.js';
-import type { Output } from './keys/command.js';
-import { parseCommandLine, runKeysCommand } from './keys/index.js';
+import { ConfigError, loadConfig } from '../platform/config.js';
+import { DataDirInUseError } from '../platform/db/database.js';
+import { migrate } from '../platform/db/migrate.js';
+import { openDatabase } from '../platform/db/open.js';
+import { askRunningServer, keysSocketPath } from '../keys-command/socket.js';
+import { createAdminTokensRepository } from '../admin/tokens-repository.js';
+import { createApiKeysRepository } from '../api-keys/repository.js';
+import type { Output } from '../keys-command/command.js';
+import { parseCommandLine, runKeysCommand } from '../keys-command/commands.js';
 
 const terminal: Output = { out: (line) => console.log(line), err: (line) => console.error(line) };
 const argv = process.argv.slice(2);

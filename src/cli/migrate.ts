@@ -1,6 +1,6 @@
-import { ConfigError, loadConfig } from '../config.js';
-import { openDatabase } from '../db/open.js';
-import { migrate } from '../db/migrate.js';
+import { ConfigError, loadConfig } from '../platform/config.js';
+import { openDatabase } from '../platform/db/open.js';
+import { migrate } from '../platform/db/migrate.js';
 
 /** `npm run migrate`: the one-shot migration step to run before a rollout. */
 try {

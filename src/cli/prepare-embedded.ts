@@ -1,4 +1,4 @@
-import { preparePgliteTemplate, PGLITE_TEMPLATE_DIR } from '../db/pglite.js';
+import { preparePgliteTemplate, PGLITE_TEMPLATE_DIR } from '../platform/db/pglite.js';
 
 /** Run at install (npm's prepare): initdb of the embedded database once, so that a first start does not wait for it. */
 const started = performance.now();

@@ -8,7 +8,7 @@ import { readdirSync } from 'node:fs';
 import { Redis } from 'ioredis';
 import pg from 'pg';
 import { test as base, expect, it } from 'vitest';
-import { createApiKeysRepository } from '../../src/repositories/api-keys.js';
+import { createApiKeysRepository } from '../../src/api-keys/repository.js';
 import { createTestDatabase, openExistingDatabase, POSTGRES_URL } from '../support/databases.js';
 import { eventually } from '../support/eventually.js';
 import { developmentKey, type ServerProcess, startServer } from '../support/processes.js';
@@ -308,7 +308,7 @@ describeNeeding(NEEDS.privatePostgres)('PostgreSQL faults (a private PostgreSQL 
   test('two instances starting at the same moment on an empty database run the migrations once, and both serve', async ({ postgres }) => {
     const database = await postgres.createDatabase();
     // Both must reach the migration step together: hold the service's migration lock (the
-    // constant in src/db/migrate.ts) until both wait for it, then let them race.
+    // constant in src/platform/db/migrate.ts) until both wait for it, then let them race.
     const MIGRATION_LOCK = 7_310_042_015;
     const holder = new pg.Client({ connectionString: database.url });
     await holder.connect();

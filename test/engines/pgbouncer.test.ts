@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { test as base, expect } from 'vitest';
-import { encodeCursor } from '../../src/pagination.js';
+import { encodeCursor } from '../../src/platform/pagination.js';
 import { buildTestApp, type TestApp } from '../support/app.js';
 import { createScratchDatabase, POSTGRES_URL } from '../support/databases.js';
 import { eventually } from '../support/eventually.js';

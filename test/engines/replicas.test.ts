@@ -1,10 +1,10 @@
 import pino from 'pino';
 import { test as base, expect } from 'vitest';
-import { migrate } from '../../src/db/migrate.js';
-import { createPostgresDatabase } from '../../src/db/postgres.js';
-import { createReplicaReads, parseLsn, replicaName, type ReplicaOptions } from '../../src/db/replicas.js';
-import { buildMetricsServer } from '../../src/metrics-server.js';
-import { encodeCursor } from '../../src/pagination.js';
+import { migrate } from '../../src/platform/db/migrate.js';
+import { createPostgresDatabase } from '../../src/platform/db/postgres.js';
+import { createReplicaReads, parseLsn, replicaName, type ReplicaOptions } from '../../src/platform/db/replicas.js';
+import { buildMetricsServer } from '../../src/platform/observability/metrics-server.js';
+import { encodeCursor } from '../../src/platform/pagination.js';
 import { buildTestApp, type TestApp } from '../support/app.js';
 import { eventually } from '../support/eventually.js';
 import { describeNeeding, NEEDS, startPrimaryWithStandby, type PrimaryWithStandby } from '../support/engines/index.js';

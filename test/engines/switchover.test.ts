@@ -1,6 +1,6 @@
 import { test as base, expect } from 'vitest';
-import { DatabaseUnavailableError } from '../../src/db/database.js';
-import { encodeCursor } from '../../src/pagination.js';
+import { DatabaseUnavailableError } from '../../src/platform/db/database.js';
+import { encodeCursor } from '../../src/platform/pagination.js';
 import { buildTestApp } from '../support/app.js';
 import { eventually } from '../support/eventually.js';
 import { describeNeeding, NEEDS, startPgBouncer, startPrimaryWithStandby } from '../support/engines/index.js';

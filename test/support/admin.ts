@@ -1,7 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import { buildAdminServer } from '../../src/admin/server.js';
-import type { Actor } from '../../src/repositories/admin-audit.js';
-import { createAdminTokensRepository, type AdminScope } from '../../src/repositories/admin-tokens.js';
+import type { Actor } from '../../src/admin/audit-repository.js';
+import { createAdminTokensRepository, type AdminScope } from '../../src/admin/tokens-repository.js';
 import { listen } from './http.js';
 import { bearer } from './keys.js';
 

@@ -1,7 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import { buildApp, type AppDependencies } from '../../src/app.js';
-import { loadConfig } from '../../src/config.js';
-import type { Database } from '../../src/db/database.js';
+import { loadConfig } from '../../src/platform/config.js';
+import type { Database } from '../../src/platform/db/database.js';
 import { createScratchDatabase, POSTGRES_URL } from './databases.js';
 import { eventually } from './eventually.js';
 import { bearer, keyNotices, waitForKeyOnApp } from './keys.js';

@@ -1,5 +1,5 @@
 /**
- * Preloaded (`--import`) into a traced server by test/tracing.test.ts: counts the spans the
+ * Preloaded (`--import`) into a traced server by test/platform/observability/tracing.test.ts: counts the spans the
  * tracing SDK is asked to start (where ids, attributes and the sampling decision are made), by
  * where their parent is, and prints the counts as the process exits.
  */

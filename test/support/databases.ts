@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
-import type { Database } from '../../src/db/database.js';
-import { openDatabase } from '../../src/db/open.js';
+import type { Database } from '../../src/platform/db/database.js';
+import { openDatabase } from '../../src/platform/db/open.js';
 import { eventually } from './eventually.js';
 
 /** The PostgreSQL server the suite runs against, or undefined for PGlite. */

@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test as base, type RunnerTestSuite } from 'vitest';
 import type { AppDependencies } from '../../src/app.js';
-import { migrate } from '../../src/db/migrate.js';
+import { migrate } from '../../src/platform/db/migrate.js';
 import { buildTestApp, buildTwoInstances, type TestApp } from './app.js';
 import { createTestDatabase } from './databases.js';
 import { listen, portOf } from './http.js';

@@ -1,5 +1,5 @@
 import type { FastifyInstance } from 'fastify';
-import { hashKey } from '../../src/api-key-format.js';
+import { hashKey } from '../../src/api-keys/format.js';
 import { eventually } from './eventually.js';
 
 /** The Authorization header of an API key. */

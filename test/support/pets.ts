@@ -1,4 +1,4 @@
-import type { Database } from '../../src/db/database.js';
+import type { Database } from '../../src/platform/db/database.js';
 
 /** How many pets the database holds, or how many of them have the name given. */
 export const countPets = async (db: Database, name?: string) =>

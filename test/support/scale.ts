@@ -1,6 +1,6 @@
 import pg from 'pg';
 import { test as base } from 'vitest';
-import { buildMetricsServer } from '../../src/metrics-server.js';
+import { buildMetricsServer } from '../../src/platform/observability/metrics-server.js';
 import { buildTestApp, type TestApp } from './app.js';
 import { bearer } from './keys.js';
 import { sleep, T0, testClock } from './time.js';

@@ -1,0 +1,123 @@
+import type { ParseArgsOptionsConfig } from 'node:util';
+import type { Static, TObject, TSchema } from '@sinclair/typebox';
+import { ValueErrorType, type ValueError } from '@sinclair/typebox/errors';
+import { Value } from '@sinclair/typebox/value';
+import { ExpiryError, parseExpiry } from '../api-keys/expiry.js';
+import { LimitsError } from '../api-keys/plans.js';
+import type { Actor } from '../admin/audit-repository.js';
+import type { AdminTokensRepository } from '../admin/tokens-repository.js';
+import type { ApiKeysRepository } from '../api-keys/repository.js';
+import { Id } from '../platform/schemas/common.js';
+
+/** Where a command's lines go: the terminal, or back over the socket to the command that sent it. */
+export interface Output {
+  out: (line: string) => void;
+  err: (line: string) => void;
+}
+
+export interface Repositories {
+  keys: ApiKeysRepository;
+  tokens: AdminTokensRepository;
+}
+
+/** A command line that parsed: runs it; its exit code (0, or 1 when refused). */
+export type Run = (repositories: Repositories, output: Output) => Promise<number>;
+
+/** The options given, by their name on the command line. */
+export type OptionValues = Record<string, string | boolean | undefined>;
+
+/** One command of the keys command: its place in the help, its options, and how its arguments become a run. */
+export interface KeysCommand {
+  /** One word, or two for `admin-token <word>`. */
+  name: string;
+  synopsis: string;
+  options: ParseArgsOptionsConfig;
+  /** A UsageError for bad arguments: parsing touches no database. */
+  parse: (values: OptionValues, positionals: string[]) => Run;
+}
+
+/** Bad arguments: exit 2, one line on stderr, nothing written. */
+export class UsageError extends Error {}
+
+// What JSON.stringify leaves as it is but a terminal acts on: DEL, the C1 controls (0x9b is a CSI, as ESC [
+// is) and the bidi embeddings, overrides and isolates, which reorder the rest of the line.
+const UNSAFE_FOR_TERMINAL = /[\u007f-\u009f\u202a-\u202e\u2066-\u2069]/g;
+
+/**
+ * A word from the command line as a refusal repeats it: quoted as JSON, and every control
+ * character escaped, so that an ESC sequence or a newline in what was typed is shown as such and
+ * cannot drive the terminal the message reaches.
+ */
+export const quoted = (word: string) =>
+  JSON.stringify(word).replace(UNSAFE_FOR_TERMINAL, (character) => `\\u${character.charCodeAt(0).toString(16).padStart(4, '0')}`);
+
+/** Changes made here are recorded as the keys command's: no admin token. */
+export const COMMAND: Actor = { name: 'cli:keys', adminTokenId: null };
+
+const optionOf = (field: string) => field.replace(/[A-Z]/g, (letter) => `-${letter.toLowerCase()}`);
+
+/** The options of a command that takes what `schema` describes: `--per-minute` for perMinute; booleans are flags. */
+export const optionsOf = (schema: TObject): ParseArgsOptionsConfig =>
+  Object.fromEntries(
+    Object.entries(schema.properties).map(([field, property]) => [
+      optionOf(field),
+      { type: property.type === 'boolean' ? 'boolean' : 'string' },
+    ]),
+  );
+
+// Only a whole number written plainly is read as one: `007`, `1e3` and `1.5` stay text, which the
+// schema refuses, as the admin API refuses them in its parameters.
+const INTEGER = /^-?(?:0|[1-9][0-9]*)$/;
+const typed = (schema: TSchema, value: string | boolean) =>
+  schema.type === 'integer' && typeof value === 'string' && INTEGER.test(value) ? Number(value) : value;
+
+/** What is wrong, in the schema's own words (its x-error-message, as the admin API answers), after the argument's name. */
+function refusal(argument: string, error: ValueError): UsageError {
+  const rule = (error.schema as { 'x-error-message'?: string })['x-error-message'] ?? error.message.toLowerCase();
+  return new UsageError(`${argument} ${error.type === ValueErrorType.ObjectRequiredProperty ? 'is required and ' : ''}${rule}`);
+}
+
+/** The options given, checked by the admin API's schema of the same input: a UsageError names the first option that is wrong. */
+export function validated<T extends TObject>(schema: T, values: OptionValues): Static<T> {
+  const input: Record<string, unknown> = {};
+  for (const [field, property] of Object.entries(schema.properties)) {
+    const value = values[optionOf(field)];
+    if (value !== undefined) input[field] = typed(property, value);
+  }
+  const error = Value.Errors(schema, input).First();
+  if (error) throw refusal(`--${optionOf(error.path.split('/')[1]!)}`, error);
+  return input;
+}
+
+/** One value checked by `schema`, as the admin API checks the field. */
+export function checked<T extends TSchema>(argument: string, schema: T, value: string): Static<T> {
+  const input = typed(schema, value);
+  const error = Value.Errors(schema, input).First();
+  if (error) throw refusal(argument, error);
+  return input;
+}
+
+/** The one id a command acts on, an id as the admin API takes it in a path. */
+export function idArgument(command: string, what: 'key' | 'token', positionals: string[]): number {
+  if (positionals.length !== 1) throw new UsageError(`${command} takes exactly one ${what} id`);
+  return checked(`the ${what} id`, Id, positionals[0]!);
+}
+
+export function noArguments(positionals: string[]): void {
+  if (positionals.length > 0) throw new UsageError(`unexpected argument ${quoted(positionals[0]!)}`);
+}
+
+/** The refusals of the rules shared with the admin API, as bad arguments: limits that do not go with the plan, an expiry that is no future date. */
+export function sharedRule<T>(work: () => T): T {
+  try {
+    return work();
+  } catch (error) {
+    if (error instanceof LimitsError) throw new UsageError(error.message);
+    if (error instanceof ExpiryError) throw new UsageError(`--expires-at ${error.message}`);
+    throw error;
+  }
+}
+
+/** `--expires-at` as the admin API takes it (parseExpiry): on the calendar and in the future. */
+export const expiryOf = (expiresAt: string | undefined): Date | undefined =>
+  expiresAt === undefined ? undefined : sharedRule(() => parseExpiry(expiresAt, Date.now()));

@@ -1,0 +1,48 @@
+import type { Config } from '../config.js';
+
+/**
+ * Where spans are sent (OTLP over HTTP), by the OTLP exporter specification's rule: the traces
+ * endpoint as given, else the general endpoint with `/v1/traces` appended; neither set, no tracing.
+ */
+export function tracesEndpoint(config: Pick<Config, 'OTEL_EXPORTER_OTLP_ENDPOINT' | 'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT'>) {
+  if (config.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) return config.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT;
+  if (config.OTEL_EXPORTER_OTLP_ENDPOINT) return `${config.OTEL_EXPORTER_OTLP_ENDPOINT.replace(/\/+$/, '')}/v1/traces`;
+  return undefined;
+}
+
+let stop: (() => Promise<void>) | undefined;
+
+/**
+ * Starts tracing when an endpoint is configured; otherwise does nothing and loads nothing (the
+ * SDK is imported only here, behind the check). Must run before the modules of the app are
+ * imported (server.ts imports app.js after it): pg and ioredis are instrumented as they load.
+ */
+export async function startTracing(config: Config): Promise<void> {
+  const url = tracesEndpoint(config);
+  if (!url || stop) return;
+  const { startSdk } = await import('./tracing-sdk.js');
+  stop = startSdk({ url, serviceName: config.OTEL_SERVICE_NAME });
+}
+
+/** Sends the spans still buffered and stops; the app calls it when it closes. */
+export async function stopTracing(): Promise<void> {
+  const stopping = stop;
+  stop = undefined;
+  await stopping?.();
+}
+
+/**
+ * A pino mixin that adds the active span's `trace_id` and `span_id` to each log line written
+ * within a request (the OpenTelemetry log data model's names), so a log line leads to its trace.
+ * Only when tracing is configured: otherwise the OpenTelemetry API is not even loaded.
+ */
+export async function traceLogMixin(config: Config): Promise<(() => object) | undefined> {
+  if (!tracesEndpoint(config)) return undefined;
+  const { trace } = await import('@opentelemetry/api');
+  return () => {
+    const span = trace.getActiveSpan();
+    if (!span) return {};
+    const { traceId, spanId } = span.spanContext();
+    return { trace_id: traceId, span_id: spanId };
+  };
+}

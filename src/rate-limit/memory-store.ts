@@ -1,0 +1,138 @@
+import { Lru } from '../platform/lib/lru.js';
+import type { Limits } from '../api-keys/plans.js';
+import {
+  DAY_MS,
+  decideWithout,
+  MINUTE_MS,
+  usage,
+  windowsOf,
+  windowStart,
+  type BanPolicy,
+  type Bans,
+  type Decision,
+  type Inspection,
+  type RateLimitStore,
+  type StoreKind,
+} from './store.js';
+
+interface Counters {
+  minute: number;
+  minuteUsed: number;
+  day: number;
+  dayUsed: number;
+  refused: number;
+  bannedUntil: number;
+}
+
+/** How many subjects one instance tracks at most; past it, the least recently seen is forgotten. */
+const MAX_SUBJECTS = 100_000;
+
+/**
+ * Counters in this process: the default for one instance, and the fallback of an instance whose
+ * Redis is unreachable. A subject costs one small entry, dropped once its day window and any
+ * ban are over; the cap bounds memory however many distinct keys or addresses arrive.
+ */
+export class MemoryStore implements RateLimitStore {
+  readonly #subjects: Lru<string, Counters>;
+  readonly #ban: BanPolicy;
+  readonly #sweeper: NodeJS.Timeout;
+
+  constructor(ban: BanPolicy, { maxSubjects = MAX_SUBJECTS, now = Date.now } = {}) {
+    this.#ban = ban;
+    this.#subjects = new Lru(maxSubjects);
+    this.#sweeper = setInterval(() => this.sweep(now()), MINUTE_MS).unref();
+  }
+
+  get size() {
+    return this.#subjects.size;
+  }
+
+  async consume(subject: string, limits: Limits, now: number): Promise<Decision> {
+    return this.#decide(subject, limits, now);
+  }
+
+  #decide(subject: string, limits: Limits, now: number): Decision {
+    const minute = windowStart(now, MINUTE_MS);
+    const day = windowStart(now, DAY_MS);
+    const counters = this.#take(subject, minute, day);
+    if (counters.minute !== minute) Object.assign(counters, { minute, minuteUsed: 0, refused: 0 });
+    if (counters.day !== day) Object.assign(counters, { day, dayUsed: 0 });
+
+    if (counters.bannedUntil > now) {
+      return {
+        outcome: 'banned',
+        ...usage(limits, now, counters.minuteUsed, counters.dayUsed),
+        bannedUntil: counters.bannedUntil,
+        banStarted: false,
+      };
+    }
+    if (counters.minuteUsed < limits.perMinute && counters.dayUsed < limits.perDay) {
+      counters.minuteUsed += 1;
+      counters.dayUsed += 1;
+      return { outcome: 'allowed', ...usage(limits, now, counters.minuteUsed, counters.dayUsed) };
+    }
+    counters.refused += 1;
+    const windows = usage(limits, now, counters.minuteUsed, counters.dayUsed);
+    if (counters.refused > this.#ban.threshold) {
+      counters.refused = 0;
+      counters.bannedUntil = now + this.#ban.durationMs;
+      return { outcome: 'banned', ...windows, bannedUntil: counters.bannedUntil, banStarted: true };
+    }
+    return { outcome: 'limited', ...windows };
+  }
+
+  async check(subject: string, limits: Limits, now: number): Promise<Decision> {
+    const counters = this.#subjects.peek(subject);
+    if (!counters) return decideWithout(limits, now, 0, 0, 0);
+    const minuteUsed = counters.minute === windowStart(now, MINUTE_MS) ? counters.minuteUsed : 0;
+    const dayUsed = counters.day === windowStart(now, DAY_MS) ? counters.dayUsed : 0;
+    return decideWithout(limits, now, minuteUsed, dayUsed, counters.bannedUntil);
+  }
+
+  async inspect(subject: string, limits: Limits, now: number): Promise<Inspection> {
+    return { decision: await this.check(subject, limits, now), source: 'memory' };
+  }
+
+  async bans(prefix: string, now: number): Promise<Bans> {
+    const bans: Bans['bans'] = [];
+    for (const [subject, { bannedUntil }] of this.#subjects.entries()) {
+      if (bannedUntil > now && subject.startsWith(prefix)) bans.push({ subject, bannedUntil });
+    }
+    return { bans, source: 'memory' };
+  }
+
+  async liftBan(subject: string): Promise<StoreKind> {
+    const counters = this.#subjects.peek(subject);
+    if (counters) Object.assign(counters, { bannedUntil: 0, refused: 0 });
+    return 'memory';
+  }
+
+  async refund(subject: string, decision: Decision) {
+    const counters = this.#subjects.peek(subject);
+    if (!counters) return;
+    const { minute, day } = windowsOf(decision);
+    if (counters.minute === minute && counters.minuteUsed > 0) counters.minuteUsed -= 1;
+    if (counters.day === day && counters.dayUsed > 0) counters.dayUsed -= 1;
+  }
+
+  /** Forgets subjects whose day window and ban are both over: nothing of them matters any more. */
+  sweep(now: number) {
+    const day = windowStart(now, DAY_MS);
+    for (const [subject, counters] of this.#subjects.entries()) {
+      if (counters.day !== day && counters.bannedUntil <= now) this.#subjects.delete(subject);
+    }
+  }
+
+  async close() {
+    clearInterval(this.#sweeper);
+  }
+
+  /** The subject's counters, moved to the most recently seen end; the least recent go past the cap. */
+  #take(subject: string, minute: number, day: number): Counters {
+    const counters = this.#subjects.get(subject);
+    if (counters) return counters;
+    const fresh = { minute, minuteUsed: 0, day, dayUsed: 0, refused: 0, bannedUntil: 0 };
+    this.#subjects.set(subject, fresh);
+    return fresh;
+  }
+}

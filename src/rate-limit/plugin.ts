@@ -1,0 +1,251 @@
+import fp from 'fastify-plugin';
+import { Counter, Gauge } from 'prom-client';
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import { errors, secondsUntil, type ApiError } from '../platform/errors.js';
+import { PLAN_LIMITS, type Limits } from '../api-keys/plans.js';
+import type { ApiKeyIdentity } from '../api-keys/repository.js';
+import { clientOf } from './address.js';
+import { FallbackStore } from './fallback-store.js';
+import { MemoryStore } from './memory-store.js';
+import { createRedisClient, REDIS_START_WAIT_MS, type RedisCredentials, type RedisTarget } from './redis-connection.js';
+import { RedisStore } from './redis-store.js';
+import type { BanPolicy, Decision, Inspection, RateLimitStore, StoreKind, WindowUsage } from './store.js';
+
+export interface RateLimitOptions {
+  ban: BanPolicy;
+  /** Shared counters for any number of instances; without it, this instance counts alone. */
+  redis?: RedisTarget;
+  redisCredentials: RedisCredentials;
+  redisKeyPrefix: string;
+  /** Callers without a key count per IPv6 network of this many leading bits (see clientOf). */
+  ipv6Prefix: number;
+}
+
+/** Callers without a valid key are limited by address, as the Free plan, so keys cannot be guessed at speed. */
+const ANONYMOUS: Limits = PLAN_LIMITS.free;
+
+/**
+ * Keys an instance has not seen are looked up in the database at most this often per address, so
+ * a flood of made-up keys (with valid checksums) never lands on the database. Counted per
+ * instance, apart from the request limits: a valid key's first request costs its caller nothing.
+ */
+const LOOKUPS: Limits = { perMinute: 60, perDay: 10_000 };
+
+/** On every response under /v1 (documented by v1/contract.ts). */
+export const RATE_LIMIT_HEADERS = {
+  'x-ratelimit-limit': { type: 'integer', description: 'Requests allowed in the binding window' },
+  'x-ratelimit-remaining': { type: 'integer', description: 'Requests left in the binding window' },
+  'x-ratelimit-reset': { type: 'integer', description: 'Unix time (seconds) when the binding window resets, or a ban ends' },
+  'ratelimit-policy': { type: 'string', description: 'Both windows, as in draft-ietf-httpapi-ratelimit-headers' },
+  ratelimit: { type: 'string', description: 'What is left of both windows and seconds until each resets' },
+} as const;
+
+/** The subject a key counts as: its quota, which the keys rotated from one another share. */
+const keySubject = (quotaId: number) => `key:${quotaId}`;
+/** The subject a caller without a valid key counts as: its client address (see clientOf). */
+const addressSubject = (client: string) => `ip:${client}`;
+
+interface Charge {
+  subject: string;
+  limits: Limits;
+  decision: Decision;
+  now: number;
+  /** False for a request admitted uncounted, as a sure free revalidation. */
+  counted: boolean;
+}
+
+/** A request decided and with nothing left to settle: refused, or settled already. */
+const SETTLED = 0;
+
+/**
+ * Where a request's charge waits for settle(), unset while the limiter has not decided it: a
+ * request decoration that only this module can name. Set on every request, it is cheaper than a
+ * WeakMap entry.
+ */
+const CHARGE = Symbol('rateLimitCharge');
+type Charged = FastifyRequest & { [CHARGE]?: Charge | typeof SETTLED };
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    rateLimit: RateLimiter;
+  }
+}
+
+/** The caller's key as far as memory tells, asked only of a request the limiter never decided. */
+export type KnownKey = (request: FastifyRequest) => ApiKeyIdentity | undefined;
+
+export interface RateLimiter {
+  /**
+   * The lookup budget, which auth spends before it looks up a key this instance has not seen:
+   * whether one may be looked up for this address now. Not while the address is banned (its
+   * request is refused as the address), and at most LOOKUPS per address, past which `refusal` is the 429.
+   */
+  mayLookUp(address: string, now: number): Promise<{ lookUp: true } | { lookUp: false; refusal?: ApiError }>;
+  /**
+   * Decides the request of its caller (request.apiKey, else its address), sets the headers, and
+   * throws its 429. A request sure to be a free revalidation is only checked against the limits.
+   */
+  admit(request: FastifyRequest, reply: FastifyReply, now: number, { free }: { free: boolean }): Promise<void>;
+  /**
+   * Once answered: takes back a counted request that turned out free, or counts an uncounted one
+   * that did not. The response waits for it, so the caller's next request, on any instance, sees it.
+   * A request answered before it was decided (load shedding, shutdown, a key lookup that failed)
+   * counts nothing and gets the headers of its caller as they stand: of the key `knownKey` finds
+   * without the database, else of its address.
+   */
+  settle(request: FastifyRequest, reply: FastifyReply, options: { free: boolean; knownKey: KnownKey }): Promise<unknown> | undefined;
+  /** What a key's quota holds now (both windows, a ban), counting nothing, and which store answered (the admin API). */
+  usage(quotaId: number, limits: Limits, now: number): Promise<Inspection>;
+  /** Lifts a key's ban in the store decisions go to now (the admin API); says which. */
+  liftBan(quotaId: number, now: number): Promise<StoreKind>;
+  /** The clients (see clientOf) banned now, and which store answered (the admin API). */
+  addressBans(now: number): Promise<{ bans: Array<{ address: string; bannedUntil: number }>; source: StoreKind }>;
+  /**
+   * Lifts the ban of the client an address (or a client as addressBans names it) counts as, in
+   * the store decisions go to now; says which client, when its ban would have ended, if it had one, and which store.
+   */
+  liftAddressBan(address: string, now: number): Promise<{ address: string; bannedUntil?: number; source: StoreKind }>;
+}
+
+/**
+ * Per-plan limits on every request of the context whose pipeline calls it, before validation, so
+ * every response (400s and 401s included) carries the headers and counts; 429s do not count.
+ */
+export default fp<RateLimitOptions>(
+  async function rateLimit(app, options) {
+    const memory = new MemoryStore(options.ban, { now: app.now });
+    const lookups = new MemoryStore({ threshold: Number.MAX_SAFE_INTEGER, durationMs: 0 }, { now: app.now });
+    let store: RateLimitStore = memory;
+    if (options.redis) {
+      const redis = new RedisStore(createRedisClient(options.redis, options.redisCredentials), options.ban, options.redisKeyPrefix);
+      await redis.connect(REDIS_START_WAIT_MS).catch((error) => app.log.warn({ err: error }, 'rate limiting: Redis unreachable at start'));
+      store = new FallbackStore(redis, memory, app.log);
+    }
+    const decisions = new Counter({
+      name: 'rate_limit_decisions_total',
+      help: 'Rate-limit decisions: allowed, limited (429 rate_limited) and banned (429 api_key_banned)',
+      labelNames: ['outcome'] as const,
+      registers: [app.metricsRegistry],
+    });
+    if (store instanceof FallbackStore) {
+      const fallback = store;
+      new Gauge({
+        name: 'rate_limit_redis_fallback',
+        help: '1 while Redis is unreachable and this instance limits from its own memory',
+        registers: [app.metricsRegistry],
+        collect() {
+          this.set(fallback.degraded ? 1 : 0);
+        },
+      });
+    }
+    app.addHook('onClose', async () => {
+      await Promise.all([store.close(), lookups.close()]);
+    });
+
+    app.decorateRequest(CHARGE, undefined);
+    const clientOfAddress = (address: string) => clientOf(address, options.ipv6Prefix);
+
+    /** What `check` says of the caller now: honest headers for a request that was never counted. */
+    async function describeUndecided(request: FastifyRequest, reply: FastifyReply, key: ApiKeyIdentity | undefined) {
+      const now = app.now();
+      setHeaders(
+        reply,
+        await store.check(key ? keySubject(key.quotaId) : addressSubject(clientOfAddress(request.ip)), key ?? ANONYMOUS, now),
+        now,
+      );
+    }
+
+    app.decorate('rateLimit', {
+      async mayLookUp(address, now) {
+        const subject = addressSubject(clientOfAddress(address));
+        if ((await store.check(subject, ANONYMOUS, now)).outcome === 'banned') return { lookUp: false };
+        const budget = await lookups.consume(subject, LOOKUPS, now);
+        if (budget.outcome === 'allowed') return { lookUp: true };
+        const window = budget.day.used >= budget.day.limit ? budget.day : budget.minute;
+        return { lookUp: false, refusal: errors.tooManyUnknownKeys(secondsUntil(window.resetAt - now)) };
+      },
+
+      async admit(request, reply, now, { free }) {
+        const key = request.apiKey;
+        const client = key ? undefined : clientOfAddress(request.ip);
+        const subject = client === undefined ? keySubject(key!.quotaId) : addressSubject(client);
+        const limits = key ?? ANONYMOUS;
+        const checked = free ? await store.check(subject, limits, now) : undefined;
+        const decision = checked?.outcome === 'allowed' ? checked : await store.consume(subject, limits, now);
+        const binding = setHeaders(reply, decision, now);
+        decisions.inc({ outcome: decision.outcome });
+        switch (decision.outcome) {
+          case 'allowed':
+            (request as Charged)[CHARGE] = { subject, limits, decision, now, counted: decision !== checked };
+            return;
+          case 'banned': {
+            (request as Charged)[CHARGE] = SETTLED;
+            const until = new Date(decision.bannedUntil).toISOString();
+            if (decision.banStarted) request.log.warn({ keyId: key?.id, address: client, until }, 'rate limit ban');
+            throw errors.banned(until, secondsUntil(decision.bannedUntil - now));
+          }
+          case 'limited':
+            (request as Charged)[CHARGE] = SETTLED;
+            throw errors.rateLimited(binding.limit, binding === decision.day ? 'day' : 'minute', secondsUntil(binding.resetAt - now));
+        }
+      },
+
+      // GitHub's rule: a revalidation that finds the client's copy current (304 for a tag it sent)
+      // costs nothing. The request was admitted like any other, so a caller over its limit still got its 429.
+      settle(request, reply, { free, knownKey }) {
+        const charge = (request as Charged)[CHARGE];
+        if (charge === undefined) {
+          (request as Charged)[CHARGE] = SETTLED;
+          return describeUndecided(request, reply, knownKey(request));
+        }
+        if (charge === SETTLED || free !== charge.counted) return undefined;
+        (request as Charged)[CHARGE] = SETTLED;
+        if (charge.counted) {
+          const uncount = (window: WindowUsage) => ({ ...window, used: Math.max(0, window.used - 1) });
+          setHeaders(reply, { ...charge.decision, minute: uncount(charge.decision.minute), day: uncount(charge.decision.day) }, charge.now);
+          return store.refund(charge.subject, charge.decision);
+        }
+        // Admitted uncounted as a sure 304, it was refused further on (a sunset meanwhile): it counts.
+        return store.consume(charge.subject, charge.limits, charge.now);
+      },
+
+      usage: (quotaId, limits, now) => store.inspect(keySubject(quotaId), limits, now),
+      liftBan: (quotaId, now) => store.liftBan(keySubject(quotaId), now),
+
+      async addressBans(now) {
+        const { bans, source } = await store.bans(addressSubject(''), now);
+        const listed = bans.map(({ subject, bannedUntil }) => ({ address: subject.slice(addressSubject('').length), bannedUntil }));
+        return { bans: listed.sort((a, b) => a.address.localeCompare(b.address)), source };
+      },
+
+      async liftAddressBan(address, now) {
+        const client = clientOfAddress(address.replace(/\/\d+$/, ''));
+        const subject = addressSubject(client);
+        const { decision } = await store.inspect(subject, ANONYMOUS, now);
+        const source = await store.liftBan(subject, now);
+        return { address: client, bannedUntil: decision.outcome === 'banned' ? decision.bannedUntil : undefined, source };
+      },
+    } satisfies RateLimiter);
+  },
+  { name: 'rate-limit', dependencies: ['metrics'] },
+);
+
+/**
+ * X-RateLimit-* describe the binding window: the one with fewer requests left (the minute on a
+ * tie, the day once it is spent, since retrying after the minute would not help). The IETF
+ * draft's RateLimit and RateLimit-Policy fields describe both. A ban's Reset is its end.
+ */
+function setHeaders(reply: FastifyReply, decision: Decision, now: number): WindowUsage {
+  const remaining = (window: WindowUsage) => Math.max(0, window.limit - window.used);
+  const { minute, day } = decision;
+  const binding = remaining(day) === 0 || remaining(day) < remaining(minute) ? day : minute;
+  const banned = decision.outcome === 'banned';
+  reply.headers({
+    'x-ratelimit-limit': binding.limit,
+    'x-ratelimit-remaining': banned ? 0 : remaining(binding),
+    'x-ratelimit-reset': Math.ceil((banned ? decision.bannedUntil : binding.resetAt) / 1000),
+    'ratelimit-policy': `"minute";q=${minute.limit};w=60, "day";q=${day.limit};w=86400`,
+    ratelimit: `"minute";r=${banned ? 0 : remaining(minute)};t=${secondsUntil(minute.resetAt - now)}, "day";r=${banned ? 0 : remaining(day)};t=${secondsUntil(day.resetAt - now)}`,
+  });
+  return binding;
+}

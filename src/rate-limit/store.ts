@@ -1,0 +1,88 @@
+import type { Limits } from '../api-keys/plans.js';
+
+export const MINUTE_MS = 60_000;
+export const DAY_MS = 86_400_000;
+
+/** One fixed window, aligned to the UTC clock: a minute or a day. */
+export interface WindowUsage {
+  limit: number;
+  /** Requests counted in this window, this one included when it was allowed. */
+  used: number;
+  /** When the window ends, in ms since the epoch. */
+  resetAt: number;
+}
+
+interface Windows {
+  minute: WindowUsage;
+  day: WindowUsage;
+}
+
+/** What a store decided for one request, with both windows as they stand after it. */
+export type Decision =
+  | ({ outcome: 'allowed' } & Windows)
+  | ({ outcome: 'limited' } & Windows)
+  /** `bannedUntil`: when the ban ends, in ms since the epoch; `banStarted`: this request started it. */
+  | ({ outcome: 'banned'; bannedUntil: number; banStarted: boolean } & Windows);
+
+export interface BanPolicy {
+  /** More refused requests than this within one minute window start a ban. */
+  threshold: number;
+  durationMs: number;
+}
+
+/**
+ * Decides one request of a subject (a key or an address): allowed only when both windows have
+ * room, counted in both when allowed and in neither when refused. Refusals are counted apart,
+ * per minute window, for the ban. Stores own atomicity; the plugin owns the headers.
+ */
+export interface RateLimitStore {
+  consume(subject: string, limits: Limits, now: number): Promise<Decision>;
+  /**
+   * Decides a request as consume would, but counts nothing, refusals included: for a request known
+   * beforehand to cost nothing (a 304). The caller consumes a refused one, to count the refusal.
+   */
+  check(subject: string, limits: Limits, now: number): Promise<Decision>;
+  /**
+   * Takes back a request that `decision` allowed: it then counts in neither window, as if never
+   * made. Only the windows it was counted in lose it; one that has rolled over since is left alone.
+   */
+  refund(subject: string, decision: Decision): Promise<void>;
+  /** What `check` would decide, and which store answered: `memory` also for Redis's fallback during an outage. */
+  inspect(subject: string, limits: Limits, now: number): Promise<Inspection>;
+  /** The subjects starting with `prefix` that are banned now, and which store answered. */
+  bans(prefix: string, now: number): Promise<Bans>;
+  /** Ends the subject's ban, if any, and forgets its refusals this minute; says which store it was lifted in. */
+  liftBan(subject: string, now: number): Promise<StoreKind>;
+  close(): Promise<void>;
+}
+
+export type StoreKind = 'memory' | 'redis';
+
+export interface Bans {
+  bans: Array<{ subject: string; bannedUntil: number }>;
+  source: StoreKind;
+}
+
+export interface Inspection {
+  decision: Decision;
+  source: StoreKind;
+}
+
+export const windowStart = (now: number, size: number) => now - (now % size);
+
+/** The starts of the two windows a decision counted in. */
+export const windowsOf = (decision: Decision) => ({ minute: decision.minute.resetAt - MINUTE_MS, day: decision.day.resetAt - DAY_MS });
+
+/** The decision on counts as they stand, without counting anything. */
+export function decideWithout(limits: Limits, now: number, minuteUsed: number, dayUsed: number, bannedUntil: number): Decision {
+  const windows = usage(limits, now, minuteUsed, dayUsed);
+  if (bannedUntil > now) return { outcome: 'banned', ...windows, bannedUntil, banStarted: false };
+  return { outcome: minuteUsed < limits.perMinute && dayUsed < limits.perDay ? 'allowed' : 'limited', ...windows };
+}
+
+export function usage(limits: Limits, now: number, minuteUsed: number, dayUsed: number) {
+  return {
+    minute: { limit: limits.perMinute, used: minuteUsed, resetAt: windowStart(now, MINUTE_MS) + MINUTE_MS },
+    day: { limit: limits.perDay, used: dayUsed, resetAt: windowStart(now, DAY_MS) + DAY_MS },
+  };
+}

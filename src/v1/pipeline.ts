@@ -1,0 +1,74 @@
+import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
+import auth from '../auth/plugin.js';
+import conditionalRequests from '../platform/http/conditional-requests.js';
+import deprecation from './deprecation.js';
+import idempotency from '../idempotency/plugin.js';
+import { notFoundHandler } from '../platform/errors.js';
+import { createIdempotencyKeysRepository } from '../idempotency/repository.js';
+import { documentOperation } from './contract.js';
+import pets from '../pets/routes.js';
+
+export const API_PREFIX = '/v1';
+
+export interface V1Options {
+  idempotencyKeyRetentionHours: number;
+}
+
+/**
+ * Everything under /v1, and the order one request takes through it, in one place (the rate
+ * limiter, app.rateLimit, is the app's: the admin API reads and lifts its bans too):
+ *
+ *   onRequest   auth finds the caller (a key not known here is looked up only if the limiter lets
+ *               its address spend a lookup); the limiter decides (429 ends here), then auth refuses
+ *               (401, 403, the 429 of a lookup): every request is counted, refused ones too
+ *   validation  the operation's schemas (400); a deprecated operation past its sunset is a 410
+ *   preHandler  a revalidation of a tag known current is answered 304 here, before the handler
+ *   handler     pets/routes.ts
+ *   onSend      ETag and 304; the limiter takes back a free revalidation, and gives a response
+ *               answered before it decided (load shedding, shutdown, a failed key lookup) the
+ *               headers of its caller as they stand
+ *
+ * Unknown paths pass the same pipeline through this context's own not-found handler.
+ */
+const v1: FastifyPluginAsync<V1Options> = async (app, options) => {
+  await app.register(auth);
+  await app.register(idempotency, {
+    retentionHours: options.idempotencyKeyRetentionHours,
+    keys: createIdempotencyKeysRepository(app.db, 'api'),
+    ownerOf: (request) => request.apiKey?.id,
+  });
+  await app.register(conditionalRequests, { dataVersion: app.dataVersion });
+  await app.register(deprecation);
+
+  app.addHook('onRoute', (route) => documentOperation(route, options));
+
+  app.addHook('onRequest', async (request, reply) => {
+    const now = app.now();
+    const authentication = await app.auth.authenticate(request, now);
+    await app.rateLimit.admit(request, reply, now, { free: app.conditionalRequests.knownCurrent(request) });
+    const refusal = app.auth.refusal(authentication, request.routeOptions.config);
+    if (refusal) throw refusal;
+  });
+
+  const keyFromMemory = (request: FastifyRequest) => {
+    const credential = app.auth.identify(request);
+    return credential.kind === 'key' ? credential.key : undefined;
+  };
+
+  // Callback hooks: they run on every request, and need no promise.
+  app.addHook('preHandler', (request, reply, done) => {
+    if (!app.conditionalRequests.answerKnown(request, reply)) done();
+  });
+  app.addHook('onSend', (request, reply, payload, done) => {
+    const answer = app.conditionalRequests.finish(request, reply, payload);
+    const settling = app.rateLimit.settle(request, reply, { free: answer.free, knownKey: keyFromMemory });
+    if (settling) settling.then(() => done(null, answer.payload), done);
+    else done(null, answer.payload);
+  });
+
+  app.setNotFoundHandler(notFoundHandler);
+  app.get('/openapi.json', { schema: { hide: true }, config: { public: true } }, async () => app.swagger());
+  await app.register(pets);
+};
+
+export default v1;

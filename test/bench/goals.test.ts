@@ -1,0 +1,74 @@
+import { describe, expect, it } from 'vitest';
+import { evaluateGoals, GOALS, type Round, type RowResult } from '../../bench/report.js';
+import { BARE_ROW, LIST, revalidationOf, rowId, type Row } from '../../bench/scenarios.js';
+
+const round = (requestsPerSecond: number, serverCpuUsPerResponse: number, p99Ms = 5): Round => ({
+  responses: requestsPerSecond,
+  seconds: 1,
+  requestsPerSecond,
+  p50Ms: 1,
+  p99Ms,
+  statuses: { '200': requestsPerSecond },
+  non2xx: 0,
+  failed: 0,
+  serverCpuUsPerResponse,
+});
+
+/** Every row a goal names, each with the rounds given for it or three plain ones. */
+function results(rounds: Record<string, Round[]>): RowResult[] {
+  const ids = new Set(GOALS.flatMap((goal) => [goal.row, goal.baseline]));
+  return [...ids].map((id) => ({
+    row: { id } as Row,
+    rounds: rounds[id] ?? [round(1000, 50), round(1000, 50), round(1000, 50)],
+    warmups: [],
+  }));
+}
+
+const HOT = rowId('ours-memory', LIST);
+
+describe("bench: issue #36's goals", () => {
+  it('takes each ratio round by round: the median of the per-round ratios, not the ratio of the medians', () => {
+    // Per round 0.50x, 0.70x and 0.40x: the median is 0.50x, where the medians (2,800 / 6,000) make 0.47x.
+    const goals = evaluateGoals(
+      results({
+        [BARE_ROW]: [round(10_000, 20), round(4_000, 20), round(6_000, 20)],
+        [HOT]: [round(5_000, 50), round(2_800, 50), round(2_400, 50)],
+      }),
+    );
+    const hot = goals.find((goal) => goal.name === 'hot page, memory store: req/s')!;
+    expect(hot).toMatchObject({ target: '>= 0.60x bare', measured: '0.50x (2,800 vs 6,000 req/s)', margin: '-0.10x (-17%)', met: false });
+  });
+
+  it('judges CPU per request against bare as at most the target, and tracing against tracing off', () => {
+    const goals = evaluateGoals(
+      results({
+        [BARE_ROW]: [round(10_000, 20), round(10_000, 20), round(10_000, 20)],
+        [HOT]: [round(6_000, 40), round(6_000, 38), round(6_000, 44)],
+        [rowId('ours-memory', revalidationOf(LIST))]: [round(7_000, 30), round(7_000, 30), round(7_000, 30)],
+        [rowId('ours-sampled', LIST)]: [round(5_700, 45), round(5_100, 45), round(5_400, 45)],
+        [rowId('ours-traced', LIST)]: [round(3_000, 90), round(3_000, 90), round(3_000, 90)],
+      }),
+    );
+    const byName = new Map(goals.map((goal) => [goal.name, goal]));
+    expect(byName.get('hot page, memory store: CPU per request')).toMatchObject({
+      target: "<= 2.00x bare's",
+      measured: '2.00x (40 vs 20 µs)',
+      margin: '+0.00x (+0%)',
+      met: true,
+    });
+    expect(byName.get('304 revalidation of the hot page, memory store: req/s')).toMatchObject({
+      measured: '0.70x (7,000 vs 10,000 req/s)',
+      met: true,
+    });
+    expect(byName.get('hot page, tracing sampled at 5%: req/s')).toMatchObject({
+      target: '>= 0.90x tracing off',
+      measured: '0.90x (5,400 vs 6,000 req/s)',
+      met: true,
+    });
+    expect(byName.get('hot page, every request traced: req/s')).toMatchObject({
+      measured: '0.50x (3,000 vs 6,000 req/s)',
+      margin: '-0.10x (-17%)',
+      met: false,
+    });
+  });
+});

@@ -1,0 +1,243 @@
+import { createHash } from 'node:crypto';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { createServer, type Server } from 'node:http';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test as base, describe, expect } from 'vitest';
+import { loadConfig } from '../../../src/platform/config.js';
+import { tracesEndpoint } from '../../../src/platform/observability/tracing.js';
+import { cleanupStack } from '../../support/fixtures.js';
+import { createScratchDatabase, POSTGRES_URL } from '../../support/databases.js';
+import type { StartedSpans } from '../../support/count-spans.js';
+import { bearer } from '../../support/keys.js';
+import { developmentKey, run, startServer } from '../../support/processes.js';
+
+interface Attribute {
+  key: string;
+  value: { stringValue?: string; intValue?: string | number; boolValue?: boolean; doubleValue?: number };
+}
+interface Span {
+  traceId: string;
+  spanId: string;
+  parentSpanId?: string;
+  name: string;
+  attributes: Attribute[];
+  scope: string;
+}
+
+/** An OTLP/HTTP receiver: accepts POST /v1/traces (JSON, as the exporter sends it) and keeps every span. */
+async function otlpReceiver() {
+  const spans: Span[] = [];
+  const contentTypes = new Set<string>();
+  const server: Server = createServer((request, response) => {
+    let body = '';
+    request.on('data', (chunk: Buffer) => (body += chunk.toString()));
+    request.on('end', () => {
+      if (request.method !== 'POST' || request.url !== '/v1/traces') {
+        response.writeHead(404).end();
+        return;
+      }
+      contentTypes.add(String(request.headers['content-type']));
+      // eslint-disable-next-line @typescript-eslint/no-explicit-any -- the OTLP JSON encoding, read as it comes
+      const { resourceSpans } = JSON.parse(body) as { resourceSpans: any[] };
+      for (const resource of resourceSpans) {
+        for (const scopeSpans of resource.scopeSpans) {
+          for (const span of scopeSpans.spans) spans.push({ ...span, scope: scopeSpans.scope.name, resource: resource.resource });
+        }
+      }
+      response.writeHead(200, { 'content-type': 'application/json' }).end('{}');
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as { port: number };
+  return { origin: `http://127.0.0.1:${port}`, spans, contentTypes, close: () => new Promise((resolve) => server.close(resolve)) };
+}
+
+const attribute = (span: Span, key: string) => {
+  const value = span.attributes.find((entry) => entry.key === key)?.value;
+  return value && (value.stringValue ?? value.intValue ?? value.boolValue ?? value.doubleValue);
+};
+
+describe('the traces endpoint', () => {
+  test('is the traces endpoint as given, else the general one with /v1/traces; unset, none', () => {
+    expect(tracesEndpoint(loadConfig({}))).toBeUndefined();
+    expect(tracesEndpoint(loadConfig({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318' }))).toBe('http://collector:4318/v1/traces');
+    expect(tracesEndpoint(loadConfig({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318/' }))).toBe('http://collector:4318/v1/traces');
+    expect(
+      tracesEndpoint(
+        loadConfig({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318', OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: 'https://t.example/x' }),
+      ),
+    ).toBe('https://t.example/x');
+    expect(() => loadConfig({ OTEL_EXPORTER_OTLP_ENDPOINT: 'collector:4318' })).toThrow('OTEL_EXPORTER_OTLP_ENDPOINT');
+  });
+});
+
+/** A server traced to a receiver of its own, on a scratch database when PostgreSQL answers, with an API key of its own. */
+async function tracedServer(
+  defer: (each: () => unknown) => void,
+  name: string,
+  spec: { env?: Record<string, string>; nodeArgs?: string[] } = {},
+) {
+  const receiver = await otlpReceiver();
+  defer(() => receiver.close());
+  const dataDir = await mkdtemp(join(tmpdir(), 'pets-tracing-'));
+  defer(() => rm(dataDir, { recursive: true, force: true }));
+  const scratch = POSTGRES_URL ? await createScratchDatabase(POSTGRES_URL) : undefined;
+  if (scratch) defer(() => scratch.drop());
+  const env = {
+    DATABASE_URL: scratch?.url ?? '',
+    DATA_DIR: dataDir,
+    OTEL_EXPORTER_OTLP_ENDPOINT: receiver.origin,
+    PETS_CACHE_MAX_BYTES: '0',
+    ...spec.env,
+  };
+  // Ready, not only alive: load shedding answers 503 until its first health check.
+  const server = await startServer({ name, env, nodeArgs: spec.nodeArgs, readyPath: '/readyz' });
+  defer(() => server.stop());
+  let key: string;
+  if (scratch) {
+    const created = await run(['src/cli/keys.ts', 'create', '--plan', 'enterprise', '--per-minute', '100000', '--per-day', '1000000'], env);
+    key = created.stdout.trim().split('\n').at(-1)!;
+  } else {
+    key = await developmentKey(server);
+  }
+  return { receiver, server, key };
+}
+
+/** Creates a pet, waiting for a new key to be known to the server (it learns of it through NOTIFY or a lookup). */
+async function createPet(origin: string, key: string) {
+  for (;;) {
+    const created = await fetch(`${origin}/v1/pets`, {
+      method: 'POST',
+      headers: { ...bearer(key), 'content-type': 'application/json' },
+      body: JSON.stringify({ name: 'Traced', categoryId: 1 }),
+    });
+    if (created.status !== 401) return created;
+  }
+}
+
+const test = base
+  .extend(
+    'traced',
+    { scope: 'file' },
+    // eslint-disable-next-line no-empty-pattern -- vitest reads a fixture's dependencies from this pattern
+    async ({}, { onCleanup }) => cleanupStack(onCleanup, (defer) => tracedServer(defer, 'traced')),
+  )
+  .extend(
+    'unsampled',
+    { scope: 'file' },
+    // eslint-disable-next-line no-empty-pattern -- vitest reads a fixture's dependencies from this pattern
+    async ({}, { onCleanup }) =>
+      cleanupStack(onCleanup, (defer) =>
+        tracedServer(defer, 'unsampled', {
+          // The sampler an operator sets, at a ratio that samples no request.
+          env: { OTEL_TRACES_SAMPLER: 'parentbased_traceidratio', OTEL_TRACES_SAMPLER_ARG: '0' },
+          nodeArgs: ['--import', 'tsx', '--import', './test/support/count-spans.ts', 'src/server.ts'],
+        }),
+      ),
+  );
+
+describe('traces of the running server, sent to an OTLP/HTTP receiver', () => {
+  test('a create and a list: request spans with their status, database and Redis spans beneath them, no API key anywhere', async ({
+    traced: { receiver, server, key },
+  }) => {
+    const created = await createPet(server.origin, key);
+    expect(created.status).toBe(201);
+    const listed = await fetch(`${server.origin}/v1/pets?limit=5`, { headers: bearer(key) });
+    expect(listed.status).toBe(200);
+    await fetch(`${server.origin}/healthz`);
+    // SIGTERM: the server closes, and sends the spans still batched before it exits.
+    expect(await server.stop()).toBe(0);
+
+    const { spans } = receiver;
+    expect(receiver.contentTypes).toEqual(new Set(['application/json']));
+    const byId = new Map(spans.map((span) => [span.spanId, span]));
+    const ancestors = (span: Span) => {
+      const chain: Span[] = [];
+      for (let parent = byId.get(span.parentSpanId ?? ''); parent; parent = byId.get(parent.parentSpanId ?? '')) chain.push(parent);
+      return chain;
+    };
+    const requestSpan = (method: string, status: number) =>
+      spans.find(
+        (span) =>
+          !span.parentSpanId &&
+          attribute(span, 'http.request.method') === method &&
+          Number(attribute(span, 'http.response.status_code')) === status,
+      );
+
+    const create = requestSpan('POST', 201);
+    const list = requestSpan('GET', 200);
+    expect(create, JSON.stringify(spans.map((span) => span.name))).toBeDefined();
+    expect(list).toBeDefined();
+    expect(create!.traceId).not.toBe(list!.traceId);
+    // The handler runs in a child span of the request span.
+    for (const root of [create!, list!]) {
+      const children = spans.filter((span) => span.parentSpanId === root.spanId);
+      expect(children.some((span) => span.name.startsWith('handler'))).toBe(true);
+    }
+    // Probes are not traced.
+    expect(spans.some((span) => JSON.stringify(span.attributes).includes('/healthz'))).toBe(false);
+
+    if (POSTGRES_URL) {
+      // The listing's query, in the list's trace, under its request span.
+      // Prepared statements are named after what they do (src/pets/repository.ts).
+      const names = JSON.stringify(spans.map((span) => [span.scope, span.name, span.traceId]));
+      const listQuery = spans.find((span) => span.name.startsWith('pg.query:pets_list') && span.traceId === list!.traceId);
+      expect(listQuery, names).toBeDefined();
+      expect(ancestors(listQuery!)).toContain(list);
+      const insert = spans.find((span) => span.name.startsWith('pg.query:pets_insert') && span.traceId === create!.traceId);
+      expect(insert, names).toBeDefined();
+      expect(ancestors(insert!)).toContain(create);
+      expect(attribute(insert!, 'db.system') ?? attribute(insert!, 'db.system.name')).toBe('postgresql');
+    }
+    if (process.env.REDIS_URL) {
+      // The rate limiter's Redis round trip, within the request it counted.
+      const commands = spans.filter((span) => span.scope.includes('ioredis') && span.traceId === create!.traceId);
+      expect(commands.length, JSON.stringify(spans.map((span) => [span.scope, span.name]))).toBeGreaterThan(0);
+      for (const command of commands) expect(ancestors(command)).toContain(create);
+      // Only the command is recorded, never its keys and arguments (key ids, client addresses).
+      for (const command of commands)
+        expect(attribute(command, 'db.statement') ?? attribute(command, 'db.query.text')).toMatch(/^[a-z]+$/i);
+    }
+
+    // Neither the key, nor its hash (what the database stores), nor the header in any span.
+    const everything = JSON.stringify(spans);
+    expect(everything).not.toContain(key);
+    expect(everything).not.toContain(createHash('sha256').update(key).digest('hex'));
+    expect(everything.toLowerCase()).not.toContain('bearer');
+
+    // Each request's log line names its trace.
+    const lines = server
+      .output()
+      .split('\n')
+      .filter((line) => line.startsWith('{'))
+      .map((line) => JSON.parse(line) as Record<string, unknown>);
+    const logged = lines.filter((line) => line.msg === 'request');
+    for (const root of [create!, list!]) expect(logged.some((line) => line.trace_id === root.traceId)).toBe(true);
+  });
+});
+
+describe('an unsampled request', () => {
+  test('starts no span beneath its own: no hook, handler, query or Redis command span, only the decision', async ({
+    unsampled: { receiver, server, key },
+  }) => {
+    expect((await createPet(server.origin, key)).status).toBe(201);
+    expect((await fetch(`${server.origin}/v1/pets?limit=5`, { headers: bearer(key) })).status).toBe(200);
+    // A caller's own unsampled trace: its decision is followed, not taken again.
+    const traceparent = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00';
+    expect((await fetch(`${server.origin}/v1/pets?limit=5`, { headers: { ...bearer(key), traceparent } })).status).toBe(200);
+    expect(await server.stop()).toBe(0);
+
+    const line = server
+      .output()
+      .split('\n')
+      .find((each) => each.startsWith('{"startedSpans"'));
+    const { startedSpans } = JSON.parse(line!) as { startedSpans: StartedSpans };
+    // Each request asked for its own span once, the one with a caller's traceparent beneath it.
+    expect(startedSpans.root).toBeGreaterThanOrEqual(2);
+    expect(startedSpans.remoteParent).toBe(1);
+    // Nothing beneath them: no span for a hook, the handler, a query or a Redis command.
+    expect(startedSpans.localParent).toEqual([]);
+    expect(receiver.spans).toEqual([]);
+  });
+});
