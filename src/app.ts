@@ -133,6 +133,7 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
   await app.register(v1, {
     prefix: API_PREFIX,
     idempotencyKeyRetentionHours: config.IDEMPOTENCY_KEY_RETENTION_HOURS,
+    ipv6Prefix: config.RATE_LIMIT_IPV6_PREFIX,
   });
   return app;
 }

@@ -5,6 +5,7 @@ import { hashKey, isPlausibleKey } from '../api-keys/format.js';
 import { errors, type ApiError } from '../platform/errors.js';
 import { bearerToken } from '../platform/http/bearer.js';
 import type { ApiKeyIdentity } from '../api-keys/repository.js';
+import { createLookupBudget } from './lookup-budget.js';
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -51,17 +52,33 @@ export interface Authenticator {
   authenticate(request: FastifyRequest, now: number): Promise<Authentication>;
   /** Why a request so authenticated may not go on here (401, 403, or the 429 of its lookup), if it may not. */
   refusal(authentication: Authentication, config: FastifyContextConfig): ApiError | undefined;
+  /**
+   * The caller's key: the one authenticate found, or, for a request answered before it was
+   * authenticated (load shedding, shutdown, a key lookup that failed), the one memory knows.
+   */
+  keyOf(request: FastifyRequest): ApiKeyIdentity | undefined;
 }
+
+export interface AuthOptions {
+  /** Unknown keys are looked up per client: an IPv6 address counts by this many leading bits (as the limiter's clients). */
+  ipv6Prefix: number;
+}
+
+/** Set once authenticate has returned: a request decoration only this module can name. */
+const AUTHENTICATED = Symbol('authenticated');
+type Authenticated = FastifyRequest & { [AUTHENTICATED]?: true };
 
 export const SECURITY_SCHEME = 'bearerAuth';
 
 /**
- * Bearer API keys, checked against the key cache and, on a miss, the database, at the cost the
- * rate limiter sets for a lookup. The pipeline under /v1 (v1/pipeline.ts) authenticates, lets
- * the limiter count the request, and only then refuses.
+ * Bearer API keys, checked against the key cache and, on a miss, the database, within a budget of
+ * lookups per client that auth keeps itself. The pipeline under /v1 (v1/pipeline.ts)
+ * authenticates, lets the limiter count the request, and only then refuses.
  */
-export default fp(
-  async function auth(app) {
+export default fp<AuthOptions>(
+  async function auth(app, { ipv6Prefix }) {
+    const budget = createLookupBudget({ ipv6Prefix, now: app.now });
+    app.addHook('onClose', () => budget.close());
     const lookups = new Counter({
       name: 'api_key_lookups_total',
       help: 'API keys looked up in the database on first use, by outcome: found, or unknown (no usable key)',
@@ -102,10 +119,18 @@ export default fp(
       return verified;
     }
 
+    /** Spends a lookup unless the client is banned: its request is then refused as banned, and spends nothing here. */
+    async function spendLookup(address: string, now: number): Promise<{ lookUp: true } | { lookUp: false; refusal?: ApiError }> {
+      if (await app.rateLimit.addressBanned(address, now)) return { lookUp: false };
+      return budget.spend(address, now);
+    }
+
     app.decorateRequest('apiKey', undefined);
-    const recordIdentity = (request: FastifyRequest, credential: Credential): Credential => {
-      if (credential.kind === 'key') request.apiKey = credential.key;
-      return credential;
+    app.decorateRequest(AUTHENTICATED, undefined);
+    const recordIdentity = <A extends Authentication>(request: FastifyRequest, authentication: A): A => {
+      if (authentication.kind === 'key') request.apiKey = authentication.key;
+      (request as Authenticated)[AUTHENTICATED] = true;
+      return authentication;
     };
 
     app.decorate('auth', {
@@ -118,13 +143,13 @@ export default fp(
         // A key stored as far as the filter knows is looked up whatever its address did; any other
         // spends the address's budget (a key made a moment ago elsewhere, whose notice is on its way).
         if (app.keyFilter.mayHold(credential.hash)) return recordIdentity(request, await verifyListed(request, credential));
-        const budget = await app.rateLimit.mayLookUp(request.ip, now);
-        if (budget.lookUp) return recordIdentity(request, await verify(request, credential));
+        const spent = await spendLookup(request.ip, now);
+        if (spent.lookUp) return recordIdentity(request, await verify(request, credential));
         // About to be refused: the notice of a key made a moment ago elsewhere may still be on its
         // way. Once every notice sent before now is applied here, the filter tells.
         if ((await app.keyNotices.catchUp()) && app.keyFilter.mayHold(credential.hash))
           return recordIdentity(request, await verifyListed(request, credential));
-        return budget.refusal ? { kind: 'lookup-refused', refusal: budget.refusal } : credential;
+        return recordIdentity(request, spent.refusal ? { kind: 'lookup-refused', refusal: spent.refusal } : credential);
       },
 
       refusal(authentication, config) {
@@ -133,6 +158,12 @@ export default fp(
         if (authentication.kind === 'invalid' || authentication.kind === 'unverified') return errors.credentialsInvalid();
         if (authentication.kind === 'key' && authentication.key.readOnly && config.writes) return errors.readOnlyKey();
         return undefined;
+      },
+
+      keyOf(request) {
+        if ((request as Authenticated)[AUTHENTICATED]) return request.apiKey;
+        const credential = identify(request);
+        return credential.kind === 'key' ? credential.key : undefined;
       },
     } satisfies Authenticator);
   },

@@ -1,7 +1,7 @@
 import fp from 'fastify-plugin';
 import { Counter, Gauge } from 'prom-client';
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import { errors, secondsUntil, type ApiError } from '../platform/errors.js';
+import { errors, secondsUntil } from '../platform/errors.js';
 import { PLAN_LIMITS, type Limits } from '../api-keys/plans.js';
 import type { ApiKeyIdentity } from '../api-keys/repository.js';
 import { clientOf } from './address.js';
@@ -23,13 +23,6 @@ export interface RateLimitOptions {
 
 /** Callers without a valid key are limited by address, as the Free plan, so keys cannot be guessed at speed. */
 const ANONYMOUS: Limits = PLAN_LIMITS.free;
-
-/**
- * Keys an instance has not seen are looked up in the database at most this often per address, so
- * a flood of made-up keys (with valid checksums) never lands on the database. Counted per
- * instance, apart from the request limits: a valid key's first request costs its caller nothing.
- */
-const LOOKUPS: Limits = { perMinute: 60, perDay: 10_000 };
 
 /** On every response under /v1 (documented by v1/contract.ts). */
 export const RATE_LIMIT_HEADERS = {
@@ -71,29 +64,29 @@ declare module 'fastify' {
   }
 }
 
-/** The caller's key as far as memory tells, asked only of a request the limiter never decided. */
-export type KnownKey = (request: FastifyRequest) => ApiKeyIdentity | undefined;
-
 export interface RateLimiter {
+  /** Whether the client an address counts as is banned now (auth then spends no lookup on its key). */
+  addressBanned(address: string, now: number): Promise<boolean>;
   /**
-   * The lookup budget, which auth spends before it looks up a key this instance has not seen:
-   * whether one may be looked up for this address now. Not while the address is banned (its
-   * request is refused as the address), and at most LOOKUPS per address, past which `refusal` is the 429.
+   * Decides the request of its caller (its key, else its address), sets the headers, and throws
+   * its 429. A request sure to be a free revalidation is only checked against the limits.
    */
-  mayLookUp(address: string, now: number): Promise<{ lookUp: true } | { lookUp: false; refusal?: ApiError }>;
-  /**
-   * Decides the request of its caller (request.apiKey, else its address), sets the headers, and
-   * throws its 429. A request sure to be a free revalidation is only checked against the limits.
-   */
-  admit(request: FastifyRequest, reply: FastifyReply, now: number, { free }: { free: boolean }): Promise<void>;
+  admit(
+    request: FastifyRequest,
+    reply: FastifyReply,
+    caller: { key: ApiKeyIdentity | undefined; now: number; free: boolean },
+  ): Promise<void>;
   /**
    * Once answered: takes back a counted request that turned out free, or counts an uncounted one
    * that did not. The response waits for it, so the caller's next request, on any instance, sees it.
    * A request answered before it was decided (load shedding, shutdown, a key lookup that failed)
-   * counts nothing and gets the headers of its caller as they stand: of the key `knownKey` finds
-   * without the database, else of its address.
+   * counts nothing and gets the headers of its caller as they stand: of its key, else of its address.
    */
-  settle(request: FastifyRequest, reply: FastifyReply, options: { free: boolean; knownKey: KnownKey }): Promise<unknown> | undefined;
+  settle(
+    request: FastifyRequest,
+    reply: FastifyReply,
+    caller: { key: ApiKeyIdentity | undefined; free: boolean },
+  ): Promise<unknown> | undefined;
   /** What a key's quota holds now (both windows, a ban), counting nothing, and which store answered (the admin API). */
   usage(quotaId: number, limits: Limits, now: number): Promise<Inspection>;
   /** Lifts a key's ban in the store decisions go to now (the admin API); says which. */
@@ -114,7 +107,6 @@ export interface RateLimiter {
 export default fp<RateLimitOptions>(
   async function rateLimit(app, options) {
     const memory = new MemoryStore(options.ban, { now: app.now });
-    const lookups = new MemoryStore({ threshold: Number.MAX_SAFE_INTEGER, durationMs: 0 }, { now: app.now });
     let store: RateLimitStore = memory;
     if (options.redis) {
       const redis = new RedisStore(createRedisClient(options.redis, options.redisCredentials), options.ban, options.redisKeyPrefix);
@@ -139,7 +131,7 @@ export default fp<RateLimitOptions>(
       });
     }
     app.addHook('onClose', async () => {
-      await Promise.all([store.close(), lookups.close()]);
+      await store.close();
     });
 
     app.decorateRequest(CHARGE, undefined);
@@ -156,17 +148,11 @@ export default fp<RateLimitOptions>(
     }
 
     app.decorate('rateLimit', {
-      async mayLookUp(address, now) {
-        const subject = addressSubject(clientOfAddress(address));
-        if ((await store.check(subject, ANONYMOUS, now)).outcome === 'banned') return { lookUp: false };
-        const budget = await lookups.consume(subject, LOOKUPS, now);
-        if (budget.outcome === 'allowed') return { lookUp: true };
-        const window = budget.day.used >= budget.day.limit ? budget.day : budget.minute;
-        return { lookUp: false, refusal: errors.tooManyUnknownKeys(secondsUntil(window.resetAt - now)) };
+      async addressBanned(address, now) {
+        return (await store.check(addressSubject(clientOfAddress(address)), ANONYMOUS, now)).outcome === 'banned';
       },
 
-      async admit(request, reply, now, { free }) {
-        const key = request.apiKey;
+      async admit(request, reply, { key, now, free }) {
         const client = key ? undefined : clientOfAddress(request.ip);
         const subject = client === undefined ? keySubject(key!.quotaId) : addressSubject(client);
         const limits = key ?? ANONYMOUS;
@@ -192,11 +178,11 @@ export default fp<RateLimitOptions>(
 
       // GitHub's rule: a revalidation that finds the client's copy current (304 for a tag it sent)
       // costs nothing. The request was admitted like any other, so a caller over its limit still got its 429.
-      settle(request, reply, { free, knownKey }) {
+      settle(request, reply, { key, free }) {
         const charge = (request as Charged)[CHARGE];
         if (charge === undefined) {
           (request as Charged)[CHARGE] = SETTLED;
-          return describeUndecided(request, reply, knownKey(request));
+          return describeUndecided(request, reply, key);
         }
         if (charge === SETTLED || free !== charge.counted) return undefined;
         (request as Charged)[CHARGE] = SETTLED;

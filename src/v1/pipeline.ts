@@ -1,4 +1,4 @@
-import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
+import type { FastifyPluginAsync } from 'fastify';
 import auth from '../auth/plugin.js';
 import conditionalRequests from '../platform/http/conditional-requests.js';
 import deprecation from './deprecation.js';
@@ -12,6 +12,8 @@ export const API_PREFIX = '/v1';
 
 export interface V1Options {
   idempotencyKeyRetentionHours: number;
+  /** How auth counts an IPv6 caller's key lookups: by this many leading bits, as the limiter counts its requests. */
+  ipv6Prefix: number;
 }
 
 /**
@@ -31,7 +33,7 @@ export interface V1Options {
  * Unknown paths pass the same pipeline through this context's own not-found handler.
  */
 const v1: FastifyPluginAsync<V1Options> = async (app, options) => {
-  await app.register(auth);
+  await app.register(auth, { ipv6Prefix: options.ipv6Prefix });
   await app.register(idempotency, {
     retentionHours: options.idempotencyKeyRetentionHours,
     keys: createIdempotencyKeysRepository(app.db, 'api'),
@@ -45,15 +47,11 @@ const v1: FastifyPluginAsync<V1Options> = async (app, options) => {
   app.addHook('onRequest', async (request, reply) => {
     const now = app.now();
     const authentication = await app.auth.authenticate(request, now);
-    await app.rateLimit.admit(request, reply, now, { free: app.conditionalRequests.knownCurrent(request) });
+    const key = authentication.kind === 'key' ? authentication.key : undefined;
+    await app.rateLimit.admit(request, reply, { key, now, free: app.conditionalRequests.knownCurrent(request) });
     const refusal = app.auth.refusal(authentication, request.routeOptions.config);
     if (refusal) throw refusal;
   });
-
-  const keyFromMemory = (request: FastifyRequest) => {
-    const credential = app.auth.identify(request);
-    return credential.kind === 'key' ? credential.key : undefined;
-  };
 
   // Callback hooks: they run on every request, and need no promise.
   app.addHook('preHandler', (request, reply, done) => {
@@ -61,7 +59,7 @@ const v1: FastifyPluginAsync<V1Options> = async (app, options) => {
   });
   app.addHook('onSend', (request, reply, payload, done) => {
     const answer = app.conditionalRequests.finish(request, reply, payload);
-    const settling = app.rateLimit.settle(request, reply, { free: answer.free, knownKey: keyFromMemory });
+    const settling = app.rateLimit.settle(request, reply, { key: app.auth.keyOf(request), free: answer.free });
     if (settling) settling.then(() => done(null, answer.payload), done);
     else done(null, answer.payload);
   });

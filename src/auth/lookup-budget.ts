@@ -1,0 +1,34 @@
+import { errors, secondsUntil, type ApiError } from '../platform/errors.js';
+import type { Limits } from '../api-keys/plans.js';
+import { clientOf } from '../rate-limit/address.js';
+import { MemoryStore } from '../rate-limit/memory-store.js';
+
+/**
+ * Keys an instance has not seen are looked up in the database at most this often per address, so
+ * a flood of made-up keys (with valid checksums) never lands on the database. Counted per
+ * instance, apart from the request limits: a valid key's first request costs its caller nothing.
+ */
+export const LOOKUPS: Limits = { perMinute: 60, perDay: 10_000 };
+
+export type LookupSpent = { lookUp: true } | { lookUp: false; refusal: ApiError };
+
+export interface LookupBudget {
+  /** Spends one lookup of the client an address counts as, or says when the next one may be made (the 429). */
+  spend(address: string, now: number): Promise<LookupSpent>;
+  close(): Promise<void>;
+}
+
+/** The lookups each client (see clientOf) may spend on keys this instance does not know, in this process's memory. */
+export function createLookupBudget({ ipv6Prefix, now }: { ipv6Prefix: number; now: () => number }): LookupBudget {
+  // Counting only: a client past its budget is refused lookups, never banned for it.
+  const spent = new MemoryStore({ threshold: Number.MAX_SAFE_INTEGER, durationMs: 0 }, { now });
+  return {
+    async spend(address, at) {
+      const budget = await spent.consume(clientOf(address, ipv6Prefix), LOOKUPS, at);
+      if (budget.outcome === 'allowed') return { lookUp: true };
+      const window = budget.day.used >= budget.day.limit ? budget.day : budget.minute;
+      return { lookUp: false, refusal: errors.tooManyUnknownKeys(secondsUntil(window.resetAt - at)) };
+    },
+    close: () => spent.close(),
+  };
+}
