@@ -2,7 +2,7 @@ import { isIP } from 'node:net';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { errors } from '../platform/errors.js';
 import type { RateLimiter } from '../rate-limit/plugin.js';
-import type { AdminAuditRepository } from './audit-repository.js';
+import type { AdminAuditRepository } from '../audit/repository.js';
 import { refuseOtherMethods } from '../platform/http/method-not-allowed.js';
 import { AddressBans, AddressParams } from './schemas.js';
 import { ErrorBody } from '../platform/schemas/error.js';

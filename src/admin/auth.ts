@@ -2,7 +2,7 @@ import fp from 'fastify-plugin';
 import { hashKey, isPlausibleAdminToken } from '../api-keys/format.js';
 import { errors } from '../platform/errors.js';
 import { bearerToken } from '../platform/http/bearer.js';
-import type { Actor } from './audit-repository.js';
+import type { Actor } from '../audit/repository.js';
 import type { AdminTokenIdentity, AdminTokensRepository } from './tokens-repository.js';
 import type { FastifyRequest } from 'fastify';
 

@@ -6,7 +6,7 @@ import { ExpiryError, parseExpiry } from '../api-keys/expiry.js';
 import { decodeCursor, encodeCursor, nextLink } from '../platform/pagination.js';
 import { LimitsError, ownLimits } from '../api-keys/plans.js';
 import type { RateLimiter } from '../rate-limit/plugin.js';
-import type { AdminAuditRepository } from './audit-repository.js';
+import type { AdminAuditRepository } from '../audit/repository.js';
 import { KeyStateError, type ApiKeyRecord, type ApiKeysRepository } from '../api-keys/repository.js';
 import { refuseOtherMethods } from '../platform/http/method-not-allowed.js';
 import { AdminKey, AdminKeyChange, AdminKeys, KeyParams, KeyUsage, ListKeysQuery, NewAdminKey, RotateKey } from './schemas.js';

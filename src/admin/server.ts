@@ -4,7 +4,7 @@ import { requestIdGenerator } from '../platform/http/request-id.js';
 import errorHandler from '../platform/http/error-handler.js';
 import idempotency from '../idempotency/plugin.js';
 import openapi from '../platform/http/openapi.js';
-import { createAdminAuditRepository } from './audit-repository.js';
+import { createAdminAuditRepository } from '../audit/repository.js';
 import { createAdminTokensRepository } from './tokens-repository.js';
 import { createIdempotencyKeysRepository } from '../idempotency/repository.js';
 import adminAudit from './audit.js';

@@ -1,6 +1,6 @@
 import { generateAdminToken, hashKey } from '../api-keys/format.js';
 import type { Database } from '../platform/db/database.js';
-import { recordAudit, type Actor } from './audit-repository.js';
+import { recordAudit, type Actor } from '../audit/repository.js';
 
 /** read: look at keys, their usage and the audit trail (support); write: also change keys (billing). */
 export const ADMIN_SCOPES = ['read', 'write'] as const;

@@ -1,5 +1,5 @@
 import type { FastifyInstance } from 'fastify';
-import type { Actor } from '../admin/audit-repository.js';
+import type { Actor } from '../audit/repository.js';
 
 /** The audit trail's name for this start-up step, which issues a key with no operator or token. */
 const DEVELOPMENT_KEY: Actor = { name: 'system:development-key', adminTokenId: null };

@@ -2,7 +2,7 @@ import { generateKey, hashKey } from './format.js';
 import type { KeyState } from './lifecycle.js';
 import type { Database, Queryable } from '../platform/db/database.js';
 import { ownLimits, PLAN_LIMITS, type Limits, type Plan } from './plans.js';
-import { recordAudit, type Actor } from '../admin/audit-repository.js';
+import { recordAudit, type Actor } from '../audit/repository.js';
 
 /** What a request learns from its key: who it is and what it may do. */
 export interface ApiKeyIdentity extends Limits {

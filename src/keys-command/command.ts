@@ -4,7 +4,7 @@ import { ValueErrorType, type ValueError } from '@sinclair/typebox/errors';
 import { Value } from '@sinclair/typebox/value';
 import { ExpiryError, parseExpiry } from '../api-keys/expiry.js';
 import { LimitsError } from '../api-keys/plans.js';
-import type { Actor } from '../admin/audit-repository.js';
+import type { Actor } from '../audit/repository.js';
 import type { AdminTokensRepository } from '../admin/tokens-repository.js';
 import type { ApiKeysRepository } from '../api-keys/repository.js';
 import { Id } from '../platform/schemas/common.js';

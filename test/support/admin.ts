@@ -1,6 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import { buildAdminServer } from '../../src/admin/server.js';
-import type { Actor } from '../../src/admin/audit-repository.js';
+import type { Actor } from '../../src/audit/repository.js';
 import { createAdminTokensRepository, type AdminScope } from '../../src/admin/tokens-repository.js';
 import { listen } from './http.js';
 import { bearer } from './keys.js';
