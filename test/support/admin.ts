@@ -1,12 +1,18 @@
 import type { FastifyInstance } from 'fastify';
+import { expect } from 'vitest';
 import { buildAdminServer } from '../../src/admin/server.js';
 import type { Actor } from '../../src/audit/repository.js';
 import { createAdminTokensRepository, type AdminScope } from '../../src/admin/tokens-repository.js';
-import { listen } from './http.js';
+import type { TestApp } from './app.js';
+import { appTest } from './fixtures.js';
+import { listen, type HttpResponse } from './http.js';
 import { bearer } from './keys.js';
 
 /** The keys command's actor: tokens made for tests are made as the command makes them. */
 export const KEYS_COMMAND: Actor = { name: 'cli:keys', adminTokenId: null };
+
+/** A key's secret as the admin API shows it, once, on create and rotate. */
+export const KEY = /^psk_[0-9A-Za-z]{49}$/;
 
 /** An admin token of the app's database, as `keys admin-token create` makes one. */
 export const createAdminToken = (app: FastifyInstance, scope: AdminScope, name = `${scope} token`) =>
@@ -30,3 +36,26 @@ export async function openAdmin(app: FastifyInstance) {
 }
 
 export type TestAdmin = Awaited<ReturnType<typeof openAdmin>>;
+
+/** The `admin` fixture of a test API with `t` (see appTest, describeAppTest): the admin listener of its app, closed before it. */
+export async function adminFixture({ t }: { t: TestApp }, { onCleanup }: { onCleanup: (cleanup: () => Promise<void>) => void }) {
+  const admin = await openAdmin(t.app);
+  onCleanup(admin.close);
+  return admin;
+}
+
+/** appTest's API whose tests also get `admin`, the admin listener of the file's app. */
+export const adminTest = () => appTest().extend('admin', { scope: 'file' }, adminFixture);
+
+/** An error of the admin API: its status and the {code, message, status} body of every non-2xx. */
+export function expectError(response: HttpResponse, status: number, code: string) {
+  expect(response.status, JSON.stringify(response.body)).toBe(status);
+  expect(response.body).toEqual({ code, message: expect.any(String), status });
+}
+
+/** Creates a key through the API with the write token. */
+export async function createKey(admin: TestAdmin, body: Record<string, unknown> = { plan: 'free' }) {
+  const response = await admin.request('POST', '/admin/v1/keys', { json: body });
+  expect(response.status, JSON.stringify(response.body)).toBe(201);
+  return response.body as { id: number; key: string; [field: string]: unknown };
+}
