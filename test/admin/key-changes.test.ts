@@ -1,11 +1,11 @@
 import type { FastifyInstance } from 'fastify';
 import { describe, expect } from 'vitest';
 import { MAX_OVERLAP_SECONDS } from '../../src/api-keys/lifecycle.js';
-import { adminTest, createKey, expectError, KEY, openAdmin, type TestAdmin } from '../support/admin.js';
+import { adminTest, createKey, expectError, openAdmin, type TestAdmin } from '../support/admin.js';
 import { POSTGRES_URL } from '../support/databases.js';
 import { eventually } from '../support/eventually.js';
 import { twoInstancesTest } from '../support/fixtures.js';
-import { bearer, waitForKeyOnApp, waitUntilCached } from '../support/keys.js';
+import { bearer, KEY, waitForKeyOnApp, waitUntilCached } from '../support/keys.js';
 
 const test = adminTest();
 

@@ -1,7 +1,7 @@
 import { describe, expect } from 'vitest';
 import { createAdminTokensRepository } from '../../src/admin/tokens-repository.js';
-import { adminTest, createKey, expectError, KEY, KEYS_COMMAND } from '../support/admin.js';
-import { bearer, waitForKeyOnApp } from '../support/keys.js';
+import { adminTest, createKey, expectError, KEYS_COMMAND } from '../support/admin.js';
+import { bearer, KEY, waitForKeyOnApp } from '../support/keys.js';
 
 const test = adminTest();
 

@@ -6,7 +6,7 @@ import { createTestDatabase, POSTGRES_URL } from '../support/databases.js';
 import { eventually } from '../support/eventually.js';
 import { freePort } from '../support/free-port.js';
 import { runCommand, startServer, type ServerProcess } from '../support/processes.js';
-import { bearer } from '../support/keys.js';
+import { bearer, KEY } from '../support/keys.js';
 
 /** The command exactly as scripts call it (npm's own warnings about this machine's npmrc aside). */
 async function keys(args: string[], env: Record<string, string>) {
@@ -19,7 +19,6 @@ const keysDirectly = (args: string[], env: Record<string, string>) =>
   runCommand(process.execPath, ['--liftoff-only', 'dist/cli/keys.js', ...args], env);
 
 /** The documented format: psk_, 43 random base62 characters and a 6-character CRC32 checksum. */
-const KEY = /^psk_[0-9A-Za-z]{49}$/;
 /** Admin tokens: the same format with their own prefix, so a scanner tells the two apart. */
 const ADMIN_TOKEN = /^psa_[0-9A-Za-z]{49}$/;
 const lastLine = (text: string) => text.trimEnd().split('\n').at(-1)!;

@@ -11,9 +11,6 @@ import { bearer } from './keys.js';
 /** The keys command's actor: tokens made for tests are made as the command makes them. */
 export const KEYS_COMMAND: Actor = { name: 'cli:keys', adminTokenId: null };
 
-/** A key's secret as the admin API shows it, once, on create and rotate. */
-export const KEY = /^psk_[0-9A-Za-z]{49}$/;
-
 /** An admin token of the app's database, as `keys admin-token create` makes one. */
 export const createAdminToken = (app: FastifyInstance, scope: AdminScope, name = `${scope} token`) =>
   createAdminTokensRepository(app.db).create({ name, scope }, KEYS_COMMAND);

@@ -2,6 +2,9 @@ import type { FastifyInstance } from 'fastify';
 import { hashKey } from '../../src/api-keys/format.js';
 import { eventually } from './eventually.js';
 
+/** A key's secret as the admin API and the keys command show it, once, on create and rotate. */
+export const KEY = /^psk_[0-9A-Za-z]{49}$/;
+
 /** The Authorization header of an API key. */
 export const bearer = (key: string) => ({ authorization: `Bearer ${key}` });
 

@@ -2,7 +2,7 @@ import { existsSync } from 'node:fs';
 import SwaggerParser from '@apidevtools/swagger-parser';
 import { Ajv } from 'ajv';
 import { describe, expect } from 'vitest';
-import { openAdmin } from '../../support/admin.js';
+import { adminFixture } from '../../support/admin.js';
 import { appTest } from '../../support/fixtures.js';
 
 /** The app, and the document it serves, read once for the file; the admin listener and its own document likewise. */
@@ -14,11 +14,7 @@ const test = appTest()
     // eslint-disable-next-line @typescript-eslint/no-explicit-any
     return response.json<any>();
   })
-  .extend('admin', { scope: 'file' }, async ({ t }, { onCleanup }) => {
-    const admin = await openAdmin(t.app);
-    onCleanup(admin.close);
-    return admin;
-  })
+  .extend('admin', { scope: 'file' }, adminFixture)
   .extend('adminDocument', { scope: 'file' }, async ({ admin }) => {
     const response = await admin.server.inject('/admin/v1/openapi.json');
     expect(response.statusCode).toBe(200);
