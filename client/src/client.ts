@@ -4,7 +4,7 @@ import { clockOffsetMs, deprecationOf, linksOf, retryAfterMs, urlOf, type Deprec
 import { RateGate } from './rate-gate.js';
 import type { NewPet, Pet, PetStatus, ServiceErrorCode } from './types.js';
 import { VERSION } from './version.js';
-import { retryDelayMs, sleep } from './waits.js';
+import { retryDelayMs, sleep } from './backoff.js';
 
 /** What the client may be told to do per call as well as for every call. */
 export interface RetryOptions {

@@ -1,6 +1,6 @@
 import { RateLimitError } from './errors.js';
 import { clockOffsetMs, rateLimitOf, retryAfterMs, type RateLimit } from './headers.js';
-import { sleep } from './waits.js';
+import { sleep } from './backoff.js';
 
 /** What a 429 without Retry-After is taken to ask for (the service always sends one). */
 const DEFAULT_RETRY_AFTER_MS = 1_000;

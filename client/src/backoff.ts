@@ -1,4 +1,4 @@
-// Every wait of the client: how long after a failure, and sleeping that long.
+// The client's backoff: how long to wait after a failure, and sleeping that long.
 
 /** The first retry after a failure without a stated wait waits up to this long; each next one up to twice as long. */
 const BACKOFF_BASE_MS = 250;
