@@ -2,12 +2,12 @@ import { createHash } from 'node:crypto';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { DEFAULT_OVERLAP_SECONDS } from '../api-keys/lifecycle.js';
 import { errors } from '../platform/errors.js';
-import { ExpiryError, parseExpiry } from '../api-keys/expiry.js';
+import { parseExpiry } from '../api-keys/expiry.js';
 import { decodeCursor, encodeCursor, nextLink } from '../platform/pagination.js';
-import { LimitsError, ownLimits } from '../api-keys/plans.js';
+import { ownLimits } from '../api-keys/plans.js';
 import type { RateLimiter } from '../rate-limit/plugin.js';
 import type { AdminAuditRepository } from './audit-repository.js';
-import { KeyStateError, type ApiKeyRecord, type ApiKeysRepository } from '../api-keys/repository.js';
+import { type ApiKeyRecord, type ApiKeysRepository } from '../api-keys/repository.js';
 import { refuseOtherMethods } from '../platform/http/method-not-allowed.js';
 import { AdminKey, AdminKeyChange, AdminKeys, KeyParams, KeyUsage, ListKeysQuery, NewAdminKey, RotateKey } from './schemas.js';
 import { DEFAULT_PAGE_SIZE } from '../platform/schemas/common.js';
@@ -23,21 +23,6 @@ export interface AdminKeysOptions {
 }
 
 const LOCATION = { location: { type: 'string', description: 'Path of the key' } } as const;
-
-/**
- * The refusals of the rules shared with the keys command as the API's: limits that do not go with
- * the plan or an expiry that is no future date (400), a key whose state forbids the change (409).
- */
-async function refusalsAsErrors<T>(work: () => T | Promise<T>): Promise<T> {
-  try {
-    return await work();
-  } catch (error) {
-    if (error instanceof LimitsError) throw errors.badRequest(`body ${error.message}`);
-    if (error instanceof ExpiryError) throw errors.badRequest(`body/expiresAt ${error.message}`);
-    if (error instanceof KeyStateError) throw errors.conflict(error.message);
-    throw error;
-  }
-}
 
 const found = (key: ApiKeyRecord | undefined, id: number): ApiKeyRecord => {
   if (!key) throw errors.notFound(`No API key with id ${id}`);
@@ -71,8 +56,8 @@ const adminKeys: FastifyPluginAsyncTypebox<AdminKeysOptions> = async (admin, { k
     },
     async (request, reply) => {
       const { plan, name, perMinute, perDay, expiresAt, readOnly } = request.body;
-      const limits = await refusalsAsErrors(() => ownLimits(plan, perMinute, perDay));
-      const expiry = expiresAt === undefined ? undefined : await refusalsAsErrors(() => parseExpiry(expiresAt, admin.now()));
+      const limits = ownLimits(plan, perMinute, perDay);
+      const expiry = expiresAt === undefined ? undefined : parseExpiry(expiresAt, admin.now());
       // The secret leaves in this answer only: the stored response a retry gets has no secret.
       let secret: string | undefined;
       const { status, location, body } = await admin.idempotently(request, reply, async (tx) => {
@@ -142,7 +127,7 @@ const adminKeys: FastifyPluginAsyncTypebox<AdminKeysOptions> = async (admin, { k
     },
     async (request) => {
       const { id } = request.params;
-      return found(await refusalsAsErrors(() => keys.update(id, request.body, { actor: actorOf(request) })), id);
+      return found(await keys.update(id, request.body, { actor: actorOf(request) }), id);
     },
   );
 
@@ -174,10 +159,8 @@ const adminKeys: FastifyPluginAsyncTypebox<AdminKeysOptions> = async (admin, { k
     async (request, reply) => {
       const { id } = request.params;
       const { overlapSeconds, expiresAt } = request.body;
-      const expiry = expiresAt === undefined ? undefined : await refusalsAsErrors(() => parseExpiry(expiresAt, admin.now()));
-      const rotated = await refusalsAsErrors(() =>
-        keys.rotate(id, overlapSeconds ?? DEFAULT_OVERLAP_SECONDS, { expiresAt: expiry, actor: actorOf(request) }),
-      );
+      const expiry = expiresAt === undefined ? undefined : parseExpiry(expiresAt, admin.now());
+      const rotated = await keys.rotate(id, overlapSeconds ?? DEFAULT_OVERLAP_SECONDS, { expiresAt: expiry, actor: actorOf(request) });
       if (!rotated) throw errors.notFound(`No API key with id ${id}`);
       return reply
         .code(201)

@@ -3,6 +3,7 @@ import type { KeyState } from './lifecycle.js';
 import type { Database, Queryable } from '../platform/db/database.js';
 import { ownLimits, PLAN_LIMITS, type Limits, type Plan } from './plans.js';
 import { recordAudit, type Actor } from '../admin/audit-repository.js';
+import { KeyStateError } from '../platform/domain-errors.js';
 
 /** What a request learns from its key: who it is and what it may do. */
 export interface ApiKeyIdentity extends Limits {
@@ -187,9 +188,6 @@ const recordOf = (row: ApiKeyRecordRow): ApiKeyRecord => ({
   state: row.state,
   quotaId: row.quota_id ?? row.id,
 });
-
-/** What the key's state does not allow (changing or rotating a revoked or rotated key). */
-export class KeyStateError extends Error {}
 
 export function createApiKeysRepository(db: Database) {
   async function insert(target: Queryable, key: NewApiKey, quotaId: number | null): Promise<IssuedApiKey> {

@@ -4,8 +4,8 @@
  * exit 2, having written nothing. On the embedded database a running server holds the data
  * directory, so the command is sent to it; with no server there, it opens the database itself.
  */
-import { ConfigError, loadConfig } from '../platform/config.js';
-import { DataDirInUseError } from '../platform/db/database.js';
+import { loadConfig } from '../platform/config.js';
+import { DOMAIN_CODES, hasCode } from '../platform/domain-errors.js';
 import { migrate } from '../platform/db/migrate.js';
 import { openDatabase } from '../platform/db/open.js';
 import { askRunningServer, keysSocketPath } from '../keys-command/socket.js';
@@ -40,7 +40,7 @@ try {
     }
   }
 } catch (error) {
-  const expected = error instanceof ConfigError || error instanceof DataDirInUseError;
+  const expected = hasCode(error, DOMAIN_CODES.config, DOMAIN_CODES.dataDirInUse);
   console.error(`keys: ${expected ? error.message : `failed: ${(error as Error).message}`}`);
   process.exitCode = 1;
 }
