@@ -11,6 +11,7 @@ import { openDatabase } from '../platform/db/open.js';
 import { askRunningServer, keysSocketPath } from '../keys-command/socket.js';
 import { createAdminTokensRepository } from '../admin/tokens-repository.js';
 import { createApiKeysRepository } from '../api-keys/repository.js';
+import { createKeyRules } from '../api-keys/rules.js';
 import type { Output } from '../keys-command/command.js';
 import { parseCommandLine, runKeysCommand } from '../keys-command/commands.js';
 
@@ -30,11 +31,9 @@ try {
     const db = await openDatabase(config, { brief: true });
     try {
       await migrate(db);
-      process.exitCode = await runKeysCommand(
-        argv,
-        { keys: createApiKeysRepository(db), tokens: createAdminTokensRepository(db) },
-        terminal,
-      );
+      const keys = createApiKeysRepository(db);
+      const repositories = { keys, rules: createKeyRules(db, keys), tokens: createAdminTokensRepository(db) };
+      process.exitCode = await runKeysCommand(argv, repositories, terminal);
     } finally {
       await db.close();
     }

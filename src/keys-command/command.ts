@@ -2,11 +2,11 @@ import type { ParseArgsOptionsConfig } from 'node:util';
 import type { Static, TObject, TSchema } from '@sinclair/typebox';
 import { ValueErrorType, type ValueError } from '@sinclair/typebox/errors';
 import { Value } from '@sinclair/typebox/value';
-import { parseExpiry } from '../api-keys/expiry.js';
 import { byCode, DOMAIN_CODES, UsageError, type DomainCode } from '../platform/domain-errors.js';
 import type { Actor } from '../admin/audit-repository.js';
 import type { AdminTokensRepository } from '../admin/tokens-repository.js';
 import type { ApiKeysRepository } from '../api-keys/repository.js';
+import { expiryOf as checkedExpiry, type KeyRules } from '../api-keys/rules.js';
 import { Id } from '../platform/schemas/common.js';
 
 /** Where a command's lines go: the terminal, or back over the socket to the command that sent it. */
@@ -17,6 +17,7 @@ export interface Output {
 
 export interface Repositories {
   keys: ApiKeysRepository;
+  rules: KeyRules;
   tokens: AdminTokensRepository;
 }
 
@@ -121,5 +122,4 @@ export function sharedRule<T>(work: () => T): T {
 }
 
 /** `--expires-at` as the admin API takes it (parseExpiry): on the calendar and in the future. */
-export const expiryOf = (expiresAt: string | undefined): Date | undefined =>
-  expiresAt === undefined ? undefined : sharedRule(() => parseExpiry(expiresAt, Date.now()));
+export const expiryOf = (expiresAt: string | undefined): Date | undefined => sharedRule(() => checkedExpiry(expiresAt, Date.now()));
