@@ -44,15 +44,16 @@ export const ConfigError = coded(DOMAIN_CODES.config);
 export const ListenError = coded(DOMAIN_CODES.listen);
 export const UsageError = coded(DOMAIN_CODES.usage);
 
+const codeOf = (error: unknown) => (error as { code?: unknown } | null | undefined)?.code;
+
 /** Whether `error` is the domain error of one of these codes: a check of its code, never of its class. */
 export function hasCode<C extends DomainCode>(error: unknown, ...codes: C[]): error is FastifyError & { code: C } {
-  const code = (error as { code?: unknown } | null | undefined)?.code;
-  return codes.includes(code as C);
+  return codes.includes(codeOf(error) as C);
 }
 
 /** The entry of `table` for the code of `error`; undefined for an error the table does not name. */
 export function byCode<T>(table: Partial<Record<DomainCode, T>>, error: unknown): T | undefined {
-  const code = (error as { code?: unknown } | null | undefined)?.code;
+  const code = codeOf(error);
   return typeof code === 'string' && Object.hasOwn(table, code) ? table[code as DomainCode] : undefined;
 }
 
