@@ -1,15 +1,12 @@
 import closeWithGrace from 'close-with-grace';
 import type { FastifyInstance } from 'fastify';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { ConfigError, loadConfig } from './platform/config.js';
-import { DataDirInUseError } from './platform/db/database.js';
+import { loadConfig } from './platform/config.js';
+import { DOMAIN_CODES, hasCode, ListenError } from './platform/domain-errors.js';
 import { developmentKeyGreeting } from './api-keys/development-key.js';
 import { keysSocketPath, serveKeysCommands } from './keys-command/socket.js';
 import { buildMetricsServer } from './platform/observability/metrics-server.js';
 import { startTracing } from './platform/observability/tracing.js';
-
-/** A port that cannot be had; said in one line that names the setting. */
-class ListenError extends Error {}
 
 async function listenOn(server: FastifyInstance, port: number, host: string, setting: string) {
   try {
@@ -37,7 +34,7 @@ try {
   // Off unless ADMIN_PORT is set; it closes before the app, whose database it uses.
   if (settings.ADMIN_PORT !== undefined) admin = { server: await buildAdminServer(app), prefix: ADMIN_PREFIX };
 } catch (error) {
-  if (!(error instanceof ConfigError || error instanceof DataDirInUseError)) throw error;
+  if (!hasCode(error, DOMAIN_CODES.config, DOMAIN_CODES.dataDirInUse)) throw error;
   console.error(error.message);
   process.exit(1);
 }
@@ -85,7 +82,7 @@ try {
   if (admin) await listenOn(admin.server, config.ADMIN_PORT!, config.ADMIN_HOST, 'ADMIN_PORT');
   await listenOn(app, config.PORT, config.HOST, 'PORT');
 } catch (error) {
-  if (!(error instanceof ListenError)) throw error;
+  if (!hasCode(error, DOMAIN_CODES.listen)) throw error;
   console.error(error.message);
   await close();
   process.exit(1);

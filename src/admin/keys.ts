@@ -1,13 +1,11 @@
 import { createHash } from 'node:crypto';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
-import { DEFAULT_OVERLAP_SECONDS } from '../api-keys/lifecycle.js';
 import { errors } from '../platform/errors.js';
-import { ExpiryError, parseExpiry } from '../api-keys/expiry.js';
 import { decodeCursor, encodeCursor, nextLink } from '../platform/pagination.js';
-import { LimitsError, ownLimits } from '../api-keys/plans.js';
 import type { RateLimiter } from '../rate-limit/plugin.js';
 import type { AdminAuditRepository } from '../audit/repository.js';
-import { KeyStateError, type ApiKeyRecord, type ApiKeysRepository } from '../api-keys/repository.js';
+import type { ApiKeyRecord, ApiKeysRepository } from '../api-keys/repository.js';
+import { expiryOf, newKey, type KeyRules } from '../api-keys/rules.js';
 import { refuseOtherMethods } from '../platform/http/method-not-allowed.js';
 import { AdminKey, AdminKeyChange, AdminKeys, KeyParams, KeyUsage, ListKeysQuery, NewAdminKey, RotateKey } from './schemas.js';
 import { DEFAULT_PAGE_SIZE } from '../platform/schemas/common.js';
@@ -18,26 +16,12 @@ const KEYS_PATH = '/admin/v1/keys';
 
 export interface AdminKeysOptions {
   keys: ApiKeysRepository;
+  rules: KeyRules;
   audit: AdminAuditRepository;
   rateLimit: RateLimiter;
 }
 
 const LOCATION = { location: { type: 'string', description: 'Path of the key' } } as const;
-
-/**
- * The refusals of the rules shared with the keys command as the API's: limits that do not go with
- * the plan or an expiry that is no future date (400), a key whose state forbids the change (409).
- */
-async function refusalsAsErrors<T>(work: () => T | Promise<T>): Promise<T> {
-  try {
-    return await work();
-  } catch (error) {
-    if (error instanceof LimitsError) throw errors.badRequest(`body ${error.message}`);
-    if (error instanceof ExpiryError) throw errors.badRequest(`body/expiresAt ${error.message}`);
-    if (error instanceof KeyStateError) throw errors.conflict(error.message);
-    throw error;
-  }
-}
 
 const found = (key: ApiKeyRecord | undefined, id: number): ApiKeyRecord => {
   if (!key) throw errors.notFound(`No API key with id ${id}`);
@@ -52,11 +36,12 @@ const filterOf = (query: { plan?: string; state?: string; name?: string }) =>
     .slice(0, 12);
 
 /**
- * The keys, as a sign-up page, a billing system and support see them: thin routes over the
- * repository the keys command uses too, so the two cannot drift. Changes take effect on every
- * instance through the api_keys notices (migrations/006), as the command's do.
+ * The keys, as a sign-up page, a billing system and support see them: thin routes over the key
+ * rules (changes) and the repository (reads) the keys command uses too, so the two cannot drift.
+ * Changes take effect on every instance through the api_keys notices (migrations/006), as the
+ * command's do.
  */
-const adminKeys: FastifyPluginAsyncTypebox<AdminKeysOptions> = async (admin, { keys, audit, rateLimit }) => {
+const adminKeys: FastifyPluginAsyncTypebox<AdminKeysOptions> = async (admin, { keys, rules, audit, rateLimit }) => {
   admin.post(
     KEYS_PATH,
     {
@@ -70,13 +55,11 @@ const adminKeys: FastifyPluginAsyncTypebox<AdminKeysOptions> = async (admin, { k
       config: { writes: true, idempotent: true },
     },
     async (request, reply) => {
-      const { plan, name, perMinute, perDay, expiresAt, readOnly } = request.body;
-      const limits = await refusalsAsErrors(() => ownLimits(plan, perMinute, perDay));
-      const expiry = expiresAt === undefined ? undefined : await refusalsAsErrors(() => parseExpiry(expiresAt, admin.now()));
+      const key = newKey(request.body, admin.now());
       // The secret leaves in this answer only: the stored response a retry gets has no secret.
       let secret: string | undefined;
       const { status, location, body } = await admin.idempotently(request, reply, async (tx) => {
-        const issued = await keys.create({ plan, name, limits, expiresAt: expiry, readOnly }, { tx, actor: actorOf(request) });
+        const issued = await rules.create(key, { tx, actor: actorOf(request) });
         secret = issued.key;
         return { status: 201 as const, location: `${KEYS_PATH}/${issued.id}`, body: issued.record };
       });
@@ -142,7 +125,7 @@ const adminKeys: FastifyPluginAsyncTypebox<AdminKeysOptions> = async (admin, { k
     },
     async (request) => {
       const { id } = request.params;
-      return found(await refusalsAsErrors(() => keys.update(id, request.body, { actor: actorOf(request) })), id);
+      return found(await rules.update(id, request.body, { actor: actorOf(request) }), id);
     },
   );
 
@@ -174,10 +157,8 @@ const adminKeys: FastifyPluginAsyncTypebox<AdminKeysOptions> = async (admin, { k
     async (request, reply) => {
       const { id } = request.params;
       const { overlapSeconds, expiresAt } = request.body;
-      const expiry = expiresAt === undefined ? undefined : await refusalsAsErrors(() => parseExpiry(expiresAt, admin.now()));
-      const rotated = await refusalsAsErrors(() =>
-        keys.rotate(id, overlapSeconds ?? DEFAULT_OVERLAP_SECONDS, { expiresAt: expiry, actor: actorOf(request) }),
-      );
+      const expiry = expiryOf(expiresAt, admin.now());
+      const rotated = await rules.rotate(id, { overlapSeconds, expiresAt: expiry }, { actor: actorOf(request) });
       if (!rotated) throw errors.notFound(`No API key with id ${id}`);
       return reply
         .code(201)
@@ -199,7 +180,7 @@ const adminKeys: FastifyPluginAsyncTypebox<AdminKeysOptions> = async (admin, { k
       },
       config: { writes: true },
     },
-    async (request) => found(await keys.revoke(request.params.id, { actor: actorOf(request) }), request.params.id),
+    async (request) => found(await rules.revoke(request.params.id, { actor: actorOf(request) }), request.params.id),
   );
 
   admin.get(

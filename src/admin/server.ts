@@ -75,7 +75,7 @@ export async function buildAdminServer(app: FastifyInstance): Promise<FastifyIns
       keys: createIdempotencyKeysRepository(db, 'admin'),
       ownerOf: (request) => request.adminToken?.id,
     });
-    await operations.register(adminKeys, { keys: app.apiKeysRepository, audit, rateLimit: app.rateLimit });
+    await operations.register(adminKeys, { keys: app.apiKeysRepository, rules: app.keyRules, audit, rateLimit: app.rateLimit });
     await operations.register(adminAddressBans, { audit, rateLimit: app.rateLimit });
     await operations.register(adminAudit, { audit });
   });

@@ -11,7 +11,7 @@ const DEVELOPMENT_KEY: Actor = { name: 'system:development-key', adminTokenId: n
  */
 export async function developmentKeyGreeting(app: FastifyInstance): Promise<string | undefined> {
   if (app.db.kind !== 'pglite' || (await app.apiKeysRepository.list()).length > 0) return undefined;
-  const { id, key } = await app.apiKeysRepository.create({ plan: 'business', name: 'development' }, { actor: DEVELOPMENT_KEY });
+  const { id, key } = await app.keyRules.create({ plan: 'business', name: 'development' }, { actor: DEVELOPMENT_KEY });
   const base = app.config.PUBLIC_BASE_URL;
   return [
     '',

@@ -1,3 +1,5 @@
+import { ExpiryError } from '../platform/domain-errors.js';
+
 /** An ISO 8601 date-time with a time zone, its fields captured: the one shape an expiry takes. */
 export const DATE_TIME = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2})(?::(\d{2})(?:\.\d+)?)?(?:Z|[+-]\d{2}:\d{2})$/;
 
@@ -6,9 +8,6 @@ export const DATE_TIME = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2})(?::(\d{2})(?:
  * RFC 3339 date-time, so the admin API could not serve the key it stored.
  */
 export const LATEST_EXPIRY = '9999-12-31T23:59:59Z';
-
-/** An expiry the admin API and the keys command refuse alike (400, exit 2): the message says why. */
-export class ExpiryError extends Error {}
 
 /**
  * The instant an expiry names. It must have the shape of DATE_TIME, name a date and time on the

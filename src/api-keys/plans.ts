@@ -1,3 +1,5 @@
+import { LimitsError } from '../platform/domain-errors.js';
+
 /** The plans of the interface's Limits section: the one table of them in the code. */
 export const PLANS = ['free', 'pro', 'business', 'enterprise'] as const;
 export type Plan = (typeof PLANS)[number];
@@ -13,9 +15,6 @@ export const PLAN_LIMITS: Record<Exclude<Plan, 'enterprise'>, Limits> = {
   pro: { perMinute: 300, perDay: 10_000 },
   business: { perMinute: 1_000, perDay: 100_000 },
 };
-
-/** Limits that do not go with the plan: the keys command and the admin API refuse them alike. */
-export class LimitsError extends Error {}
 
 /**
  * The limits a key of `plan` carries itself: an enterprise key needs both, every other plan takes

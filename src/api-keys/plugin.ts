@@ -4,11 +4,14 @@ import { Counter, Gauge } from 'prom-client';
 import { NoticeBarrier } from '../platform/db/notice-barrier.js';
 import { KeyFilter } from './key-filter.js';
 import { createApiKeysRepository, type ApiKeysRepository } from './repository.js';
+import { createKeyRules, type KeyRules } from './rules.js';
 import { KeyCache, parseApiKeysChange } from './key-cache.js';
 
 declare module 'fastify' {
   interface FastifyInstance {
     apiKeysRepository: ApiKeysRepository;
+    /** What may be done to a key, with its audit entry: the admin API's and the keys command's changes. */
+    keyRules: KeyRules;
     /** The API keys recently used on this instance, kept current by the api_key_changed notices. */
     keyCache: KeyCache;
     /** Which hashes may be stored keys, kept current by the same notices. */
@@ -98,6 +101,7 @@ export default fp<ApiKeysOptions>(
     );
     app.addHook('onClose', stopListening);
     app.decorate('apiKeysRepository', repository);
+    app.decorate('keyRules', createKeyRules(app.db, repository));
     app.decorate('keyCache', cache);
     app.decorate('keyFilter', filter);
     app.decorate('keyNotices', { catchUp: () => barrier.pass() });

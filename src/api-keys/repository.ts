@@ -1,8 +1,7 @@
 import { generateKey, hashKey } from './format.js';
 import type { KeyState } from './lifecycle.js';
 import type { Database, Queryable } from '../platform/db/database.js';
-import { ownLimits, PLAN_LIMITS, type Limits, type Plan } from './plans.js';
-import { recordAudit, type Actor } from '../audit/repository.js';
+import { PLAN_LIMITS, type Limits, type Plan } from './plans.js';
 
 /** What a request learns from its key: who it is and what it may do. */
 export interface ApiKeyIdentity extends Limits {
@@ -142,14 +141,6 @@ export interface NewApiKey {
   readOnly?: boolean;
 }
 
-/** A change of a key's plan, limits or name; absent fields keep their value. */
-export interface ApiKeyChange {
-  plan?: Plan;
-  perMinute?: number;
-  perDay?: number;
-  name?: string;
-}
-
 /** A new key: the only time its secret exists outside its holder's hands. */
 export interface IssuedApiKey {
   id: number;
@@ -157,10 +148,12 @@ export interface IssuedApiKey {
   record: ApiKeyRecord;
 }
 
-/** How a change is made and recorded: in the caller's transaction (Idempotency-Key), and by whom (the audit trail). */
-export interface ChangeOptions {
-  tx?: Queryable;
-  actor?: Actor;
+/** The plan, limits and name a key and the rotated keys of its quota still in their overlap take (limits for enterprise only). */
+export interface QuotaSettings {
+  plan: Plan;
+  limits: Limits | undefined;
+  name: string;
+  quotaId: number;
 }
 
 type ApiKeyRecordRow = ApiKeyRow & { state: KeyState };
@@ -188,121 +181,62 @@ const recordOf = (row: ApiKeyRecordRow): ApiKeyRecord => ({
   quotaId: row.quota_id ?? row.id,
 });
 
-/** What the key's state does not allow (changing or rotating a revoked or rotated key). */
-export class KeyStateError extends Error {}
-
+/**
+ * The api_keys table: its statements and the rows as records. What a change may do, and its audit
+ * entry, are the key rules' (rules.ts), which run these in their transaction (`tx`).
+ */
 export function createApiKeysRepository(db: Database) {
-  async function insert(target: Queryable, key: NewApiKey, quotaId: number | null): Promise<IssuedApiKey> {
-    const secret = generateKey();
-    const [row] = await target.query<ApiKeyRecordRow>(statements.insert, [
-      key.name ?? '',
-      key.plan,
-      key.limits?.perMinute ?? null,
-      key.limits?.perDay ?? null,
-      hashKey(secret),
-      key.expiresAt ?? null,
-      key.readOnly ?? false,
-      quotaId,
-    ]);
-    return { id: row!.id, key: secret, record: recordOf(row!) };
-  }
-
-  /** Runs a change and its audit entry together: in the caller's transaction, or in one of their own. */
-  const atomically = <T>(tx: Queryable | undefined, work: (target: Queryable) => Promise<T>) => (tx ? work(tx) : db.transaction(work));
-
-  /** The key for a change, locked; undefined when there is none; a KeyStateError when it is revoked or rotated. */
-  async function changeable(tx: Queryable, id: number, change: string): Promise<ApiKeyRecordRow | undefined> {
-    const [row] = await tx.query<ApiKeyRecordRow>(statements.forChange, [id]);
-    if (!row) return undefined;
-    if (row.revoked_at) throw new KeyStateError(`API key ${id} is revoked; ${change}`);
-    if (row.replaced_by !== null) throw new KeyStateError(`API key ${id} was rotated into key ${row.replaced_by}; ${change}`);
-    return row;
-  }
-
   return {
-    /** Creates a key and returns it with its secret. */
-    create: (key: NewApiKey, { tx, actor }: ChangeOptions = {}): Promise<IssuedApiKey> =>
-      atomically(tx, async (target) => {
-        const issued = await insert(target, key, null);
-        if (actor) {
-          const { plan, name, perMinute, perDay, expiresAt, readOnly } = issued.record;
-          await recordAudit(target, actor, 'key.create', issued.id, { plan, name, perMinute, perDay, expiresAt, readOnly });
-        }
-        return issued;
-      }),
-
     /**
-     * Replaces a key with a new one of the same plan, limits, name, scope and quota; the old one
-     * keeps working for `overlapSeconds` more (never longer than it would have), or stops at once
-     * for 0, and so do the keys rotated into it still in their overlap. Undefined when there is no
-     * key with that id.
+     * Stores a key with a fresh secret, in the quota given (a rotation's) or a quota of its own;
+     * checks no rule and records nothing: the key rules' create does both.
      */
-    rotate(id: number, overlapSeconds: number, { expiresAt, actor }: { expiresAt?: Date; actor?: Actor } = {}) {
-      return db.transaction(async (tx): Promise<IssuedApiKey | undefined> => {
-        const old = await changeable(tx, id, 'create a new key instead');
-        if (!old) return undefined;
-        const created = await insert(
-          tx,
-          {
-            plan: old.plan,
-            name: old.name,
-            limits: old.plan === 'enterprise' ? limitsOf(old) : undefined,
-            readOnly: old.read_only,
-            expiresAt,
-          },
-          old.quota_id ?? old.id,
-        );
-        const retired = await tx.query<{ id: number }>(statements.retire, [id, created.id, overlapSeconds, old.quota_id ?? old.id]);
-        const sameQuota = retired.map((row) => row.id).filter((retiredId) => retiredId !== id);
-        if (actor)
-          await recordAudit(tx, actor, 'key.rotate', id, {
-            newKeyId: created.id,
-            overlapSeconds,
-            ...(sameQuota.length > 0 && { sameQuota: sameQuota.sort((a, b) => a - b) }),
-          });
-        return created;
-      });
+    async create(key: NewApiKey, { tx = db, quotaId = null }: { tx?: Queryable; quotaId?: number | null } = {}): Promise<IssuedApiKey> {
+      const secret = generateKey();
+      const [row] = await tx.query<ApiKeyRecordRow>(statements.insert, [
+        key.name ?? '',
+        key.plan,
+        key.limits?.perMinute ?? null,
+        key.limits?.perDay ?? null,
+        hashKey(secret),
+        key.expiresAt ?? null,
+        key.readOnly ?? false,
+        quotaId,
+      ]);
+      return { id: row!.id, key: secret, record: recordOf(row!) };
+    },
+
+    /** The key, locked until the transaction ends; undefined when there is none. */
+    async lockForChange(tx: Queryable, id: number): Promise<ApiKeyRecord | undefined> {
+      const [row] = await tx.query<ApiKeyRecordRow>(statements.forChange, [id]);
+      return row && recordOf(row);
     },
 
     /**
-     * Changes a key's plan, limits or name, effective wherever the key is cached as soon as the
-     * change notice arrives. The plan and limits are the quota's: the keys rotated into this one
-     * and still in their overlap take them too, so a cut binds every key counting in the quota.
-     * Undefined when there is no such key; a LimitsError when the limits do not go with the plan;
-     * a KeyStateError for a revoked or rotated key.
+     * Marks the key replaced by `successorId`, working for `overlapSeconds` more (never longer than
+     * it would have; revoked at once for 0), and so the keys of its quota rotated into it still in
+     * their overlap; the ids of every key retired.
      */
-    update(id: number, change: ApiKeyChange, { actor }: ChangeOptions = {}) {
-      return db.transaction(async (tx): Promise<ApiKeyRecord | undefined> => {
-        const row = await changeable(tx, id, 'change its successor, or create a new key');
-        if (!row) return undefined;
-        const before = recordOf(row);
-        const plan = change.plan ?? before.plan;
-        // An enterprise key keeps the limits it has unless given new ones; another plan's come from its table.
-        const kept = plan === 'enterprise' && before.plan === 'enterprise' ? before : undefined;
-        const limits = ownLimits(plan, change.perMinute ?? kept?.perMinute, change.perDay ?? kept?.perDay);
-        const name = change.name ?? before.name;
-        const after = { plan, ...(limits ?? PLAN_LIMITS[plan as Exclude<Plan, 'enterprise'>]), name };
-        const unchanged = (['plan', 'perMinute', 'perDay', 'name'] as const).every((field) => after[field] === before[field]);
-        if (unchanged) return before;
-        const rows = await tx.query<ApiKeyRecordRow>(statements.update, [
-          id,
-          plan,
-          limits?.perMinute ?? null,
-          limits?.perDay ?? null,
-          name,
-          before.quotaId,
-        ]);
-        const sameQuota = rows.filter((updated) => updated.id !== id).map((updated) => updated.id);
-        if (actor) {
-          const { perMinute, perDay } = before;
-          await recordAudit(tx, actor, 'key.update', id, {
-            before: { plan: before.plan, perMinute, perDay, name: before.name },
-            after,
-            ...(sameQuota.length > 0 && { sameQuota }),
-          });
-        }
-        return recordOf(rows.find((updated) => updated.id === id)!);
-      });
+    async retire(tx: Queryable, id: number, successorId: number, overlapSeconds: number, quotaId: number): Promise<number[]> {
+      return (await tx.query<{ id: number }>(statements.retire, [id, successorId, overlapSeconds, quotaId])).map((row) => row.id);
+    },
+
+    /** Sets the key's plan, limits and name, and the plan and limits of the keys of its quota still in their overlap; those keys. */
+    async updateQuota(tx: Queryable, id: number, { plan, limits, name, quotaId }: QuotaSettings): Promise<ApiKeyRecord[]> {
+      const rows = await tx.query<ApiKeyRecordRow>(statements.update, [
+        id,
+        plan,
+        limits?.perMinute ?? null,
+        limits?.perDay ?? null,
+        name,
+        quotaId,
+      ]);
+      return rows.map(recordOf);
+    },
+
+    /** Revokes the key, and the older keys of its quota still working out their overlap; those keys. */
+    async revokeWithOverlaps(tx: Queryable, id: number, quotaId: number): Promise<ApiKeyRecord[]> {
+      return (await tx.query<ApiKeyRecordRow>(statements.revoke, [id, quotaId])).map(recordOf);
     },
 
     async list(): Promise<ApiKeyRecord[]> {
@@ -324,25 +258,6 @@ export function createApiKeysRepository(db: Database) {
       ]);
       const keys = rows.slice(0, query.limit).map(recordOf);
       return { keys, nextAfterId: rows.length > query.limit ? keys.at(-1)!.id : undefined };
-    },
-
-    /**
-     * Revokes a key, and the keys rotated into it that still work (a cancellation that revokes the
-     * current key leaves no older one working out its overlap); never the key it was rotated into.
-     * Undefined when there is no key with that id. Revoking twice is harmless (and recorded once).
-     */
-    revoke(id: number, { actor }: ChangeOptions = {}) {
-      return db.transaction(async (tx): Promise<ApiKeyRecord | undefined> => {
-        const [row] = await tx.query<ApiKeyRecordRow>(statements.forChange, [id]);
-        if (!row || row.revoked_at) return row && recordOf(row);
-        const rows = await tx.query<ApiKeyRecordRow>(statements.revoke, [id, row.quota_id ?? row.id]);
-        const sameQuota = rows
-          .filter((revoked) => revoked.id !== id)
-          .map((revoked) => revoked.id)
-          .sort((a, b) => a - b);
-        if (actor) await recordAudit(tx, actor, 'key.revoke', id, sameQuota.length > 0 ? { sameQuota } : {});
-        return recordOf(rows.find((revoked) => revoked.id === id)!);
-      });
     },
 
     /** The key with this hash (base64) unless it is revoked; expired keys come with their expiry. */

@@ -4,13 +4,14 @@
  * exit 2, having written nothing. On the embedded database a running server holds the data
  * directory, so the command is sent to it; with no server there, it opens the database itself.
  */
-import { ConfigError, loadConfig } from '../platform/config.js';
-import { DataDirInUseError } from '../platform/db/database.js';
+import { loadConfig } from '../platform/config.js';
+import { DOMAIN_CODES, hasCode } from '../platform/domain-errors.js';
 import { migrate } from '../platform/db/migrate.js';
 import { openDatabase } from '../platform/db/open.js';
 import { askRunningServer, keysSocketPath } from '../keys-command/socket.js';
 import { createAdminTokensRepository } from '../admin/tokens-repository.js';
 import { createApiKeysRepository } from '../api-keys/repository.js';
+import { createKeyRules } from '../api-keys/rules.js';
 import type { Output } from '../keys-command/command.js';
 import { parseCommandLine, runKeysCommand } from '../keys-command/commands.js';
 
@@ -30,17 +31,15 @@ try {
     const db = await openDatabase(config, { brief: true });
     try {
       await migrate(db);
-      process.exitCode = await runKeysCommand(
-        argv,
-        { keys: createApiKeysRepository(db), tokens: createAdminTokensRepository(db) },
-        terminal,
-      );
+      const keys = createApiKeysRepository(db);
+      const repositories = { keys, rules: createKeyRules(db, keys), tokens: createAdminTokensRepository(db) };
+      process.exitCode = await runKeysCommand(argv, repositories, terminal);
     } finally {
       await db.close();
     }
   }
 } catch (error) {
-  const expected = error instanceof ConfigError || error instanceof DataDirInUseError;
+  const expected = hasCode(error, DOMAIN_CODES.config, DOMAIN_CODES.dataDirInUse);
   console.error(`keys: ${expected ? error.message : `failed: ${(error as Error).message}`}`);
   process.exitCode = 1;
 }

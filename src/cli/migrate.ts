@@ -1,4 +1,5 @@
-import { ConfigError, loadConfig } from '../platform/config.js';
+import { loadConfig } from '../platform/config.js';
+import { DOMAIN_CODES, hasCode } from '../platform/domain-errors.js';
 import { openDatabase } from '../platform/db/open.js';
 import { migrate } from '../platform/db/migrate.js';
 
@@ -12,6 +13,6 @@ try {
     await db.close();
   }
 } catch (error) {
-  console.error(error instanceof ConfigError ? error.message : `migration failed: ${(error as Error).message}`);
+  console.error(hasCode(error, DOMAIN_CODES.config) ? error.message : `migration failed: ${(error as Error).message}`);
   process.exitCode = 1;
 }

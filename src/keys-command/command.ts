@@ -2,11 +2,11 @@ import type { ParseArgsOptionsConfig } from 'node:util';
 import type { Static, TObject, TSchema } from '@sinclair/typebox';
 import { ValueErrorType, type ValueError } from '@sinclair/typebox/errors';
 import { Value } from '@sinclair/typebox/value';
-import { ExpiryError, parseExpiry } from '../api-keys/expiry.js';
-import { LimitsError } from '../api-keys/plans.js';
+import { byCode, DOMAIN_CODES, UsageError, type DomainCode } from '../platform/domain-errors.js';
 import type { Actor } from '../audit/repository.js';
 import type { AdminTokensRepository } from '../admin/tokens-repository.js';
 import type { ApiKeysRepository } from '../api-keys/repository.js';
+import { expiryOf as checkedExpiry, type KeyRules } from '../api-keys/rules.js';
 import { Id } from '../platform/schemas/common.js';
 
 /** Where a command's lines go: the terminal, or back over the socket to the command that sent it. */
@@ -17,6 +17,7 @@ export interface Output {
 
 export interface Repositories {
   keys: ApiKeysRepository;
+  rules: KeyRules;
   tokens: AdminTokensRepository;
 }
 
@@ -35,9 +36,6 @@ export interface KeysCommand {
   /** A UsageError for bad arguments: parsing touches no database. */
   parse: (values: OptionValues, positionals: string[]) => Run;
 }
-
-/** Bad arguments: exit 2, one line on stderr, nothing written. */
-export class UsageError extends Error {}
 
 // What JSON.stringify leaves as it is but a terminal acts on: DEL, the C1 controls (0x9b is a CSI, as ESC [
 // is) and the bidi embeddings, overrides and isolates, which reorder the rest of the line.
@@ -72,7 +70,7 @@ const typed = (schema: TSchema, value: string | boolean) =>
   schema.type === 'integer' && typeof value === 'string' && INTEGER.test(value) ? Number(value) : value;
 
 /** What is wrong, in the schema's own words (its x-error-message, as the admin API answers), after the argument's name. */
-function refusal(argument: string, error: ValueError): UsageError {
+function refusal(argument: string, error: ValueError) {
   const rule = (error.schema as { 'x-error-message'?: string })['x-error-message'] ?? error.message.toLowerCase();
   return new UsageError(`${argument} ${error.type === ValueErrorType.ObjectRequiredProperty ? 'is required and ' : ''}${rule}`);
 }
@@ -107,17 +105,21 @@ export function noArguments(positionals: string[]): void {
   if (positionals.length > 0) throw new UsageError(`unexpected argument ${quoted(positionals[0]!)}`);
 }
 
+/** The refusals of the rules shared with the admin API, by their code, as bad arguments say them. */
+const USAGE_REFUSALS: Partial<Record<DomainCode, (message: string) => string>> = {
+  [DOMAIN_CODES.limits]: (message) => message,
+  [DOMAIN_CODES.expiry]: (message) => `--expires-at ${message}`,
+};
+
 /** The refusals of the rules shared with the admin API, as bad arguments: limits that do not go with the plan, an expiry that is no future date. */
 export function sharedRule<T>(work: () => T): T {
   try {
     return work();
   } catch (error) {
-    if (error instanceof LimitsError) throw new UsageError(error.message);
-    if (error instanceof ExpiryError) throw new UsageError(`--expires-at ${error.message}`);
-    throw error;
+    const usage = byCode(USAGE_REFUSALS, error);
+    throw usage ? new UsageError(usage((error as Error).message)) : error;
   }
 }
 
 /** `--expires-at` as the admin API takes it (parseExpiry): on the calendar and in the future. */
-export const expiryOf = (expiresAt: string | undefined): Date | undefined =>
-  expiresAt === undefined ? undefined : sharedRule(() => parseExpiry(expiresAt, Date.now()));
+export const expiryOf = (expiresAt: string | undefined): Date | undefined => sharedRule(() => checkedExpiry(expiresAt, Date.now()));

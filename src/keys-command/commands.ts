@@ -1,9 +1,9 @@
 import { parseArgs } from 'node:util';
-import { KeyStateError } from '../api-keys/repository.js';
 import { createAdminToken } from './admin-token/create.js';
 import { listAdminTokens } from './admin-token/list.js';
 import { revokeAdminToken } from './admin-token/revoke.js';
-import { quoted, UsageError, type KeysCommand, type OptionValues, type Output, type Repositories, type Run } from './command.js';
+import { DOMAIN_CODES, hasCode, UsageError } from '../platform/domain-errors.js';
+import { quoted, type KeysCommand, type OptionValues, type Output, type Repositories, type Run } from './command.js';
 import { create } from './create.js';
 import { list } from './list.js';
 import { revoke } from './revoke.js';
@@ -29,8 +29,8 @@ const ALL_OPTIONS = Object.assign({}, ...COMMANDS.map((command) => command.optio
  * newlines included, so that option is named quoted instead (the first unknown one, as parseArgs
  * stops at); its other refusals name only options known here.
  */
-function optionsRefusal(error: Error & { code?: string }, args: string[]): UsageError {
-  if (error.code !== 'ERR_PARSE_ARGS_UNKNOWN_OPTION') return new UsageError(error.message.split('\n')[0]);
+function optionsRefusal(error: Error & { code?: string }, args: string[]) {
+  if (error.code !== 'ERR_PARSE_ARGS_UNKNOWN_OPTION') return new UsageError(error.message.split('\n')[0]!);
   const { tokens } = parseArgs({ args, options: ALL_OPTIONS, allowPositionals: true, strict: false, tokens: true });
   const unknown = tokens.find((token) => token.kind === 'option' && !Object.hasOwn(ALL_OPTIONS, token.name));
   return new UsageError(`unknown option ${quoted(unknown?.kind === 'option' ? unknown.rawName : '')}`);
@@ -67,7 +67,7 @@ export function parseCommandLine(argv: string[], { out, err }: Output): Run | nu
   try {
     return parse(argv);
   } catch (error) {
-    if (!(error instanceof UsageError)) throw error;
+    if (!hasCode(error, DOMAIN_CODES.usage)) throw error;
     err(`keys: ${error.message}. ${USAGE}`);
     return 2;
   }
@@ -80,7 +80,7 @@ export async function runKeysCommand(argv: string[], repositories: Repositories,
   try {
     return await run(repositories, output);
   } catch (error) {
-    if (!(error instanceof KeyStateError)) throw error;
+    if (!hasCode(error, DOMAIN_CODES.keyState)) throw error;
     output.err(`keys: ${error.message}`);
     return 1;
   }

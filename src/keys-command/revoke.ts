@@ -7,8 +7,8 @@ export const revoke: KeysCommand = {
   options: {},
   parse(_values, positionals) {
     const id = idArgument('revoke', 'key', positionals);
-    return async ({ keys }, { out, err }) => {
-      if (!(await keys.revoke(id, { actor: COMMAND }))) {
+    return async ({ rules }, { out, err }) => {
+      if (!(await rules.revoke(id, { actor: COMMAND }))) {
         err(`keys: no API key with id ${id}`);
         return 1;
       }

@@ -11,8 +11,8 @@ export const rotate: KeysCommand = {
     const id = idArgument('rotate', 'key', positionals);
     const { overlapSeconds = DEFAULT_OVERLAP_SECONDS, expiresAt } = validated(RotateKey, values);
     const expiry = expiryOf(expiresAt);
-    return async ({ keys }, { out, err }) => {
-      const rotated = await keys.rotate(id, overlapSeconds, { expiresAt: expiry, actor: COMMAND });
+    return async ({ rules }, { out, err }) => {
+      const rotated = await rules.rotate(id, { overlapSeconds, expiresAt: expiry }, { actor: COMMAND });
       if (!rotated) {
         err(`keys: no API key with id ${id}`);
         return 1;

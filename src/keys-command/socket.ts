@@ -5,7 +5,6 @@ import { join } from 'node:path';
 import type { Output } from './command.js';
 import { runKeysCommand } from './commands.js';
 import { createAdminTokensRepository } from '../admin/tokens-repository.js';
-import { createApiKeysRepository } from '../api-keys/repository.js';
 
 /**
  * The embedded database admits one process, the server; the keys command run beside it sends its
@@ -24,7 +23,7 @@ const MAX_REQUEST_BYTES = 64 * 1024;
 
 /** Serves the keys command on the socket at `path`; resolves to a function that stops serving. */
 export async function serveKeysCommands(app: FastifyInstance, path: string): Promise<() => Promise<void>> {
-  const repositories = { keys: createApiKeysRepository(app.db), tokens: createAdminTokensRepository(app.db) };
+  const repositories = { keys: app.apiKeysRepository, rules: app.keyRules, tokens: createAdminTokensRepository(app.db) };
   const server = createServer((socket) => void answer(socket));
 
   async function answer(socket: Socket) {

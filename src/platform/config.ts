@@ -1,6 +1,7 @@
 import { Type, type Static, type TSchema } from '@sinclair/typebox';
 import { Value } from '@sinclair/typebox/value';
 import { isIP } from 'node:net';
+import { ConfigError } from './domain-errors.js';
 
 /** `host:port,host:port,...`, an IPv6 address in brackets. */
 const HOST_PORT = '(\\[[0-9A-Fa-f:.]+\\]|[^,:\\s[\\]]+):[0-9]{1,5}';
@@ -308,8 +309,6 @@ export type Config = Omit<Settings, (typeof PARSED_SETTINGS)[number]> & {
   redisTarget: RedisTarget | undefined;
   redisCredentials: RedisCredentials;
 };
-
-export class ConfigError extends Error {}
 
 /** A setting's value in an error: quoted, with any password in it masked (the line goes to logs). */
 const invalid = (name: string, value: string, why: string) =>

@@ -75,7 +75,7 @@ describe(`notices of key changes (${DATABASE})`, () => {
     expect(imported).toEqual(['*']);
     const fresh = await t.app.apiKeysRepository.create({ plan: 'pro' });
     await waitForKeyOnApp(t.app, bearer(fresh.key), 1_000);
-    await t.app.apiKeysRepository.revoke(id);
+    await t.app.keyRules.revoke(id);
     await eventually(async () => (await t.app.inject({ url: '/v1/pets?limit=1', headers: bearer(key) })).statusCode === 401, 1_000);
   });
 });
@@ -123,7 +123,7 @@ describe(`a transaction of many one-row changes while many keys are cached (${DA
       });
       // Right at the commit, behind its notices: a revocation, and a new key. Both count from the commit.
       const [revoked] = await t.db.query<{ id: number }>('SELECT id FROM api_keys WHERE key_hash = $1', [hashKey(keys[1]!)]);
-      await t.app.apiKeysRepository.revoke(revoked!.id);
+      await t.app.keyRules.revoke(revoked!.id);
       const fresh = await t.app.apiKeysRepository.create({ plan: 'pro' });
       const sinceCommit = async (condition: () => Promise<boolean>) => {
         await eventually(condition, 5_000);

@@ -70,7 +70,7 @@ describe('bearer authentication on every /v1 operation', () => {
   test('a revoked key is refused with the same answer as an unknown one', async ({ t, send }) => {
     const { id, key } = await t.app.apiKeysRepository.create({ plan: 'pro' });
     await waitForKey(async () => (await send('GET', '/v1/pets', { headers: bearer(key) })).status);
-    expect(await t.app.apiKeysRepository.revoke(id)).toMatchObject({ id, state: 'revoked' });
+    expect(await t.app.keyRules.revoke(id)).toMatchObject({ id, state: 'revoked' });
     await eventually(async () => (await send('GET', '/v1/pets', { headers: bearer(key) })).status === 401);
     const revoked = await send('GET', '/v1/pets', { headers: bearer(key) });
     const unknown = await send('GET', '/v1/pets', { headers: bearer(UNKNOWN) });

@@ -74,7 +74,7 @@ describeNeeding(NEEDS.postgresUrl, NEEDS.pgbouncer)('two instances through PgBou
     for (const t of [a, b]) {
       await eventually(async () => (await t.app.inject({ url: '/v1/pets?limit=1', headers: bearer(key) })).statusCode === 200);
     }
-    await a.app.apiKeysRepository.revoke(id);
+    await a.app.keyRules.revoke(id);
     const revokedAt = Date.now();
     await eventually(async () => {
       const answers = await Promise.all([a, b].map((t) => t.app.inject({ url: '/v1/pets?limit=1', headers: bearer(key) })));

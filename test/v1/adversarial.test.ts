@@ -141,7 +141,7 @@ describe('a valid key this instance never saw, from an address that made up keys
       const { old, successor } = await (async () => {
         try {
           const { id, key } = await first.app.apiKeysRepository.create({ plan: 'pro', name: 'rotated' });
-          return { old: key, successor: (await first.app.apiKeysRepository.rotate(id, MAX_OVERLAP_SECONDS))!.key };
+          return { old: key, successor: (await first.app.keyRules.rotate(id, { overlapSeconds: MAX_OVERLAP_SECONDS }))!.key };
         } finally {
           await first.close();
         }

@@ -39,14 +39,3 @@ export interface Database extends Queryable {
   /** Connections of a pool, for metrics and load shedding; the embedded engine has none. */
   poolStats?(): { total: number; idle: number; waiting: number };
 }
-
-/** The database cannot be reached now (down, restarting, or no connection free in time): worth a retry. */
-export class DatabaseUnavailableError extends Error {
-  constructor(options: { cause: unknown }) {
-    super('The database is unreachable', options);
-    this.name = 'DatabaseUnavailableError';
-  }
-}
-
-/** Another process holds the embedded database's directory. */
-export class DataDirInUseError extends Error {}

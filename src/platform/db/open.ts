@@ -1,4 +1,4 @@
-import { ConfigError } from '../config.js';
+import { ConfigError } from '../domain-errors.js';
 import type { Database } from './database.js';
 import type { EmbeddedOptions } from './pglite.js';
 

@@ -3,7 +3,8 @@ import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { PGlite, type Transaction as PgliteTransaction } from '@electric-sql/pglite';
-import { DataDirInUseError, type Database, type Queryable, type Statement } from './database.js';
+import { DataDirInUseError } from '../domain-errors.js';
+import type { Database, Queryable, Statement } from './database.js';
 
 const ANALYZE_EVERY_MS = 60_000;
 

@@ -1,5 +1,6 @@
 import pg from 'pg';
-import { DatabaseUnavailableError, type Database, type Statement, type Transaction } from './database.js';
+import { DatabaseUnavailableError } from '../domain-errors.js';
+import type { Database, Statement, Transaction } from './database.js';
 
 /**
  * Bounded waits, so that a half-dead connection cannot hang a request: for a connection, for an

@@ -1,5 +1,6 @@
 import type { FastifyBaseLogger } from 'fastify';
-import { DatabaseUnavailableError, type Database, type Queryable, type Statement } from './database.js';
+import { DOMAIN_CODES, hasCode } from '../domain-errors.js';
+import type { Database, Queryable, Statement } from './database.js';
 import { createPostgresDatabase, type PostgresOptions } from './postgres.js';
 
 /**
@@ -261,7 +262,7 @@ export function createReplicaReads(primary: Database, options: ReplicaOptions, n
       rows = await replica.db.query<Row>(statement, params);
     } catch (error) {
       // Whatever failed there (gone, or a query cancelled by a conflict with recovery) is asked of the primary.
-      if (error instanceof DatabaseUnavailableError) replica.reachable = false;
+      if (hasCode(error, DOMAIN_CODES.databaseUnavailable)) replica.reachable = false;
       return onPrimary<Row>(statement, params);
     }
     if (confirmEmpty && rows.length === 0) return onPrimary<Row>(statement, params);

@@ -1,6 +1,6 @@
 import fp from 'fastify-plugin';
 import type { FastifyError } from 'fastify';
-import { DatabaseUnavailableError } from '../db/database.js';
+import { apiAnswerOf } from '../domain-errors.js';
 import { ApiError, errors, frameworkError, notFoundHandler, sendApiError } from '../errors.js';
 
 /**
@@ -13,9 +13,10 @@ export default fp(
       if (error instanceof ApiError) {
         return sendApiError(reply, error);
       }
-      if (error instanceof DatabaseUnavailableError) {
-        request.log.warn({ err: error.cause }, 'database unavailable');
-        return sendApiError(reply, errors.unavailable('The database is unreachable; retry later'));
+      const domain = apiAnswerOf(error);
+      if (domain) {
+        if (domain.warn) request.log.warn({ err: error.cause }, domain.warn);
+        return sendApiError(reply, domain.error);
       }
       if (error.validation) {
         return sendApiError(reply, errors.badRequest(error.message));

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { ConfigError, loadConfig } from '../../../src/platform/config.js';
+import { loadConfig } from '../../../src/platform/config.js';
+import { ConfigError } from '../../../src/platform/domain-errors.js';
 import { insertedWalEnd, parseLsn, replicaName } from '../../../src/platform/db/replicas.js';
 
 // The pieces of read routing over replicas that need no server; test/engines/replicas.test.ts

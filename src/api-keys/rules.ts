@@ -1,0 +1,163 @@
+import { recordAudit, type Actor } from '../audit/repository.js';
+import type { Database, Queryable } from '../platform/db/database.js';
+import { KeyStateError } from '../platform/domain-errors.js';
+import { parseExpiry } from './expiry.js';
+import { DEFAULT_OVERLAP_SECONDS } from './lifecycle.js';
+import { ownLimits, PLAN_LIMITS, type Plan } from './plans.js';
+import type { ApiKeyRecord, ApiKeysRepository, IssuedApiKey, NewApiKey } from './repository.js';
+
+/** A key as the admin API's createKey and the keys command's create take it, before the rules checked it. */
+export interface KeyRequest {
+  plan: Plan;
+  name?: string;
+  perMinute?: number;
+  perDay?: number;
+  expiresAt?: string;
+  readOnly?: boolean;
+}
+
+/** A change of a key's plan, limits or name; absent fields keep their value. */
+export interface ApiKeyChange {
+  plan?: Plan;
+  perMinute?: number;
+  perDay?: number;
+  name?: string;
+}
+
+/** How a change is made and recorded: in the caller's transaction (Idempotency-Key), and by whom (the audit trail). */
+export interface ChangeOptions {
+  tx?: Queryable;
+  actor?: Actor;
+}
+
+/** An expiry as given, checked (parseExpiry): undefined for none; an ExpiryError otherwise. */
+export const expiryOf = (expiresAt: string | undefined, now: number): Date | undefined =>
+  expiresAt === undefined ? undefined : parseExpiry(expiresAt, now);
+
+/**
+ * The key a request or a command line asks for, checked: limits that go with its plan (a
+ * LimitsError), then an expiry in the future (an ExpiryError). Touches no database, so the keys
+ * command refuses bad arguments before it opens one.
+ */
+export function newKey({ plan, name, perMinute, perDay, expiresAt, readOnly }: KeyRequest, now: number): NewApiKey {
+  const limits = ownLimits(plan, perMinute, perDay);
+  return { plan, name, limits, expiresAt: expiryOf(expiresAt, now), readOnly };
+}
+
+/** The ids of the other keys of the quota a change took along, when there are any (the audit entry's `sameQuota`). */
+const sameQuotaOf = (id: number, ids: number[]) => {
+  const others = ids.filter((other) => other !== id);
+  return others.length > 0 ? { sameQuota: others } : {};
+};
+
+const ascending = (ids: number[]) => ids.sort((a, b) => a - b);
+
+/**
+ * What may be done to a key, and the audit entry of each change, in one transaction with it: the
+ * one place the admin API and the keys command change keys through, so the two cannot drift.
+ * The repository holds the statements; changes reach every instance through the api_keys notices.
+ */
+export function createKeyRules(db: Database, keys: ApiKeysRepository) {
+  /** Runs a change and its audit entry together: in the caller's transaction, or in one of their own. */
+  const atomically = <T>(tx: Queryable | undefined, work: (target: Queryable) => Promise<T>) => (tx ? work(tx) : db.transaction(work));
+
+  /** The key for a change, locked; undefined when there is none; a KeyStateError when it is revoked or rotated. */
+  async function changeable(tx: Queryable, id: number, instead: string): Promise<ApiKeyRecord | undefined> {
+    const key = await keys.lockForChange(tx, id);
+    if (!key) return undefined;
+    if (key.revokedAt) throw new KeyStateError(`API key ${id} is revoked; ${instead}`);
+    if (key.replacedBy !== null) throw new KeyStateError(`API key ${id} was rotated into key ${key.replacedBy}; ${instead}`);
+    return key;
+  }
+
+  return {
+    /** Creates a key newKey checked, and returns it with its secret. */
+    create: (key: NewApiKey, { tx, actor }: ChangeOptions = {}): Promise<IssuedApiKey> =>
+      atomically(tx, async (target) => {
+        const issued = await keys.create(key, { tx: target });
+        if (actor) {
+          const { plan, name, perMinute, perDay, expiresAt, readOnly } = issued.record;
+          await recordAudit(target, actor, 'key.create', issued.id, { plan, name, perMinute, perDay, expiresAt, readOnly });
+        }
+        return issued;
+      }),
+
+    /**
+     * Replaces a key with a new one of the same plan, limits, name, scope and quota; the old one
+     * keeps working for `overlapSeconds` more (a day by default; never longer than it would have),
+     * or stops at once for 0, and so do the keys rotated into it still in their overlap. Undefined
+     * when there is no key with that id; a KeyStateError for a revoked or rotated key.
+     */
+    rotate(
+      id: number,
+      { overlapSeconds = DEFAULT_OVERLAP_SECONDS, expiresAt }: { overlapSeconds?: number; expiresAt?: Date } = {},
+      { actor }: Pick<ChangeOptions, 'actor'> = {},
+    ) {
+      return db.transaction(async (tx): Promise<IssuedApiKey | undefined> => {
+        const old = await changeable(tx, id, 'create a new key instead');
+        if (!old) return undefined;
+        const { perMinute, perDay } = old;
+        const successor = { plan: old.plan, name: old.name, readOnly: old.readOnly, expiresAt };
+        const limits = old.plan === 'enterprise' ? { perMinute, perDay } : undefined;
+        const created = await keys.create({ ...successor, limits }, { tx, quotaId: old.quotaId });
+        const retired = await keys.retire(tx, id, created.id, overlapSeconds, old.quotaId);
+        if (actor) {
+          await recordAudit(tx, actor, 'key.rotate', id, { newKeyId: created.id, overlapSeconds, ...sameQuotaOf(id, ascending(retired)) });
+        }
+        return created;
+      });
+    },
+
+    /**
+     * Changes a key's plan, limits or name, effective wherever the key is cached as soon as the
+     * change notice arrives. The plan and limits are the quota's: the keys rotated into this one
+     * and still in their overlap take them too, so a cut binds every key counting in the quota.
+     * Undefined when there is no such key; a LimitsError when the limits do not go with the plan;
+     * a KeyStateError for a revoked or rotated key.
+     */
+    update(id: number, change: ApiKeyChange, { actor }: Pick<ChangeOptions, 'actor'> = {}) {
+      return db.transaction(async (tx): Promise<ApiKeyRecord | undefined> => {
+        const before = await changeable(tx, id, 'change its successor, or create a new key');
+        if (!before) return undefined;
+        const plan = change.plan ?? before.plan;
+        // An enterprise key keeps the limits it has unless given new ones; another plan's come from its table.
+        const kept = plan === 'enterprise' && before.plan === 'enterprise' ? before : undefined;
+        const limits = ownLimits(plan, change.perMinute ?? kept?.perMinute, change.perDay ?? kept?.perDay);
+        const name = change.name ?? before.name;
+        const after = { plan, ...(limits ?? PLAN_LIMITS[plan as Exclude<Plan, 'enterprise'>]), name };
+        const unchanged = (['plan', 'perMinute', 'perDay', 'name'] as const).every((field) => after[field] === before[field]);
+        if (unchanged) return before;
+        const updated = await keys.updateQuota(tx, id, { plan, limits, name, quotaId: before.quotaId });
+        if (actor) {
+          const { perMinute, perDay } = before;
+          await recordAudit(tx, actor, 'key.update', id, {
+            before: { plan: before.plan, perMinute, perDay, name: before.name },
+            after,
+            ...sameQuotaOf(
+              id,
+              updated.map((key) => key.id),
+            ),
+          });
+        }
+        return updated.find((key) => key.id === id)!;
+      });
+    },
+
+    /**
+     * Revokes a key, and the keys rotated into it that still work (a cancellation that revokes the
+     * current key leaves no older one working out its overlap); never the key it was rotated into.
+     * Undefined when there is no key with that id. Revoking twice is harmless (and recorded once).
+     */
+    revoke(id: number, { actor }: Pick<ChangeOptions, 'actor'> = {}) {
+      return db.transaction(async (tx): Promise<ApiKeyRecord | undefined> => {
+        const key = await keys.lockForChange(tx, id);
+        if (!key || key.revokedAt) return key;
+        const revoked = await keys.revokeWithOverlaps(tx, id, key.quotaId);
+        if (actor) await recordAudit(tx, actor, 'key.revoke', id, sameQuotaOf(id, ascending(revoked.map((other) => other.id))));
+        return revoked.find((other) => other.id === id)!;
+      });
+    },
+  };
+}
+
+export type KeyRules = ReturnType<typeof createKeyRules>;
