@@ -20,6 +20,11 @@ import {
 export interface Round extends Measurement {
   /** CPU time of the server process (not of PostgreSQL or Redis) per response. */
   serverCpuUsPerResponse: number;
+  /**
+   * The part of it the kernel spent on the process's system calls, the socket write above all:
+   * it moves with how the load generator on the other core is woken, not with the server's code.
+   */
+  serverSystemCpuUsPerResponse: number;
 }
 
 /** Every round of one row, measured and warm-up. */
@@ -73,6 +78,7 @@ export interface RowSummary {
   p50Ms: number;
   p99Ms: number;
   serverCpuUsPerResponse: number;
+  serverSystemCpuUsPerResponse: number;
   /** Non-2xx responses and requests without a response, over every measured round. */
   errors: number;
   errorStatuses: Record<string, number>;
@@ -146,6 +152,7 @@ export function summarize(results: RowResult[]): RowSummary[] {
       p50Ms: median(result.rounds.map((round) => round.p50Ms)),
       p99Ms: median(result.rounds.map((round) => round.p99Ms)),
       serverCpuUsPerResponse: median(result.rounds.map((round) => round.serverCpuUsPerResponse)),
+      serverSystemCpuUsPerResponse: median(result.rounds.map((round) => round.serverSystemCpuUsPerResponse)),
       errors: result.rounds.reduce((sum, round) => sum + errorsOf(result.row, round), 0),
       errorStatuses,
       warmupErrors: result.warmups.reduce((sum, round) => sum + errorsOf(result.row, round), 0),
@@ -439,6 +446,7 @@ export function renderMarkdown(run: RunResult, summaries: RowSummary[], goals: G
         'p99 ms',
         'errors',
         'CPU µs/req',
+        'of it system µs/req',
         'socket writes/resp',
         'log writes/resp',
         'x bare',
@@ -455,6 +463,7 @@ export function renderMarkdown(run: RunResult, summaries: RowSummary[], goals: G
         ms(summary.p99Ms),
         errorCell(summary),
         integer(summary.serverCpuUsPerResponse),
+        integer(summary.serverSystemCpuUsPerResponse),
         writesCell(summary, 'client'),
         writesCell(summary, 'log'),
         ratio(summary.vsBare),
@@ -467,6 +476,8 @@ export function renderMarkdown(run: RunResult, summaries: RowSummary[], goals: G
       'by id, PGlite) with the bare+pg hot list query. ' +
       'CPU µs/req is the CPU time (user and system) of the server process alone per response, from /proc: ' +
       'unlike req/s it hardly moves when other processes compete for the cores, and it leaves out PostgreSQL and Redis. ' +
+      "Of it, system is the kernel's part, spent on the process's system calls (the socket write above all): one write of the same size " +
+      'costs more when it wakes a load generator that was asleep, so this part grows as req/s falls, whatever the code. ' +
       writesNote(run),
     ...(warmupErrors.length > 0
       ? ['', `Errors during warm-ups (not in the table): ${warmupErrors.map((s) => `${s.id}: ${integer(s.warmupErrors)}`).join('; ')}.`]

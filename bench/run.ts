@@ -106,11 +106,17 @@ async function measure(server: ServerProcess, shape: RequestShape, options: Benc
   server.assertRunning();
   const warmup = await load(server.origin, shape, options.connections, { seconds: options.warmupSeconds });
   const cpuBefore = server.cpuSeconds();
+  const systemBefore = server.systemCpuSeconds();
   const measured = await load(server.origin, shape, options.connections, { seconds: options.durationSeconds });
-  const cpuUs = (server.cpuSeconds() - cpuBefore) * 1e6;
+  const perResponse = (seconds: number) => (seconds * 1e6) / Math.max(1, measured.responses);
+  const round = {
+    ...measured,
+    serverCpuUsPerResponse: perResponse(server.cpuSeconds() - cpuBefore),
+    serverSystemCpuUsPerResponse: perResponse(server.systemCpuSeconds() - systemBefore),
+  };
   // A server that died during the measurement would otherwise show up as a row of errors.
   server.assertRunning();
-  return { warmup, round: { ...measured, serverCpuUsPerResponse: cpuUs / Math.max(1, measured.responses) } };
+  return { warmup, round };
 }
 
 /** Connections while strace counts writes: few, as its stops slow the server down many times over. */

@@ -1,18 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { evaluateGoals, GOALS, type Round, type RowResult } from '../../bench/report.js';
+import { round } from '../support/bench-rounds.js';
 import { BARE_ROW, LIST, revalidationOf, rowId, type Row } from '../../bench/scenarios.js';
-
-const round = (requestsPerSecond: number, serverCpuUsPerResponse: number, p99Ms = 5): Round => ({
-  responses: requestsPerSecond,
-  seconds: 1,
-  requestsPerSecond,
-  p50Ms: 1,
-  p99Ms,
-  statuses: { '200': requestsPerSecond },
-  non2xx: 0,
-  failed: 0,
-  serverCpuUsPerResponse,
-});
 
 /** Every row a goal names, each with the rounds given for it or three plain ones. */
 function results(rounds: Record<string, Round[]>): RowResult[] {

@@ -39,6 +39,8 @@ export interface ServerProcess {
   assertRunning(): void;
   /** CPU time (user and system) the process has used so far, from /proc: hardly moved by other load on the machine. */
   cpuSeconds(): number;
+  /** The part of it spent in the kernel on the process's behalf (its system calls: socket and file writes, above all). */
+  systemCpuSeconds(): number;
   /** Resident set size of the process now, from /proc. */
   rssBytes(): number;
   /** Sends the signal (SIGKILL after the grace period); resolves to the exit code, null when killed by a signal. */
@@ -50,6 +52,12 @@ const STOP_GRACE_MS = 15_000;
 
 let clockTicks: number | undefined;
 const clockTicksPerSecond = () => (clockTicks ??= Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' })));
+
+/** Fields 14 and 15 of /proc/PID/stat (user and system time, in clock ticks), counted after the command name, which may contain spaces. */
+function cpuTicksOf(pid: number): { user: number; system: number } {
+  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+  return { user: Number(fields[11]), system: Number(fields[12]) };
+}
 
 /**
  * Starts a server as a process of its own on a free loopback port, its output in a log file, and
@@ -114,9 +122,11 @@ export async function startServer(spec: ServerSpec = {}): Promise<ServerProcess>
       if (exitCode !== undefined && !stopping) throw failure(`exited with ${exitCode} in the middle of the run`);
     },
     cpuSeconds() {
-      // Fields 14 and 15 of /proc/PID/stat, counted after the command name, which may contain spaces.
-      const fields = readFileSync(`/proc/${child.pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
-      return (Number(fields[11]) + Number(fields[12])) / clockTicksPerSecond();
+      const { user, system } = cpuTicksOf(child.pid!);
+      return (user + system) / clockTicksPerSecond();
+    },
+    systemCpuSeconds() {
+      return cpuTicksOf(child.pid!).system / clockTicksPerSecond();
     },
     rssBytes() {
       const match = /^VmRSS:\s+(\d+) kB$/m.exec(readFileSync(`/proc/${child.pid}/status`, 'utf8'));
