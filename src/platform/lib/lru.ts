@@ -4,12 +4,16 @@
  * Hand-written rather than toad-cache: that one bounds only a count and tells no one what it
  * evicts, where the pets cache is bounded in bytes and the key cache keeps indexes beside it.
  */
+const NONE = Symbol('none');
+
 export class Lru<K, V> {
   readonly #maxWeight: number;
   readonly #onEvict: (key: K, value: V) => void;
   /** In use order, least recent first: a Map iterates in insertion order, and a use reinserts. */
   readonly #entries = new Map<K, { value: V; weight: number }>();
   #weight = 0;
+  /** The most recently used key: using it again leaves the order as it is, so a run of hits on one key costs no reinsertion. */
+  #newest: K | typeof NONE = NONE;
 
   /** `onEvict` hears of the entries forgotten to make room, not of those deleted or cleared. */
   constructor(maxWeight: number, { onEvict = () => {} }: { onEvict?: (key: K, value: V) => void } = {}) {
@@ -21,8 +25,11 @@ export class Lru<K, V> {
   get(key: K): V | undefined {
     const entry = this.#entries.get(key);
     if (!entry) return undefined;
-    this.#entries.delete(key);
-    this.#entries.set(key, entry);
+    if (key !== this.#newest) {
+      this.#entries.delete(key);
+      this.#entries.set(key, entry);
+      this.#newest = key;
+    }
     return entry.value;
   }
 
@@ -39,6 +46,7 @@ export class Lru<K, V> {
     this.delete(key);
     if (weight > this.#maxWeight) return false;
     this.#entries.set(key, { value, weight });
+    this.#newest = key;
     this.#weight += weight;
     for (const [oldestKey, oldest] of this.#entries) {
       if (this.#weight <= this.#maxWeight) break;
@@ -54,12 +62,14 @@ export class Lru<K, V> {
     if (!entry) return false;
     this.#entries.delete(key);
     this.#weight -= entry.weight;
+    if (key === this.#newest) this.#newest = NONE;
     return true;
   }
 
   clear() {
     this.#entries.clear();
     this.#weight = 0;
+    this.#newest = NONE;
   }
 
   /** Entries held. */

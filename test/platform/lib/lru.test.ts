@@ -19,6 +19,31 @@ describe('Lru', () => {
     expect(lru.size).toBe(3);
   });
 
+  it('keeps the exact order through runs of hits on the newest entry, and after it is deleted or cleared', () => {
+    const lru = new Lru<string, number>(3);
+    lru.set('a', 1);
+    lru.set('b', 2);
+    lru.get('a');
+    lru.get('a');
+    expect([...lru.entries()].map(([key]) => key)).toEqual(['b', 'a']);
+    lru.delete('a');
+    lru.set('c', 3);
+    lru.set('a', 1);
+    lru.get('c');
+    lru.get('c');
+    expect([...lru.entries()].map(([key]) => key)).toEqual(['b', 'a', 'c']);
+    lru.delete('c');
+    lru.get('b');
+    expect([...lru.entries()].map(([key]) => key)).toEqual(['a', 'b']);
+    lru.clear();
+    lru.set('x', 1);
+    lru.set('y', 2);
+    lru.get('x');
+    lru.set('z', 3);
+    lru.set('w', 4);
+    expect([...lru.entries()].map(([key]) => key)).toEqual(['x', 'z', 'w']);
+  });
+
   it('peek leaves the order as it was; set of a held key replaces it as the most recent', () => {
     const lru = new Lru<string, number>(2);
     lru.set('a', 1);
