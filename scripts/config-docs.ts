@@ -37,9 +37,10 @@ function defaultOf(name: string, schema: TSchema): string {
 function valuesOf(name: string, schema: TSchema): string {
   if (schema.type === 'boolean') return '`true`, `false`';
   if (schema.anyOf) return (schema.anyOf as TSchema[]).map((option) => code(option.const)).join(', ');
-  if (schema.type === 'integer') {
+  if (schema.type === 'integer' || schema.type === 'number') {
     const { minimum, maximum } = schema as { minimum?: number; maximum?: number };
     const range = maximum === undefined ? `${minimum} or more` : `${minimum} to ${maximum}`;
+    if (schema.type === 'number') return `${range}, a decimal`;
     const unit = unitOf(name)?.unit;
     return unit ? `${range} (${unit})` : range;
   }

@@ -243,6 +243,28 @@ export const ConfigSchema = Type.Object({
       description: 'The full traces URL instead, used as given.',
     }),
   ),
+  OTEL_TRACES_SAMPLER: Type.Union(
+    [
+      Type.Literal('parentbased_always_on'),
+      Type.Literal('parentbased_always_off'),
+      Type.Literal('parentbased_traceidratio'),
+      Type.Literal('always_on'),
+      Type.Literal('always_off'),
+      Type.Literal('traceidratio'),
+    ],
+    {
+      default: 'parentbased_always_on',
+      description:
+        "Tracing: which requests are traced, by the OpenTelemetry SDK's names: `parentbased_*` follow an incoming `traceparent`'s " +
+        'decision; `*traceidratio` trace the share `OTEL_TRACES_SAMPLER_ARG` of the others.',
+    },
+  ),
+  OTEL_TRACES_SAMPLER_ARG: Type.Number({
+    minimum: 0,
+    maximum: 1,
+    default: 1,
+    description: 'For the `*traceidratio` samplers: the share of requests traced, from 0 to 1.',
+  }),
   OTEL_SERVICE_NAME: Type.String({ minLength: 1, default: 'pet-store', description: 'The `service.name` of every span.' }),
   DB_POOL_SIZE: Type.Integer({ minimum: 1, default: 10, description: 'Connections each instance opens to PostgreSQL at most.' }),
   SHUTDOWN_DRAIN_MS: Type.Integer({

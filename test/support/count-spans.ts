@@ -8,15 +8,15 @@ import { context, trace, type Context, type SpanOptions, type Tracer } from '@op
 import { NodeTracerProvider } from '@opentelemetry/sdk-trace-node';
 
 export interface StartedSpans {
-  /** Spans without a parent: each request's own, and the work of no request (timers, notices). */
-  root: number;
+  /** The names of spans without a parent: a request's own (`request`), and the work of no request (timers, notices). */
+  roots: string[];
   /** Spans whose parent came in a `traceparent` header. */
   remoteParent: number;
   /** The names of spans started beneath another span of this process. */
   localParent: string[];
 }
 
-const started: StartedSpans = { root: 0, remoteParent: 0, localParent: [] };
+const started: StartedSpans = { roots: [], remoteParent: 0, localParent: [] };
 const counted = new WeakSet<Tracer>();
 // eslint-disable-next-line @typescript-eslint/unbound-method -- called with its provider as this
 const getTracer = NodeTracerProvider.prototype.getTracer;
@@ -28,7 +28,7 @@ NodeTracerProvider.prototype.getTracer = function (...args) {
   const startSpan = tracer.startSpan;
   tracer.startSpan = function (name: string, options?: SpanOptions, ctx: Context = context.active()) {
     const parent = options?.root ? undefined : trace.getSpan(ctx);
-    if (!parent) started.root++;
+    if (!parent) started.roots.push(name);
     else if (parent.spanContext().isRemote) started.remoteParent++;
     else started.localParent.push(name);
     return startSpan.call(this, name, options, ctx);

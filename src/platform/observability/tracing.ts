@@ -21,7 +21,12 @@ export async function startTracing(config: Config): Promise<void> {
   const url = tracesEndpoint(config);
   if (!url || stop) return;
   const { startSdk } = await import('./tracing-sdk.js');
-  stop = startSdk({ url, serviceName: config.OTEL_SERVICE_NAME });
+  stop = startSdk({
+    url,
+    serviceName: config.OTEL_SERVICE_NAME,
+    sampler: config.OTEL_TRACES_SAMPLER,
+    ratio: config.OTEL_TRACES_SAMPLER_ARG,
+  });
 }
 
 /** Sends the spans still buffered and stops; the app calls it when it closes. */
@@ -33,16 +38,16 @@ export async function stopTracing(): Promise<void> {
 
 /**
  * A pino mixin that adds the active span's `trace_id` and `span_id` to each log line written
- * within a request (the OpenTelemetry log data model's names), so a log line leads to its trace.
- * Only when tracing is configured: otherwise the OpenTelemetry API is not even loaded.
+ * within a traced request (the OpenTelemetry log data model's names), so a log line leads to its
+ * trace: sampled, or with a caller's `traceparent`. An unsampled request of ours has no ids to
+ * name. Only when tracing is configured: otherwise the OpenTelemetry API is not even loaded.
  */
 export async function traceLogMixin(config: Config): Promise<(() => object) | undefined> {
   if (!tracesEndpoint(config)) return undefined;
-  const { trace } = await import('@opentelemetry/api');
+  const { isSpanContextValid, trace } = await import('@opentelemetry/api');
   return () => {
-    const span = trace.getActiveSpan();
-    if (!span) return {};
-    const { traceId, spanId } = span.spanContext();
-    return { trace_id: traceId, span_id: spanId };
+    const spanContext = trace.getActiveSpan()?.spanContext();
+    if (!spanContext || !isSpanContextValid(spanContext)) return {};
+    return { trace_id: spanContext.traceId, span_id: spanContext.spanId };
   };
 }

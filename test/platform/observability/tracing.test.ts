@@ -70,6 +70,13 @@ describe('the traces endpoint', () => {
     ).toBe('https://t.example/x');
     expect(() => loadConfig({ OTEL_EXPORTER_OTLP_ENDPOINT: 'collector:4318' })).toThrow('OTEL_EXPORTER_OTLP_ENDPOINT');
   });
+
+  test("the sampler is one of the SDK's six names, its ratio from 0 to 1: anything else is refused at start, not defaulted", () => {
+    expect(loadConfig({})).toMatchObject({ OTEL_TRACES_SAMPLER: 'parentbased_always_on', OTEL_TRACES_SAMPLER_ARG: 1 });
+    expect(loadConfig({ OTEL_TRACES_SAMPLER: 'traceidratio', OTEL_TRACES_SAMPLER_ARG: '0.05' }).OTEL_TRACES_SAMPLER_ARG).toBe(0.05);
+    expect(() => loadConfig({ OTEL_TRACES_SAMPLER: 'jaeger_remote' })).toThrow('OTEL_TRACES_SAMPLER');
+    expect(() => loadConfig({ OTEL_TRACES_SAMPLER_ARG: '1.5' })).toThrow('OTEL_TRACES_SAMPLER_ARG');
+  });
 });
 
 /** A server traced to a receiver of its own, on a scratch database when PostgreSQL answers, with an API key of its own. */
@@ -122,6 +129,16 @@ const test = base
     { scope: 'file' },
     // eslint-disable-next-line no-empty-pattern -- vitest reads a fixture's dependencies from this pattern
     async ({}, { onCleanup }) => cleanupStack(onCleanup, (defer) => tracedServer(defer, 'traced')),
+  )
+  .extend(
+    'halfSampled',
+    { scope: 'file' },
+    // eslint-disable-next-line no-empty-pattern -- vitest reads a fixture's dependencies from this pattern
+    async ({}, { onCleanup }) =>
+      cleanupStack(onCleanup, (defer) =>
+        // Not parent-based: a span beneath a request decided by the ratio must follow it, not draw again.
+        tracedServer(defer, 'half-sampled', { env: { OTEL_TRACES_SAMPLER: 'traceidratio', OTEL_TRACES_SAMPLER_ARG: '0.5' } }),
+      ),
   )
   .extend(
     'unsampled',
@@ -218,7 +235,7 @@ describe('traces of the running server, sent to an OTLP/HTTP receiver', () => {
 });
 
 describe('an unsampled request', () => {
-  test('starts no span beneath its own: no hook, handler, query or Redis command span, only the decision', async ({
+  test('starts no span: no request, hook, handler, query or Redis command span, only the decision', async ({
     unsampled: { receiver, server, key },
   }) => {
     expect((await createPet(server.origin, key)).status).toBe(201);
@@ -233,11 +250,53 @@ describe('an unsampled request', () => {
       .split('\n')
       .find((each) => each.startsWith('{"startedSpans"'));
     const { startedSpans } = JSON.parse(line!) as { startedSpans: StartedSpans };
-    // Each request asked for its own span once, the one with a caller's traceparent beneath it.
-    expect(startedSpans.root).toBeGreaterThanOrEqual(2);
+    // Decided before any span was asked for: the requests of no traceparent asked for none; the
+    // one with a caller's traceparent asked the SDK, beneath the caller's span, once.
+    expect(startedSpans.roots).not.toContain('request');
     expect(startedSpans.remoteParent).toBe(1);
     // Nothing beneath them: no span for a hook, the handler, a query or a Redis command.
     expect(startedSpans.localParent).toEqual([]);
     expect(receiver.spans).toEqual([]);
+    // Its log lines name no trace; the caller's trace is named where there is one.
+    const logged = server
+      .output()
+      .split('\n')
+      .filter((each) => each.startsWith('{') && each.includes('"msg":"request"'))
+      .map((each) => JSON.parse(each) as { trace_id?: string });
+    expect(logged.length).toBeGreaterThanOrEqual(3);
+    expect(logged.slice(0, -1).filter((each) => each.trace_id !== undefined)).toEqual([]);
+    expect(logged.at(-1)!.trace_id).toBe('0af7651916cd43dd8448eb211c80319c');
+  });
+});
+
+describe('a sampled share of requests', () => {
+  test('is the ratio set, each decided once and traced whole: its request span with the hooks and handler beneath it', async ({
+    halfSampled: { receiver, server, key },
+  }) => {
+    const requests = 400;
+    for (let sent = 0; sent < requests; sent += 20) {
+      const answers = await Promise.all(
+        Array.from({ length: 20 }, () => fetch(`${server.origin}/v1/pets?limit=1`, { headers: bearer(key) })),
+      );
+      for (const answer of answers) expect(answer.status).toBe(200);
+    }
+    expect(await server.stop()).toBe(0);
+
+    const roots = receiver.spans.filter((span) => span.name === 'request' && attribute(span, 'url.path') === '/v1/pets?limit=1');
+    // 200 expected, binomial (standard deviation 10): drawn twice, as by the request's decision and
+    // then the SDK's own, about 100 would be.
+    expect(roots.length).toBeGreaterThan(150);
+    expect(roots.length).toBeLessThan(250);
+    for (const root of roots) {
+      const beneath = receiver.spans.filter((span) => span.parentSpanId === root.spanId).map((span) => span.name);
+      expect(
+        beneath.some((name) => name.startsWith('handler')),
+        JSON.stringify(beneath),
+      ).toBe(true);
+      expect(
+        beneath.some((name) => name.startsWith('onRequest')),
+        JSON.stringify(beneath),
+      ).toBe(true);
+    }
   });
 });
