@@ -14,8 +14,8 @@ import { join } from 'node:path';
 import { createSeededPostgres } from './fixtures.js';
 import { load, type Measurement, type RequestShape } from './load.js';
 import { parseOptions, type BenchOptions } from './options.js';
-import { buildService } from './processes.js';
-import { median } from './report.js';
+import { buildService, watchSteal } from './processes.js';
+import { median, percent, stealNote } from './report.js';
 import { operations, oursSpec, revalidating, TRACING_SAMPLE_RATIO } from './scenarios.js';
 import { countWrites, perResponse } from './syscalls.js';
 import { ROOT, startServer, type ServerProcess, type ServerSpec } from '../test/support/processes.js';
@@ -47,6 +47,8 @@ interface Sample {
   cpuMicrosecondsPerRequest: number;
   p99Ms: number;
   errors: number;
+  /** The machine's CPU time the hypervisor gave to other guests during the measurement (0 to 1). */
+  stealShare: number;
 }
 
 interface Writes {
@@ -151,7 +153,7 @@ async function main() {
             const sample = await measure(row, server, shape, options);
             say(
               `round ${round + 1} ${row.workload} ${row.instance} ${build}: ${Math.round(sample.requestsPerSecond)} req/s, ` +
-                `${Math.round(sample.cpuMicrosecondsPerRequest)} µs CPU/request, ${sample.errors} errors`,
+                `${Math.round(sample.cpuMicrosecondsPerRequest)} µs CPU/request, ${sample.errors} errors, steal ${Math.round(sample.stealShare * 100)}%`,
             );
             const bySide = samples.get(row) ?? {};
             samples.set(row, { ...bySide, [build]: [...(bySide[build] ?? []), sample] });
@@ -201,6 +203,7 @@ async function etagOf(server: ServerProcess, request: { path: string; headers: R
 async function measure(row: CompareRow, server: ServerProcess, shape: RequestShape, options: BenchOptions): Promise<Sample> {
   await load(server.origin, shape, options.connections, { seconds: options.warmupSeconds });
   const cpuBefore = server.cpuSeconds();
+  const stolen = watchSteal();
   const measured = await load(server.origin, shape, options.connections, { seconds: options.durationSeconds });
   server.assertRunning();
   return {
@@ -208,6 +211,7 @@ async function measure(row: CompareRow, server: ServerProcess, shape: RequestSha
     cpuMicrosecondsPerRequest: ((server.cpuSeconds() - cpuBefore) * 1e6) / Math.max(1, measured.responses),
     p99Ms: measured.p99Ms,
     errors: errorsOf(row, measured),
+    stealShare: stolen(),
   };
 }
 
@@ -236,8 +240,8 @@ function render(
       'req/s above 1 is faster, CPU per request below 1 is cheaper. A row the other build cannot run is marked new.',
     '',
     '| workload | store | req/s now | req/s before | req/s ratio | CPU µs/req now | before | CPU ratio | p99 ms now / before | ' +
-      'socket writes/resp now / before | log writes/resp now / before | errors |',
-    '|---|---|---|---|---|---|---|---|---|---|---|---|',
+      'socket writes/resp now / before | log writes/resp now / before | errors | steal %, most in a round |',
+    '|---|---|---|---|---|---|---|---|---|---|---|---|---|',
   ];
   const notes: string[] = [];
   for (const row of rows) {
@@ -257,7 +261,7 @@ function render(
         `${ratio((s) => s.requestsPerSecond)} | ${middle(now, (s) => s.cpuMicrosecondsPerRequest)} | ` +
         `${middle(then, (s) => s.cpuMicrosecondsPerRequest)} | ${ratio((s) => s.cpuMicrosecondsPerRequest)} | ` +
         `${p99(now)} / ${p99(then)} | ${writesCell('socket')} | ${writesCell('log')} | ` +
-        `${[...now, ...(then ?? [])].reduce((sum, s) => sum + s.errors, 0)} |`,
+        `${[...now, ...(then ?? [])].reduce((sum, s) => sum + s.errors, 0)} | ${percent(Math.max(...[...now, ...(then ?? [])].map((s) => s.stealShare)))} |`,
     );
     if (row.newBecause)
       notes.push(`- ${row.workload}, ${INSTANCE_LABELS[row.instance]}: new, the other build cannot run it (${row.newBecause}).`);
@@ -270,6 +274,8 @@ function render(
         ? 'Writes were not counted (`--strace-requests 0`).'
         : `Writes/resp: after each phase's rounds, ${options.straceRequests} requests of the row at -c ${STRACE_CONNECTIONS} per build with strace ` +
           "attached (as in `npm run bench`): write system calls per response on the clients' sockets and on the log file.",
+    '',
+    stealNote([...samples.values()].flatMap((bySide) => [...(bySide.now ?? []), ...(bySide.before ?? [])].map((s) => s.stealShare))),
     ...(notes.length > 0 ? ['', ...notes] : []),
   );
   return `${lines.join('\n')}\n`;

@@ -25,6 +25,8 @@ export interface Round extends Measurement {
    * it moves with how the load generator on the other core is woken, not with the server's code.
    */
   serverSystemCpuUsPerResponse: number;
+  /** The machine's CPU time the hypervisor gave to other guests during the measurement (0 to 1, from /proc/stat). */
+  stealShare: number;
 }
 
 /** Every round of one row, measured and warm-up. */
@@ -79,6 +81,7 @@ export interface RowSummary {
   p99Ms: number;
   serverCpuUsPerResponse: number;
   serverSystemCpuUsPerResponse: number;
+  stealShare: number;
   /** Non-2xx responses and requests without a response, over every measured round. */
   errors: number;
   errorStatuses: Record<string, number>;
@@ -153,6 +156,7 @@ export function summarize(results: RowResult[]): RowSummary[] {
       p99Ms: median(result.rounds.map((round) => round.p99Ms)),
       serverCpuUsPerResponse: median(result.rounds.map((round) => round.serverCpuUsPerResponse)),
       serverSystemCpuUsPerResponse: median(result.rounds.map((round) => round.serverSystemCpuUsPerResponse)),
+      stealShare: median(result.rounds.map((round) => round.stealShare)),
       errors: result.rounds.reduce((sum, round) => sum + errorsOf(result.row, round), 0),
       errorStatuses,
       warmupErrors: result.warmups.reduce((sum, round) => sum + errorsOf(result.row, round), 0),
@@ -407,6 +411,8 @@ export function renderMarkdown(run: RunResult, summaries: RowSummary[], goals: G
       'each ratio the median of the per-round ratios. ' +
       `Load average (1 min) at the start ${run.environment.loadAverage.start.toFixed(1)}, at the end ${run.environment.loadAverage.end.toFixed(1)}.`,
     '',
+    stealNote(run.rows.flatMap((row) => row.rounds.map((round) => round.stealShare))),
+    '',
     '## Workloads: ours against bare+pg',
     '',
     workloadTable(summaries),
@@ -447,6 +453,7 @@ export function renderMarkdown(run: RunResult, summaries: RowSummary[], goals: G
         'errors',
         'CPU µs/req',
         'of it system µs/req',
+        'steal %',
         'socket writes/resp',
         'log writes/resp',
         'x bare',
@@ -464,6 +471,7 @@ export function renderMarkdown(run: RunResult, summaries: RowSummary[], goals: G
         errorCell(summary),
         integer(summary.serverCpuUsPerResponse),
         integer(summary.serverSystemCpuUsPerResponse),
+        percent(summary.stealShare),
         writesCell(summary, 'client'),
         writesCell(summary, 'log'),
         ratio(summary.vsBare),
@@ -475,7 +483,8 @@ export function renderMarkdown(run: RunResult, summaries: RowSummary[], goals: G
     "The bare+pg columns of a workload's rows compare with bare+pg's route for the same workload; the other rows (the deep page, " +
       'by id, PGlite) with the bare+pg hot list query. ' +
       'CPU µs/req is the CPU time (user and system) of the server process alone per response, from /proc: ' +
-      'unlike req/s it hardly moves when other processes compete for the cores, and it leaves out PostgreSQL and Redis. ' +
+      'unlike req/s it hardly moves when other processes compete for the cores (it does when the hypervisor gives them to another ' +
+      'guest: steal %), and it leaves out PostgreSQL and Redis. ' +
       "Of it, system is the kernel's part, spent on the process's system calls (the socket write above all): one write of the same size " +
       'costs more when it wakes a load generator that was asleep, so this part grows as req/s falls, whatever the code. ' +
       writesNote(run),
@@ -530,4 +539,17 @@ export function renderMarkdown(run: RunResult, summaries: RowSummary[], goals: G
     '',
   ];
   return lines.join('\n');
+}
+
+export const percent = (share: number) => `${Math.round(share * 100)}%`;
+
+/** What the hypervisor took from the machine while it was measured. */
+export function stealNote(stealShares: number[]): string {
+  if (stealShares.length === 0) return 'Steal time: nothing measured.';
+  return (
+    `Steal time: the hypervisor gave ${percent(median(stealShares))} of this machine's CPU time to other guests during the median ` +
+    `measurement, ${percent(Math.max(...stealShares))} during the worst (steal % per row: the median over its rounds). ` +
+    'A neighbour slows every server at once, CPU per request included (a shared core runs slower), so a ratio taken within one ' +
+    'round stays fair where a figure compared across rounds or runs does not.'
+  );
 }

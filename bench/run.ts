@@ -13,7 +13,7 @@ import { drawRequest, load, requestsOf, type Measurement, type RequestShape, typ
 import { parseOptions, type BenchOptions } from './options.js';
 import { ROOT, startServer, type ServerProcess, type ServerSpec } from '../test/support/processes.js';
 import { assertRedisUp, countKeys, deleteKeys } from '../test/support/redis.js';
-import { buildService } from './processes.js';
+import { buildService, watchSteal } from './processes.js';
 import {
   errorsOf,
   evaluateGoals,
@@ -107,12 +107,14 @@ async function measure(server: ServerProcess, shape: RequestShape, options: Benc
   const warmup = await load(server.origin, shape, options.connections, { seconds: options.warmupSeconds });
   const cpuBefore = server.cpuSeconds();
   const systemBefore = server.systemCpuSeconds();
+  const stolen = watchSteal();
   const measured = await load(server.origin, shape, options.connections, { seconds: options.durationSeconds });
   const perResponse = (seconds: number) => (seconds * 1e6) / Math.max(1, measured.responses);
   const round = {
     ...measured,
     serverCpuUsPerResponse: perResponse(server.cpuSeconds() - cpuBefore),
     serverSystemCpuUsPerResponse: perResponse(server.systemCpuSeconds() - systemBefore),
+    stealShare: stolen(),
   };
   // A server that died during the measurement would otherwise show up as a row of errors.
   server.assertRunning();
@@ -163,7 +165,8 @@ async function alternate(rows: Row[], servers: Map<string, ServerProcess>, optio
       result.rounds.push(round);
       say(
         `round ${number}/${options.rounds} ${result.row.id}: ${Math.round(round.requestsPerSecond)} req/s, p99 ${round.p99Ms} ms, ` +
-          `${errorsOf(result.row, round)} errors, ${Math.round(round.serverCpuUsPerResponse)} µs CPU/req`,
+          `${errorsOf(result.row, round)} errors, ${Math.round(round.serverCpuUsPerResponse)} µs CPU/req, ` +
+          `steal ${Math.round(round.stealShare * 100)}%`,
       );
     }
   }

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { summarize } from '../../bench/report.js';
+import { stealNote, summarize } from '../../bench/report.js';
 import { BARE_ROW, LIST, rowId, type Row } from '../../bench/scenarios.js';
 import { round } from '../support/bench-rounds.js';
 
@@ -14,11 +14,17 @@ describe('bench: the report of a row', () => {
       },
       {
         row: { id: hot, server: 'ours-memory', databaseCeiling: BARE_ROW } as Row,
-        rounds: [round(14_000, 70, 5, 17), round(15_000, 66, 5, 12), round(13_000, 74, 5, 21)],
+        rounds: [round(14_000, 70, 5, 17, 0.02), round(15_000, 66, 5, 12, 0.3), round(13_000, 74, 5, 21, 0.05)],
         warmups: [],
       },
     ]);
     expect(bare).toMatchObject({ serverCpuUsPerResponse: 24, serverSystemCpuUsPerResponse: 8 });
-    expect(ours).toMatchObject({ serverCpuUsPerResponse: 70, serverSystemCpuUsPerResponse: 17 });
+    expect(ours).toMatchObject({ serverCpuUsPerResponse: 70, serverSystemCpuUsPerResponse: 17, stealShare: 0.05 });
+  });
+
+  it("says how much of the machine's time the hypervisor took: the median measurement and the worst", () => {
+    expect(stealNote([0.02, 0.3, 0.05, 0])).toMatch(
+      /^Steal time: the hypervisor gave 4% of this machine's CPU time .* 30% during the worst/,
+    );
   });
 });

@@ -1,7 +1,13 @@
 import type { Round } from '../../bench/report.js';
 
 /** A measured round of the benchmark, every request answered 200. */
-export const round = (requestsPerSecond: number, serverCpuUsPerResponse: number, p99Ms = 5, serverSystemCpuUsPerResponse = 0): Round => ({
+export const round = (
+  requestsPerSecond: number,
+  serverCpuUsPerResponse: number,
+  p99Ms = 5,
+  serverSystemCpuUsPerResponse = 0,
+  stealShare = 0,
+): Round => ({
   responses: requestsPerSecond,
   seconds: 1,
   requestsPerSecond,
@@ -12,4 +18,5 @@ export const round = (requestsPerSecond: number, serverCpuUsPerResponse: number,
   failed: 0,
   serverCpuUsPerResponse,
   serverSystemCpuUsPerResponse,
+  stealShare,
 });
