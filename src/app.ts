@@ -129,6 +129,7 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
     redisCredentials: config.redisCredentials,
     redisKeyPrefix: config.REDIS_KEY_PREFIX,
     ipv6Prefix: config.RATE_LIMIT_IPV6_PREFIX,
+    costs: config.rateLimitCosts,
   });
   await app.register(v1, {
     prefix: API_PREFIX,

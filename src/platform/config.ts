@@ -160,6 +160,14 @@ export const ConfigSchema = Type.Object({
     default: 64,
     description: 'Callers without a valid key are counted per IPv6 network of this many leading bits (IPv4: per address).',
   }),
+  RATE_LIMIT_COSTS: Type.String({
+    default: '',
+    pattern: '^([A-Za-z]+=[0-9]+(,[A-Za-z]+=[0-9]+)*)?$',
+    examples: ['createPet=5,listPets=1'],
+    description:
+      "The units an operation spends of a key's quota in both windows, as `operationId=units` pairs (1 to 1000); every other " +
+      'operation costs 1, so unset the limits count requests. A request with fewer units left than its cost is refused.',
+  }),
   KEY_CACHE_MAX_ENTRIES: Type.Integer({
     minimum: 1,
     default: 100_000,
@@ -304,6 +312,9 @@ export interface RedisCredentials {
   tls: boolean;
 }
 
+/** The most one operation may cost: RATE_LIMIT_COSTS's bound, far above what any plan would price a request at. */
+const MAX_OPERATION_COST = 1000;
+
 /** The settings parsed here into the values of Config below, so that no other code parses them again. */
 const PARSED_SETTINGS = [
   'PUBLIC_BASE_URL',
@@ -317,6 +328,7 @@ const PARSED_SETTINGS = [
   'REDIS_PASSWORD',
   'REDIS_SENTINEL_PASSWORD',
   'REDIS_TLS',
+  'RATE_LIMIT_COSTS',
 ] as const;
 
 /** The settings, checked, with those that need parsing parsed. */
@@ -330,6 +342,8 @@ export type Config = Omit<Settings, (typeof PARSED_SETTINGS)[number]> & {
   /** Where the shared rate-limit counters live, if anywhere. */
   redisTarget: RedisTarget | undefined;
   redisCredentials: RedisCredentials;
+  /** RATE_LIMIT_COSTS: units by operationId, for the operations it names. */
+  rateLimitCosts: Record<string, number>;
 };
 
 /** A setting's value in an error: quoted, with any password in it masked (the line goes to logs). */
@@ -397,6 +411,20 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
   if ((settings.REDIS_SENTINELS === undefined) !== (settings.REDIS_SENTINEL_MASTER === undefined)) {
     throw new ConfigError('REDIS_SENTINELS and REDIS_SENTINEL_MASTER go together: the Sentinels and the name of the master they watch');
   }
+  const rateLimitCosts: Record<string, number> = {};
+  for (const pair of settings.RATE_LIMIT_COSTS.split(',').filter(Boolean)) {
+    const [operation, units] = pair.split('=') as [string, string];
+    if (operation in rateLimitCosts) throw invalid('RATE_LIMIT_COSTS', settings.RATE_LIMIT_COSTS, `${operation} is priced twice`);
+    const cost = Number(units);
+    if (cost < 1 || cost > MAX_OPERATION_COST) {
+      throw invalid(
+        'RATE_LIMIT_COSTS',
+        settings.RATE_LIMIT_COSTS,
+        `${operation} costs ${units}; a cost is from 1 to ${MAX_OPERATION_COST}`,
+      );
+    }
+    rateLimitCosts[operation] = cost;
+  }
   const unparsed = Object.fromEntries(
     Object.entries(settings).filter(([name]) => !(PARSED_SETTINGS as readonly string[]).includes(name)),
   ) as Omit<Settings, (typeof PARSED_SETTINGS)[number]>;
@@ -412,6 +440,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       sentinelPassword: settings.REDIS_SENTINEL_PASSWORD,
       tls: settings.REDIS_TLS,
     },
+    rateLimitCosts,
   };
 }
 

@@ -111,11 +111,14 @@ export const errors = {
       'idempotency_key_mismatch',
       'This Idempotency-Key was already used with a different request body; send a new key for a new request',
     ),
-  rateLimited: (limit: number, window: 'minute' | 'day', retryAfterSeconds: number) =>
+  /** `cost` above 1: an operation RATE_LIMIT_COSTS prices, refused with fewer units left than it costs. */
+  rateLimited: (limit: number, window: 'minute' | 'day', retryAfterSeconds: number, { cost = 1, remaining = 0 } = {}) =>
     new ApiError(
       429,
       'rate_limited',
-      `Rate limit of ${limit} requests per ${window} exceeded; retry after the Retry-After delay`,
+      cost === 1
+        ? `Rate limit of ${limit} requests per ${window} exceeded; retry after the Retry-After delay`
+        : `Rate limit of ${limit} units per ${window}: this operation costs ${cost} and ${remaining} remain; retry after the Retry-After delay`,
       retryAfter(retryAfterSeconds),
     ),
   tooManyUnknownKeys: (retryAfterSeconds: number) =>

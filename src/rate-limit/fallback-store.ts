@@ -31,12 +31,12 @@ export class FallbackStore implements RateLimitStore {
     return this.#probe !== undefined;
   }
 
-  consume(subject: string, limits: Limits, now: number): Promise<Decision> {
-    return this.#decide((store) => store.consume(subject, limits, now));
+  consume(subject: string, limits: Limits, now: number, cost: number): Promise<Decision> {
+    return this.#decide((store) => store.consume(subject, limits, now, cost));
   }
 
-  check(subject: string, limits: Limits, now: number): Promise<Decision> {
-    return this.#decide((store) => store.check(subject, limits, now));
+  check(subject: string, limits: Limits, now: number, cost: number): Promise<Decision> {
+    return this.#decide((store) => store.check(subject, limits, now, cost));
   }
 
   inspect(subject: string, limits: Limits, now: number): Promise<Inspection> {
@@ -70,9 +70,9 @@ export class FallbackStore implements RateLimitStore {
   }
 
   /** To the store that counted the request, as far as can be told: a refund lost with Redis is only a request counted. */
-  async refund(subject: string, decision: Decision) {
-    if (this.degraded) return this.#memory.refund(subject, decision);
-    await this.#redis.refund(subject, decision).catch((error: unknown) => this.#switchToMemory(error));
+  async refund(subject: string, decision: Decision, cost: number) {
+    if (this.degraded) return this.#memory.refund(subject, decision, cost);
+    await this.#redis.refund(subject, decision, cost).catch((error: unknown) => this.#switchToMemory(error));
   }
 
   #switchToMemory(error: unknown) {

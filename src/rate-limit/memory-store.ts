@@ -3,6 +3,7 @@ import type { Limits } from '../api-keys/plans.js';
 import {
   DAY_MS,
   decideWithout,
+  hasRoom,
   MINUTE_MS,
   usage,
   windowsOf,
@@ -47,11 +48,11 @@ export class MemoryStore implements RateLimitStore {
     return this.#subjects.size;
   }
 
-  async consume(subject: string, limits: Limits, now: number): Promise<Decision> {
-    return this.#decide(subject, limits, now);
+  async consume(subject: string, limits: Limits, now: number, cost: number): Promise<Decision> {
+    return this.#decide(subject, limits, now, cost);
   }
 
-  #decide(subject: string, limits: Limits, now: number): Decision {
+  #decide(subject: string, limits: Limits, now: number, cost: number): Decision {
     const minute = windowStart(now, MINUTE_MS);
     const day = windowStart(now, DAY_MS);
     const counters = this.#take(subject, minute, day);
@@ -66,9 +67,9 @@ export class MemoryStore implements RateLimitStore {
         banStarted: false,
       };
     }
-    if (counters.minuteUsed < limits.perMinute && counters.dayUsed < limits.perDay) {
-      counters.minuteUsed += 1;
-      counters.dayUsed += 1;
+    if (hasRoom(limits, counters.minuteUsed, counters.dayUsed, cost)) {
+      counters.minuteUsed += cost;
+      counters.dayUsed += cost;
       return { outcome: 'allowed', ...usage(limits, now, counters.minuteUsed, counters.dayUsed) };
     }
     counters.refused += 1;
@@ -81,16 +82,16 @@ export class MemoryStore implements RateLimitStore {
     return { outcome: 'limited', ...windows };
   }
 
-  async check(subject: string, limits: Limits, now: number): Promise<Decision> {
+  async check(subject: string, limits: Limits, now: number, cost: number): Promise<Decision> {
     const counters = this.#subjects.peek(subject);
-    if (!counters) return decideWithout(limits, now, 0, 0, 0);
+    if (!counters) return decideWithout(limits, now, 0, 0, 0, cost);
     const minuteUsed = counters.minute === windowStart(now, MINUTE_MS) ? counters.minuteUsed : 0;
     const dayUsed = counters.day === windowStart(now, DAY_MS) ? counters.dayUsed : 0;
-    return decideWithout(limits, now, minuteUsed, dayUsed, counters.bannedUntil);
+    return decideWithout(limits, now, minuteUsed, dayUsed, counters.bannedUntil, cost);
   }
 
   async inspect(subject: string, limits: Limits, now: number): Promise<Inspection> {
-    return { decision: await this.check(subject, limits, now), source: 'memory' };
+    return { decision: await this.check(subject, limits, now, 1), source: 'memory' };
   }
 
   async bans(prefix: string, now: number): Promise<Bans> {
@@ -107,12 +108,12 @@ export class MemoryStore implements RateLimitStore {
     return 'memory';
   }
 
-  async refund(subject: string, decision: Decision) {
+  async refund(subject: string, decision: Decision, cost: number) {
     const counters = this.#subjects.peek(subject);
     if (!counters) return;
     const { minute, day } = windowsOf(decision);
-    if (counters.minute === minute && counters.minuteUsed > 0) counters.minuteUsed -= 1;
-    if (counters.day === day && counters.dayUsed > 0) counters.dayUsed -= 1;
+    if (counters.minute === minute) counters.minuteUsed = Math.max(0, counters.minuteUsed - cost);
+    if (counters.day === day) counters.dayUsed = Math.max(0, counters.dayUsed - cost);
   }
 
   /** Forgets subjects whose day window and ban are both over: nothing of them matters any more. */

@@ -19,6 +19,8 @@ export interface RateLimitOptions {
   redisKeyPrefix: string;
   /** Callers without a key count per IPv6 network of this many leading bits (see clientOf). */
   ipv6Prefix: number;
+  /** What an operation (by operationId) costs a key, where it is not 1 (RATE_LIMIT_COSTS). */
+  costs: Record<string, number>;
 }
 
 /** Callers without a valid key are limited by address, as the Free plan, so keys cannot be guessed at speed. */
@@ -26,8 +28,8 @@ const ANONYMOUS: Limits = PLAN_LIMITS.free;
 
 /** On every response under /v1 (documented by v1/contract.ts). */
 export const RATE_LIMIT_HEADERS = {
-  'x-ratelimit-limit': { type: 'integer', description: 'Requests allowed in the binding window' },
-  'x-ratelimit-remaining': { type: 'integer', description: 'Requests left in the binding window' },
+  'x-ratelimit-limit': { type: 'integer', description: 'Units allowed in the binding window (requests, unless an operation costs more)' },
+  'x-ratelimit-remaining': { type: 'integer', description: 'Units left in the binding window' },
   'x-ratelimit-reset': { type: 'integer', description: 'Unix time (seconds) when the binding window resets, or a ban ends' },
   'ratelimit-policy': { type: 'string', description: 'Both windows, as in draft-ietf-httpapi-ratelimit-headers' },
   ratelimit: { type: 'string', description: 'What is left of both windows and seconds until each resets' },
@@ -42,6 +44,8 @@ interface Charge {
   subject: string;
   limits: Limits;
   decision: Decision;
+  /** The units the request spends in both windows. */
+  cost: number;
   now: number;
   /** False for a request admitted uncounted, as a sure free revalidation. */
   counted: boolean;
@@ -65,16 +69,21 @@ declare module 'fastify' {
 }
 
 export interface RateLimiter {
+  /** The units an operation costs a key: what RATE_LIMIT_COSTS says, else 1. */
+  costOf(operationId: string | undefined): number;
+  /** The operations RATE_LIMIT_COSTS prices (the API's routes refuse to start with one they do not serve). */
+  pricedOperations(): string[];
   /** Whether the client an address counts as is banned now (auth then spends no lookup on its key). */
   addressBanned(address: string, now: number): Promise<boolean>;
   /**
    * Decides the request of its caller (its key, else its address), sets the headers, and throws
-   * its 429. A request sure to be a free revalidation is only checked against the limits.
+   * its 429. A request sure to be a free revalidation is only checked against the limits. A key
+   * spends its operation's `cost` (costOf); an address, whose requests never reach an operation, 1.
    */
   admit(
     request: FastifyRequest,
     reply: FastifyReply,
-    caller: { key: ApiKeyIdentity | undefined; now: number; free: boolean },
+    caller: { key: ApiKeyIdentity | undefined; now: number; free: boolean; cost: number },
   ): Promise<void>;
   /**
    * Once answered: takes back a counted request that turned out free, or counts an uncounted one
@@ -142,27 +151,31 @@ export default fp<RateLimitOptions>(
       const now = app.now();
       setHeaders(
         reply,
-        await store.check(key ? keySubject(key.quotaId) : addressSubject(clientOfAddress(request.ip)), key ?? ANONYMOUS, now),
+        await store.check(key ? keySubject(key.quotaId) : addressSubject(clientOfAddress(request.ip)), key ?? ANONYMOUS, now, 1),
         now,
       );
     }
 
     app.decorate('rateLimit', {
+      costOf: (operationId) => (operationId === undefined ? 1 : (options.costs[operationId] ?? 1)),
+      pricedOperations: () => Object.keys(options.costs),
+
       async addressBanned(address, now) {
-        return (await store.check(addressSubject(clientOfAddress(address)), ANONYMOUS, now)).outcome === 'banned';
+        return (await store.check(addressSubject(clientOfAddress(address)), ANONYMOUS, now, 1)).outcome === 'banned';
       },
 
-      async admit(request, reply, { key, now, free }) {
+      async admit(request, reply, { key, now, free, cost: operationCost }) {
         const client = key ? undefined : clientOfAddress(request.ip);
         const subject = client === undefined ? keySubject(key!.quotaId) : addressSubject(client);
         const limits = key ?? ANONYMOUS;
-        const checked = free ? await store.check(subject, limits, now) : undefined;
-        const decision = checked?.outcome === 'allowed' ? checked : await store.consume(subject, limits, now);
-        const binding = setHeaders(reply, decision, now);
+        const cost = key ? operationCost : 1;
+        const checked = free ? await store.check(subject, limits, now, cost) : undefined;
+        const decision = checked?.outcome === 'allowed' ? checked : await store.consume(subject, limits, now, cost);
+        const binding = setHeaders(reply, decision, now, cost);
         decisions.inc({ outcome: decision.outcome });
         switch (decision.outcome) {
           case 'allowed':
-            (request as Charged)[CHARGE] = { subject, limits, decision, now, counted: decision !== checked };
+            (request as Charged)[CHARGE] = { subject, limits, decision, cost, now, counted: decision !== checked };
             return;
           case 'banned': {
             (request as Charged)[CHARGE] = SETTLED;
@@ -172,7 +185,10 @@ export default fp<RateLimitOptions>(
           }
           case 'limited':
             (request as Charged)[CHARGE] = SETTLED;
-            throw errors.rateLimited(binding.limit, binding === decision.day ? 'day' : 'minute', secondsUntil(binding.resetAt - now));
+            throw errors.rateLimited(binding.limit, binding === decision.day ? 'day' : 'minute', secondsUntil(binding.resetAt - now), {
+              cost,
+              remaining: binding.limit - binding.used,
+            });
         }
       },
 
@@ -187,12 +203,17 @@ export default fp<RateLimitOptions>(
         if (charge === SETTLED || free !== charge.counted) return undefined;
         (request as Charged)[CHARGE] = SETTLED;
         if (charge.counted) {
-          const uncount = (window: WindowUsage) => ({ ...window, used: Math.max(0, window.used - 1) });
-          setHeaders(reply, { ...charge.decision, minute: uncount(charge.decision.minute), day: uncount(charge.decision.day) }, charge.now);
-          return store.refund(charge.subject, charge.decision);
+          const uncount = (window: WindowUsage) => ({ ...window, used: Math.max(0, window.used - charge.cost) });
+          setHeaders(
+            reply,
+            { ...charge.decision, minute: uncount(charge.decision.minute), day: uncount(charge.decision.day) },
+            charge.now,
+            charge.cost,
+          );
+          return store.refund(charge.subject, charge.decision, charge.cost);
         }
         // Admitted uncounted as a sure 304, it was refused further on (a sunset meanwhile): it counts.
-        return store.consume(charge.subject, charge.limits, charge.now);
+        return store.consume(charge.subject, charge.limits, charge.now, charge.cost);
       },
 
       usage: (quotaId, limits, now) => store.inspect(keySubject(quotaId), limits, now),
@@ -217,14 +238,14 @@ export default fp<RateLimitOptions>(
 );
 
 /**
- * X-RateLimit-* describe the binding window: the one with fewer requests left (the minute on a
- * tie, the day once it is spent, since retrying after the minute would not help). The IETF
- * draft's RateLimit and RateLimit-Policy fields describe both. A ban's Reset is its end.
+ * X-RateLimit-* describe the binding window: the one with fewer units left (the minute on a tie,
+ * the day once it has no room for the operation's cost, since retrying after the minute would not
+ * help). The IETF draft's RateLimit and RateLimit-Policy fields describe both. A ban's Reset is its end.
  */
-function setHeaders(reply: FastifyReply, decision: Decision, now: number): WindowUsage {
+function setHeaders(reply: FastifyReply, decision: Decision, now: number, cost = 1): WindowUsage {
   const remaining = (window: WindowUsage) => Math.max(0, window.limit - window.used);
   const { minute, day } = decision;
-  const binding = remaining(day) === 0 || remaining(day) < remaining(minute) ? day : minute;
+  const binding = remaining(day) < cost || remaining(day) < remaining(minute) ? day : minute;
   const banned = decision.outcome === 'banned';
   reply.headers({
     'x-ratelimit-limit': binding.limit,

@@ -18,7 +18,7 @@ import {
 /**
  * The whole decision in one atomic round trip: the ban, both windows, the refusal count.
  * KEYS: minute count, day count, minute refusals, ban. ARGV: per-minute limit, per-day limit,
- * now (ms), ban threshold, ban duration (ms), minute TTL (ms), day TTL (ms).
+ * now (ms), ban threshold, ban duration (ms), minute TTL (ms), day TTL (ms), cost (units).
  * Returns [outcome, minute used, day used, banned until]: outcome 1 allowed, 0 limited,
  * 2 banned, 3 banned by this request. The ban holds its end time, so an injected clock works.
  */
@@ -30,11 +30,12 @@ local day_used = tonumber(redis.call('GET', KEYS[2]) or '0')
 if banned_until > now then
   return {2, minute_used, day_used, banned_until}
 end
-if minute_used < tonumber(ARGV[1]) and day_used < tonumber(ARGV[2]) then
-  minute_used = redis.call('INCR', KEYS[1])
-  if minute_used == 1 then redis.call('PEXPIRE', KEYS[1], ARGV[6]) end
-  day_used = redis.call('INCR', KEYS[2])
-  if day_used == 1 then redis.call('PEXPIRE', KEYS[2], ARGV[7]) end
+local cost = tonumber(ARGV[8])
+if minute_used + cost <= tonumber(ARGV[1]) and day_used + cost <= tonumber(ARGV[2]) then
+  minute_used = redis.call('INCRBY', KEYS[1], cost)
+  if minute_used == cost then redis.call('PEXPIRE', KEYS[1], ARGV[6]) end
+  day_used = redis.call('INCRBY', KEYS[2], cost)
+  if day_used == cost then redis.call('PEXPIRE', KEYS[2], ARGV[7]) end
   return {1, minute_used, day_used, 0}
 end
 local refused = redis.call('INCR', KEYS[3])
@@ -48,17 +49,18 @@ end
 return {0, minute_used, day_used, 0}
 `;
 
-/** Takes one request back from each count (KEYS: minute, day) that still holds it. */
+/** Takes a request's cost (ARGV) back from each count (KEYS: minute, day) that still holds it, down to 0 at most. */
 const REFUND = `
 for i = 1, 2 do
-  if tonumber(redis.call('GET', KEYS[i]) or '0') > 0 then redis.call('DECR', KEYS[i]) end
+  local used = tonumber(redis.call('GET', KEYS[i]) or '0')
+  if used > 0 then redis.call('DECRBY', KEYS[i], math.min(used, tonumber(ARGV[1]))) end
 end
 `;
 
 declare module 'ioredis' {
   interface RedisCommander {
     decideRateLimit(...args: Array<string | number>): Promise<[number, number, number, number]>;
-    refundRateLimit(minuteKey: string, dayKey: string): Promise<null>;
+    refundRateLimit(minuteKey: string, dayKey: string, cost: number): Promise<null>;
   }
 }
 
@@ -112,7 +114,7 @@ export class RedisStore implements RateLimitStore {
     return `${this.#prefix}rl:{${subject}}`;
   }
 
-  async consume(subject: string, limits: Limits, now: number): Promise<Decision> {
+  async consume(subject: string, limits: Limits, now: number, cost: number): Promise<Decision> {
     const base = this.#base(subject);
     const minute = windowStart(now, MINUTE_MS);
     const [code, minuteUsed, dayUsed, bannedUntil] = await this.redis.decideRateLimit(
@@ -127,24 +129,25 @@ export class RedisStore implements RateLimitStore {
       this.#ban.durationMs,
       2 * MINUTE_MS,
       2 * DAY_MS,
+      cost,
     );
     const windows = usage(limits, now, minuteUsed, dayUsed);
     if (code === BANNED || code === BAN_STARTED) return { outcome: 'banned', ...windows, bannedUntil, banStarted: code === BAN_STARTED };
     return { outcome: code === ALLOWED ? 'allowed' : 'limited', ...windows };
   }
 
-  async check(subject: string, limits: Limits, now: number): Promise<Decision> {
+  async check(subject: string, limits: Limits, now: number, cost: number): Promise<Decision> {
     const base = this.#base(subject);
     const [minuteUsed, dayUsed, bannedUntil] = await this.redis.mget(
       `${base}:m:${windowStart(now, MINUTE_MS)}`,
       `${base}:d:${windowStart(now, DAY_MS)}`,
       `${base}:ban`,
     );
-    return decideWithout(limits, now, Number(minuteUsed ?? 0), Number(dayUsed ?? 0), Number(bannedUntil ?? 0));
+    return decideWithout(limits, now, Number(minuteUsed ?? 0), Number(dayUsed ?? 0), Number(bannedUntil ?? 0), cost);
   }
 
   async inspect(subject: string, limits: Limits, now: number): Promise<Inspection> {
-    return { decision: await this.check(subject, limits, now), source: 'redis' };
+    return { decision: await this.check(subject, limits, now, 1), source: 'redis' };
   }
 
   /**
@@ -174,10 +177,10 @@ export class RedisStore implements RateLimitStore {
     return 'redis';
   }
 
-  async refund(subject: string, decision: Decision) {
+  async refund(subject: string, decision: Decision, cost: number) {
     const base = this.#base(subject);
     const { minute, day } = windowsOf(decision);
-    await this.redis.refundRateLimit(`${base}:m:${minute}`, `${base}:d:${day}`);
+    await this.redis.refundRateLimit(`${base}:m:${minute}`, `${base}:d:${day}`, cost);
   }
 
   async close() {

@@ -32,21 +32,22 @@ export interface BanPolicy {
 
 /**
  * Decides one request of a subject (a key or an address): allowed only when both windows have
- * room, counted in both when allowed and in neither when refused. Refusals are counted apart,
- * per minute window, for the ban. Stores own atomicity; the plugin owns the headers.
+ * room for its cost (the units it spends: 1 unless RATE_LIMIT_COSTS prices its operation), counted
+ * in both when allowed and in neither when refused. Refusals are counted apart, per minute window,
+ * for the ban. Stores own atomicity; the plugin owns the headers.
  */
 export interface RateLimitStore {
-  consume(subject: string, limits: Limits, now: number): Promise<Decision>;
+  consume(subject: string, limits: Limits, now: number, cost: number): Promise<Decision>;
   /**
    * Decides a request as consume would, but counts nothing, refusals included: for a request known
    * beforehand to cost nothing (a 304). The caller consumes a refused one, to count the refusal.
    */
-  check(subject: string, limits: Limits, now: number): Promise<Decision>;
+  check(subject: string, limits: Limits, now: number, cost: number): Promise<Decision>;
   /**
    * Takes back a request that `decision` allowed: it then counts in neither window, as if never
    * made. Only the windows it was counted in lose it; one that has rolled over since is left alone.
    */
-  refund(subject: string, decision: Decision): Promise<void>;
+  refund(subject: string, decision: Decision, cost: number): Promise<void>;
   /** What `check` would decide, and which store answered: `memory` also for Redis's fallback during an outage. */
   inspect(subject: string, limits: Limits, now: number): Promise<Inspection>;
   /** The subjects starting with `prefix` that are banned now, and which store answered. */
@@ -73,11 +74,15 @@ export const windowStart = (now: number, size: number) => now - (now % size);
 /** The starts of the two windows a decision counted in. */
 export const windowsOf = (decision: Decision) => ({ minute: decision.minute.resetAt - MINUTE_MS, day: decision.day.resetAt - DAY_MS });
 
-/** The decision on counts as they stand, without counting anything. */
-export function decideWithout(limits: Limits, now: number, minuteUsed: number, dayUsed: number, bannedUntil: number): Decision {
+/** Whether both windows have room for `cost` more units. */
+export const hasRoom = (limits: Limits, minuteUsed: number, dayUsed: number, cost: number) =>
+  minuteUsed + cost <= limits.perMinute && dayUsed + cost <= limits.perDay;
+
+/** The decision on counts as they stand, for a request of this cost, without counting anything. */
+export function decideWithout(limits: Limits, now: number, minuteUsed: number, dayUsed: number, bannedUntil: number, cost = 1): Decision {
   const windows = usage(limits, now, minuteUsed, dayUsed);
   if (bannedUntil > now) return { outcome: 'banned', ...windows, bannedUntil, banStarted: false };
-  return { outcome: minuteUsed < limits.perMinute && dayUsed < limits.perDay ? 'allowed' : 'limited', ...windows };
+  return { outcome: hasRoom(limits, minuteUsed, dayUsed, cost) ? 'allowed' : 'limited', ...windows };
 }
 
 export function usage(limits: Limits, now: number, minuteUsed: number, dayUsed: number) {

@@ -3,6 +3,7 @@ import auth from '../auth/plugin.js';
 import conditionalRequests from '../platform/http/conditional-requests.js';
 import deprecation from './deprecation.js';
 import idempotency from '../idempotency/plugin.js';
+import { ConfigError } from '../platform/domain-errors.js';
 import { notFoundHandler } from '../platform/errors.js';
 import { createIdempotencyKeysRepository } from '../idempotency/repository.js';
 import { documentOperation } from './contract.js';
@@ -32,6 +33,13 @@ export interface V1Options {
  *
  * Unknown paths pass the same pipeline through this context's own not-found handler.
  */
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    /** The units the operation spends of a key's quota (app.rateLimit.costOf), set as the route is added. */
+    cost?: number;
+  }
+}
+
 const v1: FastifyPluginAsync<V1Options> = async (app, options) => {
   await app.register(auth, { ipv6Prefix: options.ipv6Prefix });
   await app.register(idempotency, {
@@ -42,14 +50,21 @@ const v1: FastifyPluginAsync<V1Options> = async (app, options) => {
   await app.register(conditionalRequests, { dataVersion: app.dataVersion });
   await app.register(deprecation);
 
-  app.addHook('onRoute', (route) => documentOperation(route, options));
+  const operations = new Set<string>();
+  app.addHook('onRoute', (route) => {
+    documentOperation(route, options);
+    const operationId = route.schema?.operationId;
+    if (operationId) operations.add(operationId);
+    route.config = { ...route.config, cost: app.rateLimit.costOf(operationId) };
+  });
 
   app.addHook('onRequest', async (request, reply) => {
     const now = app.now();
+    const { config } = request.routeOptions;
     const authentication = await app.auth.authenticate(request, now);
     const key = authentication.kind === 'key' ? authentication.key : undefined;
-    await app.rateLimit.admit(request, reply, { key, now, free: app.conditionalRequests.knownCurrent(request) });
-    const refusal = app.auth.refusal(authentication, request.routeOptions.config);
+    await app.rateLimit.admit(request, reply, { key, now, free: app.conditionalRequests.knownCurrent(request), cost: config.cost ?? 1 });
+    const refusal = app.auth.refusal(authentication, config);
     if (refusal) throw refusal;
   });
 
@@ -67,6 +82,12 @@ const v1: FastifyPluginAsync<V1Options> = async (app, options) => {
   app.setNotFoundHandler(notFoundHandler);
   app.get('/openapi.json', { schema: { hide: true }, config: { public: true } }, async () => app.swagger());
   await app.register(pets);
+  const unserved = app.rateLimit.pricedOperations().filter((operation) => !operations.has(operation));
+  if (unserved.length > 0) {
+    throw new ConfigError(
+      `Invalid RATE_LIMIT_COSTS: no operation ${unserved.join(', ')} here; the operations are ${[...operations].join(', ')}`,
+    );
+  }
 };
 
 export default v1;

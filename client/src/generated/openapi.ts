@@ -88,9 +88,9 @@ export interface operations {
           etag?: string;
           /** @description `private, no-cache`: a client may keep the response and revalidate it with If-None-Match */
           'cache-control'?: string;
-          /** @description Requests allowed in the binding window */
+          /** @description Units allowed in the binding window (requests, unless an operation costs more) */
           'x-ratelimit-limit'?: number;
-          /** @description Requests left in the binding window */
+          /** @description Units left in the binding window */
           'x-ratelimit-remaining'?: number;
           /** @description Unix time (seconds) when the binding window resets, or a ban ends */
           'x-ratelimit-reset'?: number;
@@ -130,9 +130,9 @@ export interface operations {
           etag?: string;
           /** @description `private, no-cache`: a client may keep the response and revalidate it with If-None-Match */
           'cache-control'?: string;
-          /** @description Requests allowed in the binding window */
+          /** @description Units allowed in the binding window (requests, unless an operation costs more) */
           'x-ratelimit-limit'?: number;
-          /** @description Requests left in the binding window */
+          /** @description Units left in the binding window */
           'x-ratelimit-remaining'?: number;
           /** @description Unix time (seconds) when the binding window resets, or a ban ends */
           'x-ratelimit-reset'?: number;
@@ -149,9 +149,9 @@ export interface operations {
       /** @description The request is invalid (`bad_request`); the message names each field at fault and what it must be */
       400: {
         headers: {
-          /** @description Requests allowed in the binding window */
+          /** @description Units allowed in the binding window (requests, unless an operation costs more) */
           'x-ratelimit-limit'?: number;
-          /** @description Requests left in the binding window */
+          /** @description Units left in the binding window */
           'x-ratelimit-remaining'?: number;
           /** @description Unix time (seconds) when the binding window resets, or a ban ends */
           'x-ratelimit-reset'?: number;
@@ -199,9 +199,9 @@ export interface operations {
         headers: {
           /** @description Bearer realm="pets" (RFC 6750) */
           'www-authenticate'?: string;
-          /** @description Requests allowed in the binding window */
+          /** @description Units allowed in the binding window (requests, unless an operation costs more) */
           'x-ratelimit-limit'?: number;
-          /** @description Requests left in the binding window */
+          /** @description Units left in the binding window */
           'x-ratelimit-remaining'?: number;
           /** @description Unix time (seconds) when the binding window resets, or a ban ends */
           'x-ratelimit-reset'?: number;
@@ -249,9 +249,9 @@ export interface operations {
         headers: {
           /** @description Seconds to wait before retrying */
           'retry-after'?: number;
-          /** @description Requests allowed in the binding window */
+          /** @description Units allowed in the binding window (requests, unless an operation costs more) */
           'x-ratelimit-limit'?: number;
-          /** @description Requests left in the binding window */
+          /** @description Units left in the binding window */
           'x-ratelimit-remaining'?: number;
           /** @description Unix time (seconds) when the binding window resets, or a ban ends */
           'x-ratelimit-reset'?: number;
@@ -297,9 +297,9 @@ export interface operations {
       /** @description A failure inside the service (`internal_error`); the message names the request id to quote, and nothing of the cause */
       500: {
         headers: {
-          /** @description Requests allowed in the binding window */
+          /** @description Units allowed in the binding window (requests, unless an operation costs more) */
           'x-ratelimit-limit'?: number;
-          /** @description Requests left in the binding window */
+          /** @description Units left in the binding window */
           'x-ratelimit-remaining'?: number;
           /** @description Unix time (seconds) when the binding window resets, or a ban ends */
           'x-ratelimit-reset'?: number;
@@ -347,9 +347,9 @@ export interface operations {
         headers: {
           /** @description Seconds to wait before retrying */
           'retry-after'?: number;
-          /** @description Requests allowed in the binding window */
+          /** @description Units allowed in the binding window (requests, unless an operation costs more) */
           'x-ratelimit-limit'?: number;
-          /** @description Requests left in the binding window */
+          /** @description Units left in the binding window */
           'x-ratelimit-remaining'?: number;
           /** @description Unix time (seconds) when the binding window resets, or a ban ends */
           'x-ratelimit-reset'?: number;
@@ -428,9 +428,9 @@ export interface operations {
           location?: string;
           /** @description `true` when this is the stored response of an earlier request with the same Idempotency-Key */
           'idempotent-replayed'?: string;
-          /** @description Requests allowed in the binding window */
+          /** @description Units allowed in the binding window (requests, unless an operation costs more) */
           'x-ratelimit-limit'?: number;
-          /** @description Requests left in the binding window */
+          /** @description Units left in the binding window */
           'x-ratelimit-remaining'?: number;
           /** @description Unix time (seconds) when the binding window resets, or a ban ends */
           'x-ratelimit-reset'?: number;
@@ -464,9 +464,9 @@ export interface operations {
       /** @description The request is invalid (`bad_request`); the message names each field at fault and what it must be */
       400: {
         headers: {
-          /** @description Requests allowed in the binding window */
+          /** @description Units allowed in the binding window (requests, unless an operation costs more) */
           'x-ratelimit-limit'?: number;
-          /** @description Requests left in the binding window */
+          /** @description Units left in the binding window */
           'x-ratelimit-remaining'?: number;
           /** @description Unix time (seconds) when the binding window resets, or a ban ends */
           'x-ratelimit-reset'?: number;
@@ -514,9 +514,9 @@ export interface operations {
         headers: {
           /** @description Bearer realm="pets" (RFC 6750) */
           'www-authenticate'?: string;
-          /** @description Requests allowed in the binding window */
+          /** @description Units allowed in the binding window (requests, unless an operation costs more) */
           'x-ratelimit-limit'?: number;
-          /** @description Requests left in the binding window */
+          /** @description Units left in the binding window */
           'x-ratelimit-remaining'?: number;
           /** @description Unix time (seconds) when the binding window resets, or a ban ends */
           'x-ratelimit-reset'?: number;
@@ -562,9 +562,9 @@ export interface operations {
       /** @description The API key is read-only (`forbidden`) */
       403: {
         headers: {
-          /** @description Requests allowed in the binding window */
+          /** @description Units allowed in the binding window (requests, unless an operation costs more) */
           'x-ratelimit-limit'?: number;
-          /** @description Requests left in the binding window */
+          /** @description Units left in the binding window */
           'x-ratelimit-remaining'?: number;
           /** @description Unix time (seconds) when the binding window resets, or a ban ends */
           'x-ratelimit-reset'?: number;
@@ -612,9 +612,9 @@ export interface operations {
         headers: {
           /** @description Seconds to wait before retrying */
           'retry-after'?: number;
-          /** @description Requests allowed in the binding window */
+          /** @description Units allowed in the binding window (requests, unless an operation costs more) */
           'x-ratelimit-limit'?: number;
-          /** @description Requests left in the binding window */
+          /** @description Units left in the binding window */
           'x-ratelimit-remaining'?: number;
           /** @description Unix time (seconds) when the binding window resets, or a ban ends */
           'x-ratelimit-reset'?: number;
@@ -660,9 +660,9 @@ export interface operations {
       /** @description The body is larger than the service accepts (`payload_too_large`) */
       413: {
         headers: {
-          /** @description Requests allowed in the binding window */
+          /** @description Units allowed in the binding window (requests, unless an operation costs more) */
           'x-ratelimit-limit'?: number;
-          /** @description Requests left in the binding window */
+          /** @description Units left in the binding window */
           'x-ratelimit-remaining'?: number;
           /** @description Unix time (seconds) when the binding window resets, or a ban ends */
           'x-ratelimit-reset'?: number;
@@ -708,9 +708,9 @@ export interface operations {
       /** @description The body is not `application/json` (`unsupported_media_type`) */
       415: {
         headers: {
-          /** @description Requests allowed in the binding window */
+          /** @description Units allowed in the binding window (requests, unless an operation costs more) */
           'x-ratelimit-limit'?: number;
-          /** @description Requests left in the binding window */
+          /** @description Units left in the binding window */
           'x-ratelimit-remaining'?: number;
           /** @description Unix time (seconds) when the binding window resets, or a ban ends */
           'x-ratelimit-reset'?: number;
@@ -756,9 +756,9 @@ export interface operations {
       /** @description This Idempotency-Key was used with a different request body (`idempotency_key_mismatch`) */
       422: {
         headers: {
-          /** @description Requests allowed in the binding window */
+          /** @description Units allowed in the binding window (requests, unless an operation costs more) */
           'x-ratelimit-limit'?: number;
-          /** @description Requests left in the binding window */
+          /** @description Units left in the binding window */
           'x-ratelimit-remaining'?: number;
           /** @description Unix time (seconds) when the binding window resets, or a ban ends */
           'x-ratelimit-reset'?: number;
@@ -806,9 +806,9 @@ export interface operations {
         headers: {
           /** @description Seconds to wait before retrying */
           'retry-after'?: number;
-          /** @description Requests allowed in the binding window */
+          /** @description Units allowed in the binding window (requests, unless an operation costs more) */
           'x-ratelimit-limit'?: number;
-          /** @description Requests left in the binding window */
+          /** @description Units left in the binding window */
           'x-ratelimit-remaining'?: number;
           /** @description Unix time (seconds) when the binding window resets, or a ban ends */
           'x-ratelimit-reset'?: number;
@@ -854,9 +854,9 @@ export interface operations {
       /** @description A failure inside the service (`internal_error`); the message names the request id to quote, and nothing of the cause */
       500: {
         headers: {
-          /** @description Requests allowed in the binding window */
+          /** @description Units allowed in the binding window (requests, unless an operation costs more) */
           'x-ratelimit-limit'?: number;
-          /** @description Requests left in the binding window */
+          /** @description Units left in the binding window */
           'x-ratelimit-remaining'?: number;
           /** @description Unix time (seconds) when the binding window resets, or a ban ends */
           'x-ratelimit-reset'?: number;
@@ -904,9 +904,9 @@ export interface operations {
         headers: {
           /** @description Seconds to wait before retrying */
           'retry-after'?: number;
-          /** @description Requests allowed in the binding window */
+          /** @description Units allowed in the binding window (requests, unless an operation costs more) */
           'x-ratelimit-limit'?: number;
-          /** @description Requests left in the binding window */
+          /** @description Units left in the binding window */
           'x-ratelimit-remaining'?: number;
           /** @description Unix time (seconds) when the binding window resets, or a ban ends */
           'x-ratelimit-reset'?: number;
@@ -973,9 +973,9 @@ export interface operations {
           etag?: string;
           /** @description `private, no-cache`: a client may keep the response and revalidate it with If-None-Match */
           'cache-control'?: string;
-          /** @description Requests allowed in the binding window */
+          /** @description Units allowed in the binding window (requests, unless an operation costs more) */
           'x-ratelimit-limit'?: number;
-          /** @description Requests left in the binding window */
+          /** @description Units left in the binding window */
           'x-ratelimit-remaining'?: number;
           /** @description Unix time (seconds) when the binding window resets, or a ban ends */
           'x-ratelimit-reset'?: number;
@@ -1019,9 +1019,9 @@ export interface operations {
           etag?: string;
           /** @description `private, no-cache`: a client may keep the response and revalidate it with If-None-Match */
           'cache-control'?: string;
-          /** @description Requests allowed in the binding window */
+          /** @description Units allowed in the binding window (requests, unless an operation costs more) */
           'x-ratelimit-limit'?: number;
-          /** @description Requests left in the binding window */
+          /** @description Units left in the binding window */
           'x-ratelimit-remaining'?: number;
           /** @description Unix time (seconds) when the binding window resets, or a ban ends */
           'x-ratelimit-reset'?: number;
@@ -1044,9 +1044,9 @@ export interface operations {
       /** @description The request is invalid (`bad_request`); the message names each field at fault and what it must be */
       400: {
         headers: {
-          /** @description Requests allowed in the binding window */
+          /** @description Units allowed in the binding window (requests, unless an operation costs more) */
           'x-ratelimit-limit'?: number;
-          /** @description Requests left in the binding window */
+          /** @description Units left in the binding window */
           'x-ratelimit-remaining'?: number;
           /** @description Unix time (seconds) when the binding window resets, or a ban ends */
           'x-ratelimit-reset'?: number;
@@ -1100,9 +1100,9 @@ export interface operations {
         headers: {
           /** @description Bearer realm="pets" (RFC 6750) */
           'www-authenticate'?: string;
-          /** @description Requests allowed in the binding window */
+          /** @description Units allowed in the binding window (requests, unless an operation costs more) */
           'x-ratelimit-limit'?: number;
-          /** @description Requests left in the binding window */
+          /** @description Units left in the binding window */
           'x-ratelimit-remaining'?: number;
           /** @description Unix time (seconds) when the binding window resets, or a ban ends */
           'x-ratelimit-reset'?: number;
@@ -1154,9 +1154,9 @@ export interface operations {
       /** @description Nothing has this id (`not_found`) */
       404: {
         headers: {
-          /** @description Requests allowed in the binding window */
+          /** @description Units allowed in the binding window (requests, unless an operation costs more) */
           'x-ratelimit-limit'?: number;
-          /** @description Requests left in the binding window */
+          /** @description Units left in the binding window */
           'x-ratelimit-remaining'?: number;
           /** @description Unix time (seconds) when the binding window resets, or a ban ends */
           'x-ratelimit-reset'?: number;
@@ -1208,9 +1208,9 @@ export interface operations {
       /** @description The operation has been removed (`gone`); the message names its successor */
       410: {
         headers: {
-          /** @description Requests allowed in the binding window */
+          /** @description Units allowed in the binding window (requests, unless an operation costs more) */
           'x-ratelimit-limit'?: number;
-          /** @description Requests left in the binding window */
+          /** @description Units left in the binding window */
           'x-ratelimit-remaining'?: number;
           /** @description Unix time (seconds) when the binding window resets, or a ban ends */
           'x-ratelimit-reset'?: number;
@@ -1264,9 +1264,9 @@ export interface operations {
         headers: {
           /** @description Seconds to wait before retrying */
           'retry-after'?: number;
-          /** @description Requests allowed in the binding window */
+          /** @description Units allowed in the binding window (requests, unless an operation costs more) */
           'x-ratelimit-limit'?: number;
-          /** @description Requests left in the binding window */
+          /** @description Units left in the binding window */
           'x-ratelimit-remaining'?: number;
           /** @description Unix time (seconds) when the binding window resets, or a ban ends */
           'x-ratelimit-reset'?: number;
@@ -1318,9 +1318,9 @@ export interface operations {
       /** @description A failure inside the service (`internal_error`); the message names the request id to quote, and nothing of the cause */
       500: {
         headers: {
-          /** @description Requests allowed in the binding window */
+          /** @description Units allowed in the binding window (requests, unless an operation costs more) */
           'x-ratelimit-limit'?: number;
-          /** @description Requests left in the binding window */
+          /** @description Units left in the binding window */
           'x-ratelimit-remaining'?: number;
           /** @description Unix time (seconds) when the binding window resets, or a ban ends */
           'x-ratelimit-reset'?: number;
@@ -1374,9 +1374,9 @@ export interface operations {
         headers: {
           /** @description Seconds to wait before retrying */
           'retry-after'?: number;
-          /** @description Requests allowed in the binding window */
+          /** @description Units allowed in the binding window (requests, unless an operation costs more) */
           'x-ratelimit-limit'?: number;
-          /** @description Requests left in the binding window */
+          /** @description Units left in the binding window */
           'x-ratelimit-remaining'?: number;
           /** @description Unix time (seconds) when the binding window resets, or a ban ends */
           'x-ratelimit-reset'?: number;

@@ -1,0 +1,83 @@
+import { describe, expect, it } from 'vitest';
+import { loadConfig } from '../../src/platform/config.js';
+import { MemoryStore } from '../../src/rate-limit/memory-store.js';
+import { describeAppTest } from '../support/fixtures.js';
+import { buildTestApp } from '../support/app.js';
+import { bearer, waitForKey } from '../support/keys.js';
+import { RATE_LIMIT_STORES, REDIS_URL } from '../support/redis.js';
+import { DAY, MINUTE, T0 } from '../support/time.js';
+
+describe('RATE_LIMIT_COSTS', () => {
+  it('prices operations by operationId, 1 to 1000 units each; unset, none', () => {
+    expect(loadConfig({}).rateLimitCosts).toEqual({});
+    expect(loadConfig({ RATE_LIMIT_COSTS: 'createPet=5,listPets=1' }).rateLimitCosts).toEqual({ createPet: 5, listPets: 1 });
+    expect(() => loadConfig({ RATE_LIMIT_COSTS: 'createPet:5' })).toThrow('RATE_LIMIT_COSTS');
+    expect(() => loadConfig({ RATE_LIMIT_COSTS: 'createPet=0' })).toThrow('a cost is from 1 to 1000');
+    expect(() => loadConfig({ RATE_LIMIT_COSTS: 'createPet=1001' })).toThrow('a cost is from 1 to 1000');
+    expect(() => loadConfig({ RATE_LIMIT_COSTS: 'createPet=2,createPet=3' })).toThrow('createPet is priced twice');
+  });
+
+  it('naming an operation the API does not serve stops the start, naming the ones it does', async () => {
+    await expect(buildTestApp({ RATE_LIMIT_COSTS: 'createPets=5' })).rejects.toThrow(
+      /Invalid RATE_LIMIT_COSTS: no operation createPets here; the operations are .*createPet/,
+    );
+  });
+});
+
+describe('a store, spending a cost', () => {
+  it('spends it in both windows, refuses it when less remains, and refunds it whole', async () => {
+    const store = new MemoryStore({ threshold: 30, durationMs: MINUTE });
+    const limits = { perMinute: 12, perDay: 100 };
+    expect((await store.consume('key:1', limits, T0, 5)).minute.used).toBe(5);
+    expect((await store.consume('key:1', limits, T0, 5)).minute.used).toBe(10);
+    const refused = await store.consume('key:1', limits, T0, 5);
+    expect(refused).toMatchObject({ outcome: 'limited', minute: { used: 10 }, day: { used: 10 } });
+    expect((await store.check('key:1', limits, T0, 2)).outcome).toBe('allowed');
+    expect((await store.check('key:1', limits, T0, 3)).outcome).toBe('limited');
+    const read = await store.consume('key:1', limits, T0, 1);
+    expect(read).toMatchObject({ outcome: 'allowed', minute: { used: 11 }, day: { used: 11 } });
+    await store.refund('key:1', read, 5);
+    expect((await store.inspect('key:1', limits, T0)).decision).toMatchObject({ minute: { used: 6 }, day: { used: 6 } });
+    await store.close();
+  });
+});
+
+describe.each(RATE_LIMIT_STORES)('costs per operation with the $name store', (store) => {
+  const test = describeAppTest({ clock: T0, envAtBuild: () => ({ ...store.env(), RATE_LIMIT_COSTS: 'createPet=5' }) });
+
+  describe.skipIf(store.usesRedis && !REDIS_URL)('', () => {
+    test('a create costs 5 of each window, a list 1: the headers count units, and a create is refused with fewer than 5 left', async ({
+      t,
+      clock,
+    }) => {
+      const { key } = await t.app.apiKeysRepository.create({ plan: 'enterprise', limits: { perMinute: 12, perDay: 100 } });
+      const headers = bearer(key);
+      // Each try a day later, so that waiting spends none of the quota the test then counts.
+      await waitForKey(async () => {
+        clock.advance(DAY);
+        return (await t.app.inject({ url: '/v1/pets/0', headers })).statusCode;
+      });
+      clock.set((Math.floor(clock.now() / DAY) + 1) * DAY + 10 * 60 * MINUTE);
+      const create = () => t.app.inject({ method: 'POST', url: '/v1/pets', payload: { name: 'Rex', categoryId: 1 }, headers });
+
+      const first = await create();
+      expect(first.statusCode).toBe(201);
+      expect(first.headers['x-ratelimit-remaining']).toBe('7');
+      expect(first.headers.ratelimit).toMatch(/^"minute";r=7;t=\d+, "day";r=95;t=\d+$/);
+      expect((await create()).headers['x-ratelimit-remaining']).toBe('2');
+
+      const refused = await create();
+      expect(refused.statusCode).toBe(429);
+      expect(refused.json()).toMatchObject({ code: 'rate_limited', status: 429 });
+      expect(refused.json().message).toContain('this operation costs 5 and 2 remain');
+      expect(refused.headers['x-ratelimit-remaining']).toBe('2');
+      expect(refused.headers['retry-after']).toBe('60');
+
+      // Reads still go through with what is left, a unit each.
+      const list = await t.app.inject({ url: '/v1/pets?limit=1', headers });
+      expect(list.statusCode).toBe(200);
+      expect(list.headers['x-ratelimit-remaining']).toBe('1');
+      expect(list.headers.ratelimit).toMatch(/^"minute";r=1;t=\d+, "day";r=89;t=\d+$/);
+    });
+  });
+});
