@@ -68,7 +68,21 @@ declare module 'fastify' {
   }
 }
 
+/** What a watcher of keys' usage hears (app.rateLimit.watchUsage): the webhooks' usage events. */
+export interface UsageWatcher {
+  /** Percentages of a window's limit: crossed() hears of each one a key's request takes its window to or past. */
+  thresholds: number[];
+  crossed(event: { key: ApiKeyIdentity; window: 'minute' | 'day'; limit: number; used: number; threshold: number; resetAt: number }): void;
+  /** A key's refusals started a ban, ending at bannedUntil (ms since the epoch). */
+  banned(event: { key: ApiKeyIdentity; bannedUntil: number }): void;
+}
+
 export interface RateLimiter {
+  /**
+   * Tells the watcher of each threshold a key's counted request crosses and of each ban a key's
+   * request starts, on the instance whose decision did it: with Redis, one instance each time.
+   */
+  watchUsage(watcher: UsageWatcher): void;
   /** The units an operation costs a key: what RATE_LIMIT_COSTS says, else 1. */
   costOf(operationId: string | undefined): number;
   /** The operations RATE_LIMIT_COSTS prices (the API's routes refuse to start with one they do not serve). */
@@ -156,7 +170,22 @@ export default fp<RateLimitOptions>(
       );
     }
 
+    const watchers: UsageWatcher[] = [];
+    /** Tells the watchers which thresholds this request's cost took either window of its key across. */
+    function reportCrossings(key: ApiKeyIdentity, decision: Decision, cost: number) {
+      for (const watcher of watchers) {
+        for (const window of ['minute', 'day'] as const) {
+          const { limit, used, resetAt } = decision[window];
+          for (const threshold of watcher.thresholds) {
+            const mark = threshold * limit;
+            if ((used - cost) * 100 < mark && mark <= used * 100) watcher.crossed({ key, window, limit, used, threshold, resetAt });
+          }
+        }
+      }
+    }
+
     app.decorate('rateLimit', {
+      watchUsage: (watcher) => void watchers.push(watcher),
       costOf: (operationId) => (operationId === undefined ? 1 : (options.costs[operationId] ?? 1)),
       pricedOperations: () => Object.keys(options.costs),
 
@@ -176,11 +205,15 @@ export default fp<RateLimitOptions>(
         switch (decision.outcome) {
           case 'allowed':
             (request as Charged)[CHARGE] = { subject, limits, decision, cost, now, counted: decision !== checked };
+            if (key && watchers.length > 0 && decision !== checked) reportCrossings(key, decision, cost);
             return;
           case 'banned': {
             (request as Charged)[CHARGE] = SETTLED;
             const until = new Date(decision.bannedUntil).toISOString();
-            if (decision.banStarted) request.log.warn({ keyId: key?.id, address: client, until }, 'rate limit ban');
+            if (decision.banStarted) {
+              request.log.warn({ keyId: key?.id, address: client, until }, 'rate limit ban');
+              if (key) for (const watcher of watchers) watcher.banned({ key, bannedUntil: decision.bannedUntil });
+            }
             throw errors.banned(until, secondsUntil(decision.bannedUntil - now));
           }
           case 'limited':
