@@ -130,6 +130,8 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
     redisKeyPrefix: config.REDIS_KEY_PREFIX,
     ipv6Prefix: config.RATE_LIMIT_IPV6_PREFIX,
     costs: config.rateLimitCosts,
+    shadowPlans: config.rateLimitShadowPlans,
+    concurrency: config.rateLimitConcurrency,
   });
   await app.register(v1, {
     prefix: API_PREFIX,

@@ -30,6 +30,18 @@ const Limit = (window: string) =>
     'x-error-message': 'must be an integer from 1 to 2147483647',
   });
 
+const EnforceLimits = Type.Boolean({
+  description:
+    'False for shadow mode: past its limits the key is served, with the headers of a refusal, and counted as a would-be refusal; never banned',
+});
+
+const Concurrency = Type.Integer({
+  minimum: 1,
+  maximum: 100_000,
+  description: "The key's own limit of requests in flight at once; null or absent for its plan's (RATE_LIMIT_CONCURRENCY)",
+  'x-error-message': 'must be an integer from 1 to 100000, or null',
+});
+
 // The column's bound; '' is a key without a name.
 export const KeyName = Name({
   max: 200,
@@ -59,6 +71,8 @@ export const AdminKey = Type.Object(
     perMinute: Type.Integer({ description: "Requests per minute: the plan's, or the enterprise key's own" }),
     perDay: Type.Integer({ description: "Requests per day: the plan's, or the enterprise key's own" }),
     readOnly: Type.Boolean({ description: 'May call the GET operations only' }),
+    enforceLimits: EnforceLimits,
+    concurrency: Nullable(Concurrency),
     state: KeyState,
     createdAt: Timestamp,
     expiresAt: Nullable(Timestamp),
@@ -88,6 +102,8 @@ export const NewAdminKey = Type.Object(
     perDay: Type.Optional(Limit('day')),
     expiresAt: Type.Optional(FutureTimestamp),
     readOnly: Type.Optional(Type.Boolean({ description: 'A key for the GET operations only' })),
+    enforceLimits: Type.Optional({ ...EnforceLimits, default: true }),
+    concurrency: Type.Optional(Nullable(Concurrency)),
   },
   { title: 'NewAdminKey', additionalProperties: false, 'x-error-message': 'must be a JSON object with known fields only' },
 );
@@ -99,13 +115,15 @@ export const AdminKeyChange = Type.Object(
     perMinute: Type.Optional(Limit('minute')),
     perDay: Type.Optional(Limit('day')),
     name: Type.Optional(KeyName),
+    enforceLimits: Type.Optional(EnforceLimits),
+    concurrency: Type.Optional(Nullable(Concurrency)),
   },
   {
     title: 'AdminKeyChange',
     description: 'Absent fields keep their value; an enterprise key keeps its limits unless given new ones',
     additionalProperties: false,
     minProperties: 1,
-    'x-error-message': 'must be a JSON object with at least one of plan, perMinute, perDay, name',
+    'x-error-message': 'must be a JSON object with at least one of plan, perMinute, perDay, name, enforceLimits, concurrency',
   },
 );
 export type AdminKeyChange = Static<typeof AdminKeyChange>;

@@ -12,6 +12,10 @@ export interface ApiKeyIdentity extends Limits {
   readOnly: boolean;
   /** When the key stops working, in ms since the epoch; null for never. */
   expiresAt: number | null;
+  /** False in shadow mode: past its limits it is served, and counted as a would-be refusal. */
+  enforceLimits: boolean;
+  /** Its own limit of requests in flight; null for its plan's. */
+  concurrency: number | null;
 }
 
 /** A key as listed to operators: never the key, never its hash. */
@@ -30,6 +34,8 @@ export interface ApiKeyRecord {
   state: KeyState;
   /** The rate-limit quota the key counts in (see ApiKeyIdentity). */
   quotaId: number;
+  enforceLimits: boolean;
+  concurrency: number | null;
 }
 
 interface ApiKeyRow {
@@ -44,6 +50,8 @@ interface ApiKeyRow {
   expires_at: Date | null;
   revoked_at: Date | null;
   replaced_by: number | null;
+  enforce_limits: boolean;
+  concurrency: number | null;
 }
 
 const limitsOf = (row: Pick<ApiKeyRow, 'plan' | 'per_minute' | 'per_day'>): Limits =>
@@ -51,7 +59,8 @@ const limitsOf = (row: Pick<ApiKeyRow, 'plan' | 'per_minute' | 'per_day'>): Limi
 
 const iso = (value: Date | null) => value && new Date(value).toISOString();
 
-const COLUMNS = 'id, name, plan, per_minute, per_day, read_only, quota_id, created_at, expires_at, revoked_at, replaced_by';
+const COLUMNS =
+  'id, name, plan, per_minute, per_day, read_only, quota_id, created_at, expires_at, revoked_at, replaced_by, enforce_limits, concurrency';
 
 /** A revoked key is revoked, also when it was rotated with no overlap; a rotated one stays rotated once its overlap ends. */
 const STATE = `CASE WHEN revoked_at IS NOT NULL THEN 'revoked' WHEN replaced_by IS NOT NULL THEN 'rotated'
@@ -63,8 +72,8 @@ const USABLE = 'revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now()
 const statements = {
   insert: {
     name: 'api_keys_insert',
-    text: `INSERT INTO api_keys (name, plan, per_minute, per_day, key_hash, expires_at, read_only, quota_id)
-           VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING ${RECORD_COLUMNS}`,
+    text: `INSERT INTO api_keys (name, plan, per_minute, per_day, key_hash, expires_at, read_only, quota_id, enforce_limits, concurrency)
+           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING ${RECORD_COLUMNS}`,
   },
   list: { name: 'api_keys_list', text: `SELECT ${RECORD_COLUMNS} FROM api_keys ORDER BY id` },
   get: { name: 'api_keys_get', text: `SELECT ${RECORD_COLUMNS} FROM api_keys WHERE id = $1` },
@@ -100,7 +109,8 @@ const statements = {
   // Limits stay on each key's row, so the limiter reads them from the key presented, with no lookup of the quota's newest key.
   update: {
     name: 'api_keys_update',
-    text: `UPDATE api_keys SET plan = $2, per_minute = $3, per_day = $4, name = CASE WHEN id = $1 THEN $5 ELSE name END
+    text: `UPDATE api_keys SET plan = $2, per_minute = $3, per_day = $4, name = CASE WHEN id = $1 THEN $5 ELSE name END,
+                              enforce_limits = $7, concurrency = $8
            WHERE id = $1 OR ((quota_id = $6 OR id = $6) AND revoked_at IS NULL AND expires_at > now())
            RETURNING ${RECORD_COLUMNS}`,
   },
@@ -139,6 +149,10 @@ export interface NewApiKey {
   limits?: Limits;
   expiresAt?: Date;
   readOnly?: boolean;
+  /** False for shadow mode; true by default. */
+  enforceLimits?: boolean;
+  /** The key's own limit of requests in flight; by default its plan's. */
+  concurrency?: number | null;
 }
 
 /** A new key: the only time its secret exists outside its holder's hands. */
@@ -148,12 +162,14 @@ export interface IssuedApiKey {
   record: ApiKeyRecord;
 }
 
-/** The plan, limits and name a key and the rotated keys of its quota still in their overlap take (limits for enterprise only). */
+/** The plan, limits, name and enforcement a key and the rotated keys of its quota still in their overlap take (limits for enterprise only). */
 export interface QuotaSettings {
   plan: Plan;
   limits: Limits | undefined;
   name: string;
   quotaId: number;
+  enforceLimits: boolean;
+  concurrency: number | null;
 }
 
 type ApiKeyRecordRow = ApiKeyRow & { state: KeyState };
@@ -165,6 +181,8 @@ const identityOf = (row: ApiKeyRow): ApiKeyIdentity => ({
   ...limitsOf(row),
   readOnly: row.read_only,
   expiresAt: row.expires_at && new Date(row.expires_at).getTime(),
+  enforceLimits: row.enforce_limits,
+  concurrency: row.concurrency,
 });
 
 const recordOf = (row: ApiKeyRecordRow): ApiKeyRecord => ({
@@ -179,6 +197,8 @@ const recordOf = (row: ApiKeyRecordRow): ApiKeyRecord => ({
   replacedBy: row.replaced_by,
   state: row.state,
   quotaId: row.quota_id ?? row.id,
+  enforceLimits: row.enforce_limits,
+  concurrency: row.concurrency,
 });
 
 /**
@@ -202,6 +222,8 @@ export function createApiKeysRepository(db: Database) {
         key.expiresAt ?? null,
         key.readOnly ?? false,
         quotaId,
+        key.enforceLimits ?? true,
+        key.concurrency ?? null,
       ]);
       return { id: row!.id, key: secret, record: recordOf(row!) };
     },
@@ -221,8 +243,12 @@ export function createApiKeysRepository(db: Database) {
       return (await tx.query<{ id: number }>(statements.retire, [id, successorId, overlapSeconds, quotaId])).map((row) => row.id);
     },
 
-    /** Sets the key's plan, limits and name, and the plan and limits of the keys of its quota still in their overlap; those keys. */
-    async updateQuota(tx: Queryable, id: number, { plan, limits, name, quotaId }: QuotaSettings): Promise<ApiKeyRecord[]> {
+    /** Sets the key's plan, limits, name and enforcement, and the plan, limits and enforcement of the keys of its quota still in their overlap; those keys. */
+    async updateQuota(
+      tx: Queryable,
+      id: number,
+      { plan, limits, name, quotaId, enforceLimits, concurrency }: QuotaSettings,
+    ): Promise<ApiKeyRecord[]> {
       const rows = await tx.query<ApiKeyRecordRow>(statements.update, [
         id,
         plan,
@@ -230,6 +256,8 @@ export function createApiKeysRepository(db: Database) {
         limits?.perDay ?? null,
         name,
         quotaId,
+        enforceLimits,
+        concurrency,
       ]);
       return rows.map(recordOf);
     },

@@ -14,14 +14,18 @@ export interface KeyRequest {
   perDay?: number;
   expiresAt?: string;
   readOnly?: boolean;
+  enforceLimits?: boolean;
+  concurrency?: number | null;
 }
 
-/** A change of a key's plan, limits or name; absent fields keep their value. */
+/** A change of a key's plan, limits, name or enforcement; absent fields keep their value (a null concurrency is its plan's). */
 export interface ApiKeyChange {
   plan?: Plan;
   perMinute?: number;
   perDay?: number;
   name?: string;
+  enforceLimits?: boolean;
+  concurrency?: number | null;
 }
 
 /** How a change is made and recorded: in the caller's transaction (Idempotency-Key), and by whom (the audit trail). */
@@ -39,9 +43,9 @@ export const expiryOf = (expiresAt: string | undefined, now: number): Date | und
  * LimitsError), then an expiry in the future (an ExpiryError). Touches no database, so the keys
  * command refuses bad arguments before it opens one.
  */
-export function newKey({ plan, name, perMinute, perDay, expiresAt, readOnly }: KeyRequest, now: number): NewApiKey {
+export function newKey({ plan, name, perMinute, perDay, expiresAt, ...settings }: KeyRequest, now: number): NewApiKey {
   const limits = ownLimits(plan, perMinute, perDay);
-  return { plan, name, limits, expiresAt: expiryOf(expiresAt, now), readOnly };
+  return { plan, name, limits, expiresAt: expiryOf(expiresAt, now), ...settings };
 }
 
 /** The ids of the other keys of the quota a change took along, when there are any (the audit entry's `sameQuota`). */
@@ -76,14 +80,23 @@ export function createKeyRules(db: Database, keys: ApiKeysRepository) {
       atomically(tx, async (target) => {
         const issued = await keys.create(key, { tx: target });
         if (actor) {
-          const { plan, name, perMinute, perDay, expiresAt, readOnly } = issued.record;
-          await recordAudit(target, actor, 'key.create', issued.id, { plan, name, perMinute, perDay, expiresAt, readOnly });
+          const { plan, name, perMinute, perDay, expiresAt, readOnly, enforceLimits, concurrency } = issued.record;
+          await recordAudit(target, actor, 'key.create', issued.id, {
+            plan,
+            name,
+            perMinute,
+            perDay,
+            expiresAt,
+            readOnly,
+            enforceLimits,
+            concurrency,
+          });
         }
         return issued;
       }),
 
     /**
-     * Replaces a key with a new one of the same plan, limits, name, scope and quota; the old one
+     * Replaces a key with a new one of the same plan, limits, name, scope, enforcement and quota; the old one
      * keeps working for `overlapSeconds` more (a day by default; never longer than it would have),
      * or stops at once for 0, and so do the keys rotated into it still in their overlap. Undefined
      * when there is no key with that id; a KeyStateError for a revoked or rotated key.
@@ -97,7 +110,8 @@ export function createKeyRules(db: Database, keys: ApiKeysRepository) {
         const old = await changeable(tx, id, 'create a new key instead');
         if (!old) return undefined;
         const { perMinute, perDay } = old;
-        const successor = { plan: old.plan, name: old.name, readOnly: old.readOnly, expiresAt };
+        const { plan, name, readOnly, enforceLimits, concurrency } = old;
+        const successor = { plan, name, readOnly, enforceLimits, concurrency, expiresAt };
         const limits = old.plan === 'enterprise' ? { perMinute, perDay } : undefined;
         const created = await keys.create({ ...successor, limits }, { tx, quotaId: old.quotaId });
         const retired = await keys.retire(tx, id, created.id, overlapSeconds, old.quotaId);
@@ -109,7 +123,7 @@ export function createKeyRules(db: Database, keys: ApiKeysRepository) {
     },
 
     /**
-     * Changes a key's plan, limits or name, effective wherever the key is cached as soon as the
+     * Changes a key's plan, limits, name or enforcement (shadow mode, concurrency), effective wherever the key is cached as soon as the
      * change notice arrives. The plan and limits are the quota's: the keys rotated into this one
      * and still in their overlap take them too, so a cut binds every key counting in the quota.
      * Undefined when there is no such key; a LimitsError when the limits do not go with the plan;
@@ -124,14 +138,23 @@ export function createKeyRules(db: Database, keys: ApiKeysRepository) {
         const kept = plan === 'enterprise' && before.plan === 'enterprise' ? before : undefined;
         const limits = ownLimits(plan, change.perMinute ?? kept?.perMinute, change.perDay ?? kept?.perDay);
         const name = change.name ?? before.name;
-        const after = { plan, ...(limits ?? PLAN_LIMITS[plan as Exclude<Plan, 'enterprise'>]), name };
-        const unchanged = (['plan', 'perMinute', 'perDay', 'name'] as const).every((field) => after[field] === before[field]);
-        if (unchanged) return before;
-        const updated = await keys.updateQuota(tx, id, { plan, limits, name, quotaId: before.quotaId });
+        const enforceLimits = change.enforceLimits ?? before.enforceLimits;
+        const concurrency = change.concurrency === undefined ? before.concurrency : change.concurrency;
+        const after = { plan, ...(limits ?? PLAN_LIMITS[plan as Exclude<Plan, 'enterprise'>]), name, enforceLimits, concurrency };
+        const fields = ['plan', 'perMinute', 'perDay', 'name', 'enforceLimits', 'concurrency'] as const;
+        if (fields.every((field) => after[field] === before[field])) return before;
+        const updated = await keys.updateQuota(tx, id, { plan, limits, name, quotaId: before.quotaId, enforceLimits, concurrency });
         if (actor) {
           const { perMinute, perDay } = before;
           await recordAudit(tx, actor, 'key.update', id, {
-            before: { plan: before.plan, perMinute, perDay, name: before.name },
+            before: {
+              plan: before.plan,
+              perMinute,
+              perDay,
+              name: before.name,
+              enforceLimits: before.enforceLimits,
+              concurrency: before.concurrency,
+            },
             after,
             ...sameQuotaOf(
               id,

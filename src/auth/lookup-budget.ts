@@ -24,7 +24,7 @@ export function createLookupBudget({ ipv6Prefix, now }: { ipv6Prefix: number; no
   const spent = new MemoryStore({ threshold: Number.MAX_SAFE_INTEGER, durationMs: 0 }, { now });
   return {
     async spend(address, at) {
-      const budget = await spent.consume(clientOf(address, ipv6Prefix), LOOKUPS, at, 1);
+      const budget = await spent.consume(clientOf(address, ipv6Prefix), LOOKUPS, at, 1, true);
       if (budget.outcome === 'allowed') return { lookUp: true };
       const window = budget.day.used >= budget.day.limit ? budget.day : budget.minute;
       return { lookUp: false, refusal: errors.tooManyUnknownKeys(secondsUntil(window.resetAt - at)) };

@@ -168,6 +168,20 @@ export const ConfigSchema = Type.Object({
       "The units an operation spends of a key's quota in both windows, as `operationId=units` pairs (1 to 1000); every other " +
       'operation costs 1, so unset the limits count requests. A request with fewer units left than its cost is refused.',
   }),
+  RATE_LIMIT_SHADOW_PLANS: Type.String({
+    default: '',
+    pattern: '^([a-z]+(,[a-z]+)*)?$',
+    examples: ['free,pro'],
+    description:
+      "Plans in shadow mode: past its limits a key of these plans is served, with the headers of a refusal, counted in `rate_limit_shadow_refusals_total` and logged once a minute; never refused or banned. The admin API's `enforceLimits: false` does the same for one key.",
+  }),
+  RATE_LIMIT_CONCURRENCY: Type.String({
+    default: 'free=5,pro=20,business=50,enterprise=100',
+    pattern: '^(off|[a-z]+=[0-9]+(,[a-z]+=[0-9]+)*)$',
+    examples: ['free=2,pro=10', 'off'],
+    description:
+      "Requests a key may have in flight at once, per plan, as `plan=requests` pairs (1 to 100000); a plan not named has no such limit, `off` none. The admin API's `concurrency` sets one key's own. Over it: 429 `concurrency_limited`, costing no quota.",
+  }),
   KEY_CACHE_MAX_ENTRIES: Type.Integer({
     minimum: 1,
     default: 100_000,
@@ -314,6 +328,8 @@ export interface RedisCredentials {
 
 /** The most one operation may cost: RATE_LIMIT_COSTS's bound, far above what any plan would price a request at. */
 const MAX_OPERATION_COST = 1000;
+/** RATE_LIMIT_CONCURRENCY's bound, as the api_keys column's (migrations/012). */
+const MAX_CONCURRENCY = 100_000;
 
 /** The settings parsed here into the values of Config below, so that no other code parses them again. */
 const PARSED_SETTINGS = [
@@ -329,6 +345,8 @@ const PARSED_SETTINGS = [
   'REDIS_SENTINEL_PASSWORD',
   'REDIS_TLS',
   'RATE_LIMIT_COSTS',
+  'RATE_LIMIT_SHADOW_PLANS',
+  'RATE_LIMIT_CONCURRENCY',
 ] as const;
 
 /** The settings, checked, with those that need parsing parsed. */
@@ -344,6 +362,10 @@ export type Config = Omit<Settings, (typeof PARSED_SETTINGS)[number]> & {
   redisCredentials: RedisCredentials;
   /** RATE_LIMIT_COSTS: units by operationId, for the operations it names. */
   rateLimitCosts: Record<string, number>;
+  /** RATE_LIMIT_SHADOW_PLANS: the plans whose keys are served past their limits (the rate limiter checks the names). */
+  rateLimitShadowPlans: string[];
+  /** RATE_LIMIT_CONCURRENCY: requests in flight per key, by plan, for the plans it names (the rate limiter checks the names). */
+  rateLimitConcurrency: Record<string, number>;
 };
 
 /** A setting's value in an error: quoted, with any password in it masked (the line goes to logs). */
@@ -411,20 +433,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
   if ((settings.REDIS_SENTINELS === undefined) !== (settings.REDIS_SENTINEL_MASTER === undefined)) {
     throw new ConfigError('REDIS_SENTINELS and REDIS_SENTINEL_MASTER go together: the Sentinels and the name of the master they watch');
   }
-  const rateLimitCosts: Record<string, number> = {};
-  for (const pair of settings.RATE_LIMIT_COSTS.split(',').filter(Boolean)) {
-    const [operation, units] = pair.split('=') as [string, string];
-    if (operation in rateLimitCosts) throw invalid('RATE_LIMIT_COSTS', settings.RATE_LIMIT_COSTS, `${operation} is priced twice`);
-    const cost = Number(units);
-    if (cost < 1 || cost > MAX_OPERATION_COST) {
-      throw invalid(
-        'RATE_LIMIT_COSTS',
-        settings.RATE_LIMIT_COSTS,
-        `${operation} costs ${units}; a cost is from 1 to ${MAX_OPERATION_COST}`,
-      );
-    }
-    rateLimitCosts[operation] = cost;
-  }
+  const concurrency = settings.RATE_LIMIT_CONCURRENCY;
   const unparsed = Object.fromEntries(
     Object.entries(settings).filter(([name]) => !(PARSED_SETTINGS as readonly string[]).includes(name)),
   ) as Omit<Settings, (typeof PARSED_SETTINGS)[number]>;
@@ -440,8 +449,24 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       sentinelPassword: settings.REDIS_SENTINEL_PASSWORD,
       tls: settings.REDIS_TLS,
     },
-    rateLimitCosts,
+    rateLimitCosts: namedNumbers('RATE_LIMIT_COSTS', settings.RATE_LIMIT_COSTS, { max: MAX_OPERATION_COST, what: 'a cost' }),
+    rateLimitShadowPlans: settings.RATE_LIMIT_SHADOW_PLANS.split(',').filter(Boolean),
+    rateLimitConcurrency:
+      concurrency === 'off' ? {} : namedNumbers('RATE_LIMIT_CONCURRENCY', concurrency, { max: MAX_CONCURRENCY, what: 'a limit' }),
   };
+}
+
+/** `name=number,...` pairs (their syntax checked by the schema's pattern), each name once, each number from 1 to `max`. */
+function namedNumbers(setting: string, value: string, { max, what }: { max: number; what: string }): Record<string, number> {
+  const numbers: Record<string, number> = {};
+  for (const pair of value.split(',').filter(Boolean)) {
+    const [name, digits] = pair.split('=') as [string, string];
+    if (name in numbers) throw invalid(setting, value, `${name} is named twice`);
+    const number = Number(digits);
+    if (number < 1 || number > max) throw invalid(setting, value, `${name} is ${digits}; ${what} is from 1 to ${max}`);
+    numbers[name] = number;
+  }
+  return numbers;
 }
 
 /** "must be one of ..." for a setting that takes one of a few words: TypeBox alone says "Expected union value". */

@@ -128,6 +128,13 @@ export const errors = {
       'Too many unknown API keys from this address; retry after the Retry-After delay',
       retryAfter(retryAfterSeconds),
     ),
+  concurrencyLimited: (limit: number) =>
+    new ApiError(
+      429,
+      'concurrency_limited',
+      `This API key already has ${limit} requests in flight, its limit; retry one once another has been answered`,
+      retryAfter(1),
+    ),
   banned: (until: string, retryAfterSeconds: number) =>
     new ApiError(429, 'api_key_banned', `Too many requests after being rate limited; banned until ${until}`, retryAfter(retryAfterSeconds)),
   headersTooLarge: () => new ApiError(431, 'headers_too_large', 'Request headers are larger than the limit (16 KiB)'),

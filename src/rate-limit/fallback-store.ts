@@ -31,8 +31,22 @@ export class FallbackStore implements RateLimitStore {
     return this.#probe !== undefined;
   }
 
-  consume(subject: string, limits: Limits, now: number, cost: number): Promise<Decision> {
-    return this.#decide((store) => store.consume(subject, limits, now, cost));
+  consume(subject: string, limits: Limits, now: number, cost: number, bans: boolean): Promise<Decision> {
+    return this.#decide((store) => store.consume(subject, limits, now, cost, bans));
+  }
+
+  acquire(subject: string, limit: number, lease: string, now: number): Promise<boolean> {
+    return this.#decide((store) => store.acquire(subject, limit, lease, now));
+  }
+
+  inFlight(subject: string, now: number): Promise<number> {
+    return this.#decide((store) => store.inFlight(subject, now));
+  }
+
+  /** From whichever store holds the lease: each gives back only a lease it holds, and a lease lost with Redis expires. */
+  async release(subject: string, lease: string) {
+    await this.#memory.release(subject, lease);
+    if (!this.degraded) await this.#redis.release(subject, lease).catch((error: unknown) => this.#switchToMemory(error));
   }
 
   check(subject: string, limits: Limits, now: number, cost: number): Promise<Decision> {

@@ -22,6 +22,8 @@ interface Counters {
   day: number;
   dayUsed: number;
   refused: number;
+  /** Refusals this minute in shadow mode, counted apart from those that ban. */
+  shadowRefused: number;
   bannedUntil: number;
 }
 
@@ -35,6 +37,8 @@ const MAX_SUBJECTS = 100_000;
  */
 export class MemoryStore implements RateLimitStore {
   readonly #subjects: Lru<string, Counters>;
+  /** The leases of each subject's requests in flight; a subject leaves with its last one. */
+  readonly #inFlight = new Map<string, Set<string>>();
   readonly #ban: BanPolicy;
   readonly #sweeper: NodeJS.Timeout;
 
@@ -48,18 +52,18 @@ export class MemoryStore implements RateLimitStore {
     return this.#subjects.size;
   }
 
-  async consume(subject: string, limits: Limits, now: number, cost: number): Promise<Decision> {
-    return this.#decide(subject, limits, now, cost);
+  async consume(subject: string, limits: Limits, now: number, cost: number, bans: boolean): Promise<Decision> {
+    return this.#decide(subject, limits, now, cost, bans);
   }
 
-  #decide(subject: string, limits: Limits, now: number, cost: number): Decision {
+  #decide(subject: string, limits: Limits, now: number, cost: number, bans: boolean): Decision {
     const minute = windowStart(now, MINUTE_MS);
     const day = windowStart(now, DAY_MS);
     const counters = this.#take(subject, minute, day);
-    if (counters.minute !== minute) Object.assign(counters, { minute, minuteUsed: 0, refused: 0 });
+    if (counters.minute !== minute) Object.assign(counters, { minute, minuteUsed: 0, refused: 0, shadowRefused: 0 });
     if (counters.day !== day) Object.assign(counters, { day, dayUsed: 0 });
 
-    if (counters.bannedUntil > now) {
+    if (bans && counters.bannedUntil > now) {
       return {
         outcome: 'banned',
         ...usage(limits, now, counters.minuteUsed, counters.dayUsed),
@@ -72,14 +76,15 @@ export class MemoryStore implements RateLimitStore {
       counters.dayUsed += cost;
       return { outcome: 'allowed', ...usage(limits, now, counters.minuteUsed, counters.dayUsed) };
     }
-    counters.refused += 1;
     const windows = usage(limits, now, counters.minuteUsed, counters.dayUsed);
+    if (!bans) return { outcome: 'limited', refusals: ++counters.shadowRefused, ...windows };
+    counters.refused += 1;
     if (counters.refused > this.#ban.threshold) {
       counters.refused = 0;
       counters.bannedUntil = now + this.#ban.durationMs;
       return { outcome: 'banned', ...windows, bannedUntil: counters.bannedUntil, banStarted: true };
     }
-    return { outcome: 'limited', ...windows };
+    return { outcome: 'limited', refusals: counters.refused, ...windows };
   }
 
   async check(subject: string, limits: Limits, now: number, cost: number): Promise<Decision> {
@@ -108,6 +113,23 @@ export class MemoryStore implements RateLimitStore {
     return 'memory';
   }
 
+  async acquire(subject: string, limit: number, lease: string): Promise<boolean> {
+    let leases = this.#inFlight.get(subject);
+    if (!leases) this.#inFlight.set(subject, (leases = new Set()));
+    if (leases.size >= limit) return false;
+    leases.add(lease);
+    return true;
+  }
+
+  async release(subject: string, lease: string) {
+    const leases = this.#inFlight.get(subject);
+    if (leases?.delete(lease) && leases.size === 0) this.#inFlight.delete(subject);
+  }
+
+  async inFlight(subject: string): Promise<number> {
+    return this.#inFlight.get(subject)?.size ?? 0;
+  }
+
   async refund(subject: string, decision: Decision, cost: number) {
     const counters = this.#subjects.peek(subject);
     if (!counters) return;
@@ -132,7 +154,7 @@ export class MemoryStore implements RateLimitStore {
   #take(subject: string, minute: number, day: number): Counters {
     const counters = this.#subjects.get(subject);
     if (counters) return counters;
-    const fresh = { minute, minuteUsed: 0, day, dayUsed: 0, refused: 0, bannedUntil: 0 };
+    const fresh = { minute, minuteUsed: 0, day, dayUsed: 0, refused: 0, shadowRefused: 0, bannedUntil: 0 };
     this.#subjects.set(subject, fresh);
     return fresh;
   }

@@ -1,8 +1,10 @@
+import { randomBytes } from 'node:crypto';
 import fp from 'fastify-plugin';
 import { Counter, Gauge } from 'prom-client';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { errors, secondsUntil } from '../platform/errors.js';
-import { PLAN_LIMITS, type Limits } from '../api-keys/plans.js';
+import { ConfigError } from '../platform/domain-errors.js';
+import { PLAN_LIMITS, PLANS, type Limits } from '../api-keys/plans.js';
 import type { ApiKeyIdentity } from '../api-keys/repository.js';
 import { clientOf } from './address.js';
 import { FallbackStore } from './fallback-store.js';
@@ -21,6 +23,10 @@ export interface RateLimitOptions {
   ipv6Prefix: number;
   /** What an operation (by operationId) costs a key, where it is not 1 (RATE_LIMIT_COSTS). */
   costs: Record<string, number>;
+  /** Plans whose keys are served past their limits, counted as would-be refusals (RATE_LIMIT_SHADOW_PLANS). */
+  shadowPlans: string[];
+  /** Requests a key may have in flight, by plan, for the plans named (RATE_LIMIT_CONCURRENCY). */
+  concurrency: Record<string, number>;
 }
 
 /** Callers without a valid key are limited by address, as the Free plan, so keys cannot be guessed at speed. */
@@ -49,6 +55,8 @@ interface Charge {
   now: number;
   /** False for a request admitted uncounted, as a sure free revalidation. */
   counted: boolean;
+  /** Whether its refusals count towards a ban: false in shadow mode. */
+  bans: boolean;
 }
 
 /** A request decided and with nothing left to settle: refused, or settled already. */
@@ -110,6 +118,8 @@ export interface RateLimiter {
     reply: FastifyReply,
     caller: { key: ApiKeyIdentity | undefined; free: boolean },
   ): Promise<unknown> | undefined;
+  /** The requests of a key's quota in flight now, on every instance that shares the store. */
+  inFlight(quotaId: number, now: number): Promise<number>;
   /** What a key's quota holds now (both windows, a ban), counting nothing, and which store answered (the admin API). */
   usage(quotaId: number, limits: Limits, now: number): Promise<Inspection>;
   /** Lifts a key's ban in the store decisions go to now (the admin API); says which. */
@@ -129,17 +139,32 @@ export interface RateLimiter {
  */
 export default fp<RateLimitOptions>(
   async function rateLimit(app, options) {
+    for (const [setting, plans] of [
+      ['RATE_LIMIT_SHADOW_PLANS', options.shadowPlans],
+      ['RATE_LIMIT_CONCURRENCY', Object.keys(options.concurrency)],
+    ] as const) {
+      const unknown = plans.filter((plan) => !(PLANS as readonly string[]).includes(plan));
+      if (unknown.length > 0) throw new ConfigError(`Invalid ${setting}: no plan ${unknown.join(', ')}; the plans are ${PLANS.join(', ')}`);
+    }
+    const shadowPlans = new Set(options.shadowPlans);
     const memory = new MemoryStore(options.ban, { now: app.now });
     let store: RateLimitStore = memory;
     if (options.redis) {
-      const redis = new RedisStore(createRedisClient(options.redis, options.redisCredentials), options.ban, options.redisKeyPrefix);
+      const client = createRedisClient(options.redis, options.redisCredentials);
+      const redis = new RedisStore(client, options.ban, options.redisKeyPrefix, app.now);
       await redis.connect(REDIS_START_WAIT_MS).catch((error) => app.log.warn({ err: error }, 'rate limiting: Redis unreachable at start'));
       store = new FallbackStore(redis, memory, app.log);
     }
     const decisions = new Counter({
       name: 'rate_limit_decisions_total',
-      help: 'Rate-limit decisions: allowed, limited (429 rate_limited) and banned (429 api_key_banned)',
+      help: 'Rate-limit decisions: allowed, limited (429 rate_limited), banned (429 api_key_banned) and concurrency_limited (429 concurrency_limited)',
       labelNames: ['outcome'] as const,
+      registers: [app.metricsRegistry],
+    });
+    const shadowRefusals = new Counter({
+      name: 'rate_limit_shadow_refusals_total',
+      help: 'Requests of keys in shadow mode served past their limits: the 429s enforcement would have answered',
+      labelNames: ['plan'] as const,
       registers: [app.metricsRegistry],
     });
     if (store instanceof FallbackStore) {
@@ -158,6 +183,25 @@ export default fp<RateLimitOptions>(
     });
 
     app.decorateRequest(CHARGE, undefined);
+    /** Leases name their instance, so that no two instances' leases on one Redis are the same. */
+    const leasePrefix = randomBytes(6).toString('hex');
+    let leases = 0;
+
+    /** Holds one of the key's slots for requests in flight until the response is sent or the connection closes; 429 when none is free. */
+    async function holdSlot(reply: FastifyReply, key: ApiKeyIdentity, now: number) {
+      const limit = key.concurrency ?? options.concurrency[key.plan];
+      if (limit === undefined) return;
+      const subject = keySubject(key.quotaId);
+      const lease = `${leasePrefix}:${++leases}`;
+      if (!(await store.acquire(subject, limit, lease, now))) {
+        decisions.inc({ outcome: 'concurrency_limited' });
+        throw errors.concurrencyLimited(limit);
+      }
+      reply.raw.once('close', () => {
+        store.release(subject, lease).catch((error: unknown) => app.log.warn({ err: error }, 'rate limiting: releasing a slot failed'));
+      });
+    }
+
     const clientOfAddress = (address: string) => clientOf(address, options.ipv6Prefix);
 
     /** What `check` says of the caller now: honest headers for a request that was never counted. */
@@ -194,17 +238,19 @@ export default fp<RateLimitOptions>(
       },
 
       async admit(request, reply, { key, now, free, cost: operationCost }) {
+        if (key) await holdSlot(reply, key, now);
         const client = key ? undefined : clientOfAddress(request.ip);
         const subject = client === undefined ? keySubject(key!.quotaId) : addressSubject(client);
         const limits = key ?? ANONYMOUS;
         const cost = key ? operationCost : 1;
+        const shadow = key !== undefined && (!key.enforceLimits || shadowPlans.has(key.plan));
         const checked = free ? await store.check(subject, limits, now, cost) : undefined;
-        const decision = checked?.outcome === 'allowed' ? checked : await store.consume(subject, limits, now, cost);
+        const decision = checked?.outcome === 'allowed' ? checked : await store.consume(subject, limits, now, cost, !shadow);
         const binding = setHeaders(reply, decision, now, cost);
         decisions.inc({ outcome: decision.outcome });
         switch (decision.outcome) {
           case 'allowed':
-            (request as Charged)[CHARGE] = { subject, limits, decision, cost, now, counted: decision !== checked };
+            (request as Charged)[CHARGE] = { subject, limits, decision, cost, now, counted: decision !== checked, bans: !shadow };
             if (key && watchers.length > 0 && decision !== checked) reportCrossings(key, decision, cost);
             return;
           case 'banned': {
@@ -218,6 +264,13 @@ export default fp<RateLimitOptions>(
           }
           case 'limited':
             (request as Charged)[CHARGE] = SETTLED;
+            if (shadow) {
+              shadowRefusals.inc({ plan: key.plan });
+              const window = binding === decision.day ? 'day' : 'minute';
+              // The first of the minute, on whichever instance: the store counts them.
+              if (decision.refusals === 1) request.log.warn({ keyId: key.id, plan: key.plan, window, cost }, 'rate limit shadow refusal');
+              return;
+            }
             throw errors.rateLimited(binding.limit, binding === decision.day ? 'day' : 'minute', secondsUntil(binding.resetAt - now), {
               cost,
               remaining: binding.limit - binding.used,
@@ -246,9 +299,10 @@ export default fp<RateLimitOptions>(
           return store.refund(charge.subject, charge.decision, charge.cost);
         }
         // Admitted uncounted as a sure 304, it was refused further on (a sunset meanwhile): it counts.
-        return store.consume(charge.subject, charge.limits, charge.now, charge.cost);
+        return store.consume(charge.subject, charge.limits, charge.now, charge.cost, charge.bans);
       },
 
+      inFlight: (quotaId, now) => store.inFlight(keySubject(quotaId), now),
       usage: (quotaId, limits, now) => store.inspect(keySubject(quotaId), limits, now),
       liftBan: (quotaId, now) => store.liftBan(keySubject(quotaId), now),
 

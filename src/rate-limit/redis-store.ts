@@ -18,13 +18,16 @@ import {
 /**
  * The whole decision in one atomic round trip: the ban, both windows, the refusal count.
  * KEYS: minute count, day count, minute refusals, ban. ARGV: per-minute limit, per-day limit,
- * now (ms), ban threshold, ban duration (ms), minute TTL (ms), day TTL (ms), cost (units).
- * Returns [outcome, minute used, day used, banned until]: outcome 1 allowed, 0 limited,
- * 2 banned, 3 banned by this request. The ban holds its end time, so an injected clock works.
+ * now (ms), ban threshold, ban duration (ms), minute TTL (ms), day TTL (ms), cost (units), bans
+ * (1, or 0: no ban holds or starts, and KEYS[3] is the refusals counted apart).
+ * Returns [outcome, minute used, day used, banned until or refusals]: outcome 1 allowed, 0 limited
+ * (with the refusals this minute), 2 banned, 3 banned by this request. The ban holds its end
+ * time, so an injected clock works.
  */
 const DECIDE = `
 local now = tonumber(ARGV[3])
-local banned_until = tonumber(redis.call('GET', KEYS[4]) or '0')
+local bans = ARGV[9] == '1'
+local banned_until = bans and tonumber(redis.call('GET', KEYS[4]) or '0') or 0
 local minute_used = tonumber(redis.call('GET', KEYS[1]) or '0')
 local day_used = tonumber(redis.call('GET', KEYS[2]) or '0')
 if banned_until > now then
@@ -40,14 +43,32 @@ if minute_used + cost <= tonumber(ARGV[1]) and day_used + cost <= tonumber(ARGV[
 end
 local refused = redis.call('INCR', KEYS[3])
 if refused == 1 then redis.call('PEXPIRE', KEYS[3], ARGV[6]) end
-if refused > tonumber(ARGV[4]) then
+if bans and refused > tonumber(ARGV[4]) then
   banned_until = now + tonumber(ARGV[5])
   redis.call('SET', KEYS[4], banned_until, 'PX', tonumber(ARGV[5]) + ${DAY_MS})
   redis.call('DEL', KEYS[3])
   return {3, minute_used, day_used, banned_until}
 end
-return {0, minute_used, day_used, 0}
+return {0, minute_used, day_used, refused}
 `;
+
+/**
+ * Takes a slot for a request in flight (KEYS[1]: a sorted set of leases by expiry) unless all are
+ * taken, dropping the leases expired first. ARGV: now (ms), lease length (ms), limit, lease.
+ * Returns 1 when taken, 0 when not.
+ */
+const ACQUIRE = `
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[3]) then return 0 end
+redis.call('ZADD', KEYS[1], tonumber(ARGV[1]) + tonumber(ARGV[2]), ARGV[4])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+`;
+
+/** How long a lease holds a slot unless renewed: what a request of an instance that stops can hold on to. */
+const LEASE_MS = 5_000;
+/** Leases of requests still in flight are renewed this often, well within their length. */
+const LEASE_RENEWAL_MS = 1_000;
 
 /** Takes a request's cost (ARGV) back from each count (KEYS: minute, day) that still holds it, down to 0 at most. */
 const REFUND = `
@@ -61,6 +82,7 @@ declare module 'ioredis' {
   interface RedisCommander {
     decideRateLimit(...args: Array<string | number>): Promise<[number, number, number, number]>;
     refundRateLimit(minuteKey: string, dayKey: string, cost: number): Promise<null>;
+    acquireSlot(key: string, now: number, leaseMs: number, limit: number, lease: string): Promise<0 | 1>;
   }
 }
 
@@ -77,14 +99,21 @@ export class RedisStore implements RateLimitStore {
   readonly redis: Redis | Cluster;
   readonly #ban: BanPolicy;
   readonly #prefix: string;
+  readonly #now: () => number;
+  /** The leases this instance holds, by the key of their subject's slots: renewed while held. */
+  readonly #leases = new Map<string, Set<string>>();
+  readonly #renewal: NodeJS.Timeout;
 
-  constructor(redis: Redis | Cluster, ban: BanPolicy, prefix: string) {
+  constructor(redis: Redis | Cluster, ban: BanPolicy, prefix: string, now: () => number = Date.now) {
     this.redis = redis;
     this.redis.on('error', () => {});
     this.redis.defineCommand('decideRateLimit', { numberOfKeys: 4, lua: DECIDE });
     this.redis.defineCommand('refundRateLimit', { numberOfKeys: 2, lua: REFUND });
+    this.redis.defineCommand('acquireSlot', { numberOfKeys: 1, lua: ACQUIRE });
     this.#ban = ban;
     this.#prefix = prefix;
+    this.#now = now;
+    this.#renewal = setInterval(() => this.#renewLeases(), LEASE_RENEWAL_MS).unref();
   }
 
   get ready() {
@@ -114,13 +143,13 @@ export class RedisStore implements RateLimitStore {
     return `${this.#prefix}rl:{${subject}}`;
   }
 
-  async consume(subject: string, limits: Limits, now: number, cost: number): Promise<Decision> {
+  async consume(subject: string, limits: Limits, now: number, cost: number, bans: boolean): Promise<Decision> {
     const base = this.#base(subject);
     const minute = windowStart(now, MINUTE_MS);
-    const [code, minuteUsed, dayUsed, bannedUntil] = await this.redis.decideRateLimit(
+    const [code, minuteUsed, dayUsed, last] = await this.redis.decideRateLimit(
       `${base}:m:${minute}`,
       `${base}:d:${windowStart(now, DAY_MS)}`,
-      `${base}:r:${minute}`,
+      `${base}:${bans ? 'r' : 's'}:${minute}`,
       `${base}:ban`,
       limits.perMinute,
       limits.perDay,
@@ -130,10 +159,42 @@ export class RedisStore implements RateLimitStore {
       2 * MINUTE_MS,
       2 * DAY_MS,
       cost,
+      bans ? 1 : 0,
     );
     const windows = usage(limits, now, minuteUsed, dayUsed);
-    if (code === BANNED || code === BAN_STARTED) return { outcome: 'banned', ...windows, bannedUntil, banStarted: code === BAN_STARTED };
-    return { outcome: code === ALLOWED ? 'allowed' : 'limited', ...windows };
+    if (code === BANNED || code === BAN_STARTED)
+      return { outcome: 'banned', ...windows, bannedUntil: last, banStarted: code === BAN_STARTED };
+    return code === ALLOWED ? { outcome: 'allowed', ...windows } : { outcome: 'limited', refusals: last, ...windows };
+  }
+
+  async acquire(subject: string, limit: number, lease: string, now: number): Promise<boolean> {
+    const key = `${this.#base(subject)}:c`;
+    if ((await this.redis.acquireSlot(key, now, LEASE_MS, limit, lease)) === 0) return false;
+    let leases = this.#leases.get(key);
+    if (!leases) this.#leases.set(key, (leases = new Set()));
+    leases.add(lease);
+    return true;
+  }
+
+  async release(subject: string, lease: string) {
+    const key = `${this.#base(subject)}:c`;
+    const leases = this.#leases.get(key);
+    if (!leases?.delete(lease)) return;
+    if (leases.size === 0) this.#leases.delete(key);
+    await this.redis.zrem(key, lease);
+  }
+
+  async inFlight(subject: string, now: number): Promise<number> {
+    return this.redis.zcount(`${this.#base(subject)}:c`, `(${now}`, '+inf');
+  }
+
+  /** Moves the expiry of every lease still held a lease length ahead: one command per subject (its slot), sent together. */
+  #renewLeases() {
+    const expiry = this.#now() + LEASE_MS;
+    for (const [key, leases] of this.#leases) {
+      this.redis.zadd(key, 'XX', ...[...leases].flatMap((lease) => [expiry, lease])).catch(() => {});
+      this.redis.pexpire(key, LEASE_MS).catch(() => {});
+    }
   }
 
   async check(subject: string, limits: Limits, now: number, cost: number): Promise<Decision> {
@@ -184,6 +245,7 @@ export class RedisStore implements RateLimitStore {
   }
 
   async close() {
+    clearInterval(this.#renewal);
     this.redis.disconnect();
   }
 }

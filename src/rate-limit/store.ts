@@ -20,7 +20,8 @@ interface Windows {
 /** What a store decided for one request, with both windows as they stand after it. */
 export type Decision =
   | ({ outcome: 'allowed' } & Windows)
-  | ({ outcome: 'limited' } & Windows)
+  /** `refusals`: the subject's refusals this minute, this one included (0 for a check, which counts none). */
+  | ({ outcome: 'limited'; refusals: number } & Windows)
   /** `bannedUntil`: when the ban ends, in ms since the epoch; `banStarted`: this request started it. */
   | ({ outcome: 'banned'; bannedUntil: number; banStarted: boolean } & Windows);
 
@@ -37,7 +38,11 @@ export interface BanPolicy {
  * for the ban. Stores own atomicity; the plugin owns the headers.
  */
 export interface RateLimitStore {
-  consume(subject: string, limits: Limits, now: number, cost: number): Promise<Decision>;
+  /**
+   * `bans` false (shadow mode, the quota endpoint's own limit): no ban holds or starts, and the
+   * refusals are counted apart, so that none of them counts towards a ban once bans apply again.
+   */
+  consume(subject: string, limits: Limits, now: number, cost: number, bans: boolean): Promise<Decision>;
   /**
    * Decides a request as consume would, but counts nothing, refusals included: for a request known
    * beforehand to cost nothing (a 304). The caller consumes a refused one, to count the refusal.
@@ -52,6 +57,15 @@ export interface RateLimitStore {
   inspect(subject: string, limits: Limits, now: number): Promise<Inspection>;
   /** The subjects starting with `prefix` that are banned now, and which store answered. */
   bans(prefix: string, now: number): Promise<Bans>;
+  /**
+   * Takes one of the subject's `limit` slots for requests in flight, held by `lease` (unique to the
+   * request) until released, or, should its instance stop, for a few seconds at most; false when all are taken.
+   */
+  acquire(subject: string, limit: number, lease: string, now: number): Promise<boolean>;
+  /** Gives back the slot a lease holds, if it holds one. */
+  release(subject: string, lease: string): Promise<void>;
+  /** The subject's requests in flight now, on every instance that shares the store. */
+  inFlight(subject: string, now: number): Promise<number>;
   /** Ends the subject's ban, if any, and forgets its refusals this minute; says which store it was lifted in. */
   liftBan(subject: string, now: number): Promise<StoreKind>;
   close(): Promise<void>;
@@ -82,7 +96,7 @@ export const hasRoom = (limits: Limits, minuteUsed: number, dayUsed: number, cos
 export function decideWithout(limits: Limits, now: number, minuteUsed: number, dayUsed: number, bannedUntil: number, cost = 1): Decision {
   const windows = usage(limits, now, minuteUsed, dayUsed);
   if (bannedUntil > now) return { outcome: 'banned', ...windows, bannedUntil, banStarted: false };
-  return { outcome: hasRoom(limits, minuteUsed, dayUsed, cost) ? 'allowed' : 'limited', ...windows };
+  return hasRoom(limits, minuteUsed, dayUsed, cost) ? { outcome: 'allowed', ...windows } : { outcome: 'limited', refusals: 0, ...windows };
 }
 
 export function usage(limits: Limits, now: number, minuteUsed: number, dayUsed: number) {

@@ -64,7 +64,8 @@ export function documentOperation(route: RouteOptions, { idempotencyKeyRetention
       ...SERVICE_FAILURE_RESPONSES,
       429: {
         ...ErrorBody,
-        description: 'Rate limit exceeded (`rate_limited`), or the caller is banned for a while (`api_key_banned`)',
+        description:
+          'Rate limit exceeded (`rate_limited`), too many requests of the key in flight at once (`concurrency_limited`, costing nothing), or the caller is banned for a while (`api_key_banned`)',
         headers: RETRY_AFTER_HEADERS,
       },
     },

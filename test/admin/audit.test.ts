@@ -53,8 +53,8 @@ describe('the audit trail', () => {
         action: 'key.update',
         keyId: id,
         details: {
-          before: { plan: 'free', perMinute: 60, perDay: 1_000, name: 'audited' },
-          after: { plan: 'pro', perMinute: 300, perDay: 10_000, name: 'audited' },
+          before: { plan: 'free', perMinute: 60, perDay: 1_000, name: 'audited', enforceLimits: true, concurrency: null },
+          after: { plan: 'pro', perMinute: 300, perDay: 10_000, name: 'audited', enforceLimits: true, concurrency: null },
         },
       },
       {
@@ -65,7 +65,16 @@ describe('the audit trail', () => {
         requestId: created.headers.get('x-request-id'),
         action: 'key.create',
         keyId: id,
-        details: { plan: 'free', name: 'audited', perMinute: 60, perDay: 1_000, expiresAt: null, readOnly: false },
+        details: {
+          plan: 'free',
+          name: 'audited',
+          perMinute: 60,
+          perDay: 1_000,
+          expiresAt: null,
+          readOnly: false,
+          enforceLimits: true,
+          concurrency: null,
+        },
       },
     ]);
     const next = page.headers.get('link')!.match(/^<([^>]+)>; rel="next"$/)![1]!;

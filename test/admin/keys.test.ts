@@ -19,6 +19,8 @@ describe('create', () => {
       perMinute: 500,
       perDay: 50_000,
       readOnly: false,
+      enforceLimits: true,
+      concurrency: null,
       state: 'active',
       createdAt: expect.any(String),
       expiresAt: '2099-01-31T00:00:00.000Z',

@@ -14,7 +14,7 @@ describe('RATE_LIMIT_COSTS', () => {
     expect(() => loadConfig({ RATE_LIMIT_COSTS: 'createPet:5' })).toThrow('RATE_LIMIT_COSTS');
     expect(() => loadConfig({ RATE_LIMIT_COSTS: 'createPet=0' })).toThrow('a cost is from 1 to 1000');
     expect(() => loadConfig({ RATE_LIMIT_COSTS: 'createPet=1001' })).toThrow('a cost is from 1 to 1000');
-    expect(() => loadConfig({ RATE_LIMIT_COSTS: 'createPet=2,createPet=3' })).toThrow('createPet is priced twice');
+    expect(() => loadConfig({ RATE_LIMIT_COSTS: 'createPet=2,createPet=3' })).toThrow('createPet is named twice');
   });
 
   it('naming an operation the API does not serve stops the start, naming the ones it does', async () => {

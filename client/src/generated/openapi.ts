@@ -185,6 +185,7 @@ export interface operations {
               | 'headers_too_large'
               | 'rate_limited'
               | 'api_key_banned'
+              | 'concurrency_limited'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -235,6 +236,7 @@ export interface operations {
               | 'headers_too_large'
               | 'rate_limited'
               | 'api_key_banned'
+              | 'concurrency_limited'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -244,7 +246,7 @@ export interface operations {
           };
         };
       };
-      /** @description Rate limit exceeded (`rate_limited`), or the caller is banned for a while (`api_key_banned`) */
+      /** @description Rate limit exceeded (`rate_limited`), too many requests of the key in flight at once (`concurrency_limited`, costing nothing), or the caller is banned for a while (`api_key_banned`) */
       429: {
         headers: {
           /** @description Seconds to wait before retrying */
@@ -285,6 +287,7 @@ export interface operations {
               | 'headers_too_large'
               | 'rate_limited'
               | 'api_key_banned'
+              | 'concurrency_limited'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -333,6 +336,7 @@ export interface operations {
               | 'headers_too_large'
               | 'rate_limited'
               | 'api_key_banned'
+              | 'concurrency_limited'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -383,6 +387,7 @@ export interface operations {
               | 'headers_too_large'
               | 'rate_limited'
               | 'api_key_banned'
+              | 'concurrency_limited'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -500,6 +505,7 @@ export interface operations {
               | 'headers_too_large'
               | 'rate_limited'
               | 'api_key_banned'
+              | 'concurrency_limited'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -550,6 +556,7 @@ export interface operations {
               | 'headers_too_large'
               | 'rate_limited'
               | 'api_key_banned'
+              | 'concurrency_limited'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -598,6 +605,7 @@ export interface operations {
               | 'headers_too_large'
               | 'rate_limited'
               | 'api_key_banned'
+              | 'concurrency_limited'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -648,6 +656,7 @@ export interface operations {
               | 'headers_too_large'
               | 'rate_limited'
               | 'api_key_banned'
+              | 'concurrency_limited'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -696,6 +705,7 @@ export interface operations {
               | 'headers_too_large'
               | 'rate_limited'
               | 'api_key_banned'
+              | 'concurrency_limited'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -744,6 +754,7 @@ export interface operations {
               | 'headers_too_large'
               | 'rate_limited'
               | 'api_key_banned'
+              | 'concurrency_limited'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -792,6 +803,7 @@ export interface operations {
               | 'headers_too_large'
               | 'rate_limited'
               | 'api_key_banned'
+              | 'concurrency_limited'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -801,7 +813,7 @@ export interface operations {
           };
         };
       };
-      /** @description Rate limit exceeded (`rate_limited`), or the caller is banned for a while (`api_key_banned`) */
+      /** @description Rate limit exceeded (`rate_limited`), too many requests of the key in flight at once (`concurrency_limited`, costing nothing), or the caller is banned for a while (`api_key_banned`) */
       429: {
         headers: {
           /** @description Seconds to wait before retrying */
@@ -842,6 +854,7 @@ export interface operations {
               | 'headers_too_large'
               | 'rate_limited'
               | 'api_key_banned'
+              | 'concurrency_limited'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -890,6 +903,7 @@ export interface operations {
               | 'headers_too_large'
               | 'rate_limited'
               | 'api_key_banned'
+              | 'concurrency_limited'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -940,6 +954,7 @@ export interface operations {
               | 'headers_too_large'
               | 'rate_limited'
               | 'api_key_banned'
+              | 'concurrency_limited'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -1086,6 +1101,7 @@ export interface operations {
               | 'headers_too_large'
               | 'rate_limited'
               | 'api_key_banned'
+              | 'concurrency_limited'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -1142,6 +1158,7 @@ export interface operations {
               | 'headers_too_large'
               | 'rate_limited'
               | 'api_key_banned'
+              | 'concurrency_limited'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -1196,6 +1213,7 @@ export interface operations {
               | 'headers_too_large'
               | 'rate_limited'
               | 'api_key_banned'
+              | 'concurrency_limited'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -1250,6 +1268,7 @@ export interface operations {
               | 'headers_too_large'
               | 'rate_limited'
               | 'api_key_banned'
+              | 'concurrency_limited'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -1259,7 +1278,7 @@ export interface operations {
           };
         };
       };
-      /** @description Rate limit exceeded (`rate_limited`), or the caller is banned for a while (`api_key_banned`) */
+      /** @description Rate limit exceeded (`rate_limited`), too many requests of the key in flight at once (`concurrency_limited`, costing nothing), or the caller is banned for a while (`api_key_banned`) */
       429: {
         headers: {
           /** @description Seconds to wait before retrying */
@@ -1306,6 +1325,7 @@ export interface operations {
               | 'headers_too_large'
               | 'rate_limited'
               | 'api_key_banned'
+              | 'concurrency_limited'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -1360,6 +1380,7 @@ export interface operations {
               | 'headers_too_large'
               | 'rate_limited'
               | 'api_key_banned'
+              | 'concurrency_limited'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -1416,6 +1437,7 @@ export interface operations {
               | 'headers_too_large'
               | 'rate_limited'
               | 'api_key_banned'
+              | 'concurrency_limited'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */

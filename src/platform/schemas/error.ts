@@ -17,6 +17,7 @@ export const ERROR_CODES = [
   'headers_too_large',
   'rate_limited',
   'api_key_banned',
+  'concurrency_limited',
   'internal_error',
   'service_unavailable',
 ] as const;

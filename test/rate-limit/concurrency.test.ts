@@ -1,0 +1,145 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Redis } from 'ioredis';
+import type { FastifyInstance } from 'fastify';
+import { loadConfig } from '../../src/platform/config.js';
+import { RedisStore } from '../../src/rate-limit/redis-store.js';
+import { buildTestApp, type TestApp } from '../support/app.js';
+import { POSTGRES_URL } from '../support/databases.js';
+import { eventually } from '../support/eventually.js';
+import { describeAppTest } from '../support/fixtures.js';
+import { portOf } from '../support/http.js';
+import { bearer, waitForKeyOnApp } from '../support/keys.js';
+import { openSocket, type RawClient } from '../support/raw-socket.js';
+import { deleteKeys, RATE_LIMIT_STORES, REDIS_URL, redisStoreEnv } from '../support/redis.js';
+import { testClock, T0 } from '../support/time.js';
+
+/**
+ * A request in flight for as long as the test likes: its headers sent, its body not (the slot is
+ * held from the headers on). Resolves once the service has decided it: holding a slot, or refused.
+ */
+async function slowCreate(port: number, headers: { authorization: string }): Promise<RawClient> {
+  const client = await openSocket(port);
+  client.socket.write(
+    `POST /v1/pets HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: ${headers.authorization}\r\n` +
+      'Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"name":',
+  );
+  return client;
+}
+
+const get = (app: FastifyInstance, headers: { authorization: string }) => app.inject({ url: '/v1/pets?limit=1', headers });
+
+/** Waits until the key's quota has `count` requests in flight, as the store that decides sees it. */
+const inFlight = (app: FastifyInstance, quotaId: number, count: number) =>
+  eventually(async () => (await app.rateLimit.inFlight(quotaId, app.now())) === count);
+
+describe('RATE_LIMIT_CONCURRENCY', () => {
+  it('per plan by default, off, or plan=requests pairs; a plan there is not stops the start', async () => {
+    expect(loadConfig({}).rateLimitConcurrency).toEqual({ free: 5, pro: 20, business: 50, enterprise: 100 });
+    expect(loadConfig({ RATE_LIMIT_CONCURRENCY: 'off' }).rateLimitConcurrency).toEqual({});
+    expect(loadConfig({ RATE_LIMIT_CONCURRENCY: 'free=2' }).rateLimitConcurrency).toEqual({ free: 2 });
+    expect(() => loadConfig({ RATE_LIMIT_CONCURRENCY: 'free=0' })).toThrow('a limit is from 1 to 100000');
+    expect(() => loadConfig({ RATE_LIMIT_CONCURRENCY: '' })).not.toThrow();
+    await expect(buildTestApp({ RATE_LIMIT_CONCURRENCY: 'gold=3' })).rejects.toThrow('Invalid RATE_LIMIT_CONCURRENCY: no plan gold');
+  });
+});
+
+describe.each(RATE_LIMIT_STORES)('concurrency limits with the $name store', (store) => {
+  const test = describeAppTest({ envAtBuild: () => ({ ...store.env(), RATE_LIMIT_CONCURRENCY: 'free=2' }) });
+
+  describe.skipIf(store.usesRedis && !REDIS_URL)('', () => {
+    test("two slow requests hold a free key's two slots: a third is refused, costing nothing, until one ends", async ({ t, port }) => {
+      const { key, record } = await t.app.apiKeysRepository.create({ plan: 'free' });
+      const headers = bearer(key);
+      await waitForKeyOnApp(t.app, headers);
+      const slow = [await slowCreate(port, headers), await slowCreate(port, headers)];
+      await inFlight(t.app, record.quotaId, 2);
+
+      const refused = await get(t.app, headers);
+      expect(refused.statusCode).toBe(429);
+      expect(refused.json()).toEqual({
+        code: 'concurrency_limited',
+        status: 429,
+        message: 'This API key already has 2 requests in flight, its limit; retry one once another has been answered',
+      });
+      expect(refused.headers['retry-after']).toBe('1');
+      // Its quota is as the key's first request (waiting for it) and the two slow ones left it: 3 of 60 spent, the refusal none.
+      expect(refused.headers['x-ratelimit-remaining']).toBe('57');
+
+      // The connection closes: its slot is free at once, and so is the quota's next request.
+      slow[0]!.socket.destroy();
+      await inFlight(t.app, record.quotaId, 1);
+      const served = await get(t.app, headers);
+      expect(served.statusCode).toBe(200);
+      expect(served.headers['x-ratelimit-remaining']).toBe('56');
+      // The other finishes its body: answered, and its slot is given back too.
+      slow[1]!.socket.write('"Rex","categoryId":1}'.padEnd(100 - '{"name":'.length, ' '));
+      await eventually(async () => slow[1]!.received.startsWith('HTTP/1.1 201'));
+      await inFlight(t.app, record.quotaId, 0);
+      slow[1]!.socket.destroy();
+    });
+
+    test("a key's own concurrency (the admin API's) takes the place of its plan's", async ({ t }) => {
+      const { key } = await t.app.apiKeysRepository.create({ plan: 'free', concurrency: 30 });
+      const headers = bearer(key);
+      await waitForKeyOnApp(t.app, headers);
+      const statuses = await Promise.all(Array.from({ length: 30 }, () => get(t.app, headers).then((reply) => reply.statusCode)));
+      expect(statuses.filter((status) => status !== 200)).toEqual([]);
+    });
+  });
+});
+
+describe.skipIf(!REDIS_URL || !POSTGRES_URL)('concurrency limits across two instances on one Redis', () => {
+  const env = redisStoreEnv();
+  const clock = testClock(T0);
+  let a: TestApp;
+  let b: TestApp;
+
+  beforeAll(async () => {
+    a = await buildTestApp({ ...env, RATE_LIMIT_CONCURRENCY: 'free=2' }, { now: clock.now });
+    b = await buildTestApp({ ...env, RATE_LIMIT_CONCURRENCY: 'free=2', DATABASE_URL: a.databaseUrl! }, { now: clock.now });
+  });
+  afterAll(async () => {
+    await b?.close();
+    await a?.close();
+    await deleteKeys(REDIS_URL!, env.REDIS_KEY_PREFIX);
+  });
+
+  it("two slow requests on two instances hold a key's two slots on both", async () => {
+    const { key, record } = await a.app.apiKeysRepository.create({ plan: 'free' });
+    const headers = bearer(key);
+    await waitForKeyOnApp(a.app, headers);
+    await waitForKeyOnApp(b.app, headers);
+    const slowOnA = await slowCreate(await portOf(a.app), headers);
+    const slowOnB = await slowCreate(await portOf(b.app), headers);
+    await inFlight(a.app, record.quotaId, 2);
+    expect((await get(a.app, headers)).statusCode).toBe(429);
+    expect((await get(b.app, headers)).json().code).toBe('concurrency_limited');
+    slowOnA.socket.destroy();
+    await inFlight(b.app, record.quotaId, 1);
+    expect((await get(b.app, headers)).statusCode).toBe(200);
+    slowOnB.socket.destroy();
+    await inFlight(a.app, record.quotaId, 0);
+  });
+
+  it('an instance that stops without giving its slots back holds them for a lease (5 s) at most', async () => {
+    const { key, record } = await a.app.apiKeysRepository.create({ plan: 'free' });
+    const headers = bearer(key);
+    await waitForKeyOnApp(b.app, headers);
+    // An instance's store, as a stopped instance leaves it: two leases taken, never released nor renewed.
+    const dead = new RedisStore(
+      new Redis(REDIS_URL!, { lazyConnect: true }),
+      { threshold: 30, durationMs: 60_000 },
+      env.REDIS_KEY_PREFIX,
+      clock.now,
+    );
+    await dead.connect(5_000);
+    for (const lease of ['dead:1', 'dead:2']) expect(await dead.acquire(`key:${record.quotaId}`, 2, lease, clock.now())).toBe(true);
+    await dead.close();
+
+    expect((await get(b.app, headers)).json().code).toBe('concurrency_limited');
+    clock.advance(4_000);
+    expect((await get(b.app, headers)).statusCode).toBe(429);
+    clock.advance(1_001);
+    expect((await get(b.app, headers)).statusCode).toBe(200);
+  });
+});
