@@ -116,7 +116,10 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
     },
     serverUrl: config.PUBLIC_BASE_URL,
     apiPrefix: API_PREFIX,
-    tags: [{ name: 'pets', description: 'Animals available for adoption' }],
+    tags: [
+      { name: 'pets', description: 'Animals available for adoption' },
+      { name: 'rate limits', description: "The caller's own limits and what is left of them" },
+    ],
     securityScheme: {
       name: SECURITY_SCHEME,
       description: 'An API key, sent as `Authorization: Bearer <API key>`. `docs/api-keys.md` says how keys are issued.',

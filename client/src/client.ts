@@ -2,7 +2,7 @@ import { ConditionalCache, type HeldAnswer } from './conditional-cache.js';
 import { ConnectionError, errorOf, PetStoreError, TimeoutError } from './errors.js';
 import { clockOffsetMs, deprecationOf, linksOf, retryAfterMs, urlOf, type DeprecationNotice, type RateLimit } from './headers.js';
 import { RateGate } from './rate-gate.js';
-import type { NewPet, Pet, PetStatus, ServiceErrorCode } from './types.js';
+import type { NewPet, Pet, PetStatus, RateLimitStatus, ServiceErrorCode } from './types.js';
 import { VERSION } from './version.js';
 import { retryDelayMs, sleep } from './backoff.js';
 
@@ -74,7 +74,7 @@ export interface Page {
   requestId: string | undefined;
 }
 
-export type Operation = 'listPets' | 'createPet' | 'getPet';
+export type Operation = 'listPets' | 'createPet' | 'getPet' | 'getRateLimit';
 
 /** What the hooks are told of an attempt; never a header. */
 export interface RequestEvent {
@@ -122,6 +122,8 @@ interface Call {
   signal: AbortSignal | undefined;
   headers: Record<string, string>;
   limits: Limits;
+  /** Spends nothing of the key's windows: sent without waiting for the rate gate. */
+  free?: boolean;
 }
 
 /** A call's answer: its body (a held copy's for a 304) and headers. */
@@ -233,6 +235,17 @@ export class PetStoreClient {
     return (await this.#call(this.#callOf('getPet', 'GET', `${this.#baseUrl}/pets/${id}`, options))).body as Pet;
   }
 
+  /**
+   * The key's rate limits and what is left of them (GET /v1/rate_limit): its plan, both windows,
+   * its requests in flight and what each operation costs. It spends nothing of either window, so
+   * it is sent at once, also while the client waits out a spent one; the service answers it 60
+   * times a minute per key.
+   */
+  async getRateLimit(options: CallOptions = {}): Promise<RateLimitStatus> {
+    const call = this.#callOf('getRateLimit', 'GET', `${this.#baseUrl}/rate_limit`, options);
+    return (await this.#call({ ...call, free: true })).body as RateLimitStatus;
+  }
+
   #listUrl({ status, limit, cursor }: Pick<ListOptions, 'status' | 'limit' | 'cursor'>): string {
     const query = new URLSearchParams();
     if (limit !== undefined) query.set('limit', String(limit));
@@ -279,7 +292,8 @@ export class PetStoreClient {
   /** The call with its retries: each attempt through the rate gate, failures retried while they may be. */
   async #call(call: Call): Promise<Answer> {
     for (let attempt = 0; ; attempt++) {
-      const ticket = await this.#gate.acquire(call.signal, call.limits.maxWaitMs);
+      // A free call neither waits for the gate nor teaches it: a 429 of its own limit blocks no other call.
+      const ticket = call.free ? undefined : await this.#gate.acquire(call.signal, call.limits.maxWaitMs);
       const event: RequestEvent = { operation: call.operation, method: call.method, url: call.url, attempt: attempt + 1 };
       const held = call.method === 'GET' ? this.#cache?.get(call.url) : undefined;
       let sent: Sent;
@@ -287,13 +301,13 @@ export class PetStoreClient {
         this.#hooks.onRequest?.(event);
         sent = await this.#attempt(call, held);
       } catch (error) {
-        this.#gate.settle(undefined, Date.now(), ticket);
+        if (ticket) this.#gate.settle(undefined, Date.now(), ticket);
         if (!(error instanceof ConnectionError || error instanceof TimeoutError)) throw error;
         await this.#retryOrThrow(call, event, error, undefined);
         continue;
       }
       const { response, text, receivedAt, durationMs } = sent;
-      this.#gate.settle(response, receivedAt, ticket);
+      if (ticket) this.#gate.settle(response, receivedAt, ticket);
       const requestId = response.headers.get('x-request-id') ?? undefined;
       this.#hooks.onResponse?.({ ...event, status: response.status, requestId, durationMs });
       this.#noticeDeprecation(call, response.headers);

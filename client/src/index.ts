@@ -27,5 +27,5 @@ export {
   type PetStoreErrorDetails,
 } from './errors.js';
 export type { DeprecationNotice, RateLimit } from './headers.js';
-export type { NewPet, Pet, PetStatus, ServiceErrorCode } from './types.js';
+export type { NewPet, Pet, PetStatus, RateLimitStatus, ServiceErrorCode } from './types.js';
 export { VERSION } from './version.js';

@@ -180,3 +180,31 @@ test('the setup bans for real: a caller that ignores 429s gets the key banned', 
   expect(codes.at(-1)).toBe('api_key_banned');
   console.log(`rate limit, a careless caller without the client: ${codes.join(', ')}`);
 });
+
+test('getRateLimit answers at once on a spent window, spending nothing, and a 429 of its own limit holds up no call', async ({
+  t,
+  origin,
+}) => {
+  const { key } = await limitedKey(t.app, 'standing');
+  const { client, statuses } = clientOf(origin, key);
+  clock.toBeforeMinuteEnds(30);
+  for (let call = 0; call < PER_MINUTE; call++) await client.listPets({ limit: 1 });
+  expect(client.rateLimit!.remaining).toBe(0);
+
+  // The window is spent: a listPets would wait for the reset; the lookup is sent at once.
+  const standing = await client.getRateLimit();
+  expect(standing).toMatchObject({
+    plan: 'enterprise',
+    minute: { limit: PER_MINUTE, remaining: 0, used: PER_MINUTE },
+    day: { limit: 1_000, used: PER_MINUTE + 1 }, // and the request that waited for the key
+    concurrency: { limit: 100, inFlight: 0 },
+    costs: { listPets: 1, createPet: 1, getPet: 1 },
+  });
+  expect(statuses()).toEqual([200, 200, 200, 200]);
+  for (let call = 0; call < 59; call++) await client.getRateLimit();
+  const refused = await client.getRateLimit({ maxWaitMs: 0 }).catch((error: unknown) => error);
+  expect(refused).toBeInstanceOf(PetStoreError);
+  expect(refused).toMatchObject({ status: 429, code: 'rate_limited' });
+  // The gate learnt nothing from it: the pets calls wait for their own window only.
+  expect(client.rateLimit!.remaining).toBe(0);
+});

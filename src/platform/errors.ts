@@ -128,6 +128,13 @@ export const errors = {
       'Too many unknown API keys from this address; retry after the Retry-After delay',
       retryAfter(retryAfterSeconds),
     ),
+  quotaLookupsLimited: (perMinute: number, retryAfterSeconds: number) =>
+    new ApiError(
+      429,
+      'rate_limited',
+      `GET /v1/rate_limit answers ${perMinute} times a minute per API key; retry after the Retry-After delay`,
+      retryAfter(retryAfterSeconds),
+    ),
   concurrencyLimited: (limit: number) =>
     new ApiError(
       429,

@@ -41,10 +41,23 @@ export const RATE_LIMIT_HEADERS = {
   ratelimit: { type: 'string', description: 'What is left of both windows and seconds until each resets' },
 } as const;
 
+/** GET /v1/rate_limit's own limit per key: counted apart from the key's windows, and banning no one. */
+const QUOTA_LOOKUPS: Limits = { perMinute: 60, perDay: 60 * 24 * 60 };
+
 /** The subject a key counts as: its quota, which the keys rotated from one another share. */
 const keySubject = (quotaId: number) => `key:${quotaId}`;
 /** The subject a caller without a valid key counts as: its client address (see clientOf). */
 const addressSubject = (client: string) => `ip:${client}`;
+/** The subject a key's quota lookups count as. */
+const lookupSubject = (quotaId: number) => `lookups:${quotaId}`;
+
+/** A key's standing, as GET /v1/rate_limit tells it. */
+export interface Standing {
+  minute: WindowUsage;
+  day: WindowUsage;
+  /** `limit` null: the key has no concurrency limit. */
+  concurrency: { limit: number | null; inFlight: number };
+}
 
 interface Charge {
   subject: string;
@@ -99,8 +112,10 @@ export interface RateLimiter {
   addressBanned(address: string, now: number): Promise<boolean>;
   /**
    * Decides the request of its caller (its key, else its address), sets the headers, and throws
-   * its 429. A request sure to be a free revalidation is only checked against the limits. A key
-   * spends its operation's `cost` (costOf); an address, whose requests never reach an operation, 1.
+   * its 429. A request sure to be a free revalidation, or of an operation that costs 0 (the quota
+   * lookup), is only checked against the limits. A key spends its operation's `cost` (costOf) and
+   * holds a slot of its concurrency limit while in flight (unless the operation costs 0); an
+   * address, whose requests never reach an operation, spends 1.
    */
   admit(
     request: FastifyRequest,
@@ -118,6 +133,11 @@ export interface RateLimiter {
     reply: FastifyReply,
     caller: { key: ApiKeyIdentity | undefined; free: boolean },
   ): Promise<unknown> | undefined;
+  /**
+   * The key's windows and requests in flight now, counting nothing of them: one of its quota
+   * lookups, which have a limit of their own (60 a minute, 429 rate_limited past it; no ban).
+   */
+  standing(key: ApiKeyIdentity, now: number): Promise<Standing>;
   /** The requests of a key's quota in flight now, on every instance that shares the store. */
   inFlight(quotaId: number, now: number): Promise<number>;
   /** What a key's quota holds now (both windows, a ban), counting nothing, and which store answered (the admin API). */
@@ -188,8 +208,10 @@ export default fp<RateLimitOptions>(
     let leases = 0;
 
     /** Holds one of the key's slots for requests in flight until the response is sent or the connection closes; 429 when none is free. */
+    const concurrencyOf = (key: ApiKeyIdentity): number | undefined => key.concurrency ?? options.concurrency[key.plan];
+
     async function holdSlot(reply: FastifyReply, key: ApiKeyIdentity, now: number) {
-      const limit = key.concurrency ?? options.concurrency[key.plan];
+      const limit = concurrencyOf(key);
       if (limit === undefined) return;
       const subject = keySubject(key.quotaId);
       const lease = `${leasePrefix}:${++leases}`;
@@ -238,13 +260,13 @@ export default fp<RateLimitOptions>(
       },
 
       async admit(request, reply, { key, now, free, cost: operationCost }) {
-        if (key) await holdSlot(reply, key, now);
+        if (key && operationCost > 0) await holdSlot(reply, key, now);
         const client = key ? undefined : clientOfAddress(request.ip);
         const subject = client === undefined ? keySubject(key!.quotaId) : addressSubject(client);
         const limits = key ?? ANONYMOUS;
         const cost = key ? operationCost : 1;
         const shadow = key !== undefined && (!key.enforceLimits || shadowPlans.has(key.plan));
-        const checked = free ? await store.check(subject, limits, now, cost) : undefined;
+        const checked = free || cost === 0 ? await store.check(subject, limits, now, cost) : undefined;
         const decision = checked?.outcome === 'allowed' ? checked : await store.consume(subject, limits, now, cost, !shadow);
         const binding = setHeaders(reply, decision, now, cost);
         decisions.inc({ outcome: decision.outcome });
@@ -302,6 +324,14 @@ export default fp<RateLimitOptions>(
         return store.consume(charge.subject, charge.limits, charge.now, charge.cost, charge.bans);
       },
 
+      async standing(key, now) {
+        const lookup = await store.consume(lookupSubject(key.quotaId), QUOTA_LOOKUPS, now, 1, false);
+        if (lookup.outcome !== 'allowed')
+          throw errors.quotaLookupsLimited(QUOTA_LOOKUPS.perMinute, secondsUntil(lookup.minute.resetAt - now));
+        const subject = keySubject(key.quotaId);
+        const [windows, inFlight] = await Promise.all([store.check(subject, key, now, 1), store.inFlight(subject, now)]);
+        return { minute: windows.minute, day: windows.day, concurrency: { limit: concurrencyOf(key) ?? null, inFlight } };
+      },
       inFlight: (quotaId, now) => store.inFlight(keySubject(quotaId), now),
       usage: (quotaId, limits, now) => store.inspect(keySubject(quotaId), limits, now),
       liftBan: (quotaId, now) => store.liftBan(keySubject(quotaId), now),

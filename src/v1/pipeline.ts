@@ -8,6 +8,7 @@ import { notFoundHandler } from '../platform/errors.js';
 import { createIdempotencyKeysRepository } from '../idempotency/repository.js';
 import { documentOperation } from './contract.js';
 import pets from '../pets/routes.js';
+import rateLimitRoutes from '../rate-limit/routes.js';
 
 export const API_PREFIX = '/v1';
 
@@ -35,7 +36,10 @@ export interface V1Options {
  */
 declare module 'fastify' {
   interface FastifyContextConfig {
-    /** The units the operation spends of a key's quota (app.rateLimit.costOf), set as the route is added. */
+    /**
+     * The units the operation spends of a key's quota: app.rateLimit.costOf, set as the route is
+     * added, unless the route sets its own (the quota lookup's 0), which RATE_LIMIT_COSTS cannot change.
+     */
     cost?: number;
   }
 }
@@ -54,6 +58,7 @@ const v1: FastifyPluginAsync<V1Options> = async (app, options) => {
   app.addHook('onRoute', (route) => {
     documentOperation(route, options);
     const operationId = route.schema?.operationId;
+    if (route.config?.cost !== undefined) return;
     if (operationId) operations.add(operationId);
     route.config = { ...route.config, cost: app.rateLimit.costOf(operationId) };
   });
@@ -82,6 +87,7 @@ const v1: FastifyPluginAsync<V1Options> = async (app, options) => {
   app.setNotFoundHandler(notFoundHandler);
   app.get('/openapi.json', { schema: { hide: true }, config: { public: true } }, async () => app.swagger());
   await app.register(pets);
+  await app.register(rateLimitRoutes, { operations: () => [...operations] });
   const unserved = app.rateLimit.pricedOperations().filter((operation) => !operations.has(operation));
   if (unserved.length > 0) {
     throw new ConfigError(

@@ -48,6 +48,26 @@ export interface paths {
     patch?: never;
     trace?: never;
   };
+  '/rate_limit': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /**
+     * The key's rate limits and what is left of them; spends nothing of either window
+     * @description Counts towards no window, no ban and no concurrency limit; limited to 60 calls a minute per key of its own (429 `rate_limited`). A banned key gets its 429 `api_key_banned` here too.
+     */
+    get: operations['getRateLimit'];
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -1411,6 +1431,362 @@ export interface operations {
           sunset?: string;
           /** @description rel="successor-version" and rel="deprecation" links */
           link?: string;
+          /** @description This request's id, as logged and as quoted in every 5xx message: the `X-Request-Id` a trusted proxy sent (1 to 128 characters of `A-Z a-z 0-9 . _ : -`), else a new UUID */
+          'x-request-id'?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            /**
+             * @description Machine-readable error code
+             * @enum {string}
+             */
+            code:
+              | 'bad_request'
+              | 'unauthorized'
+              | 'forbidden'
+              | 'not_found'
+              | 'method_not_allowed'
+              | 'request_timeout'
+              | 'idempotency_key_in_use'
+              | 'conflict'
+              | 'gone'
+              | 'payload_too_large'
+              | 'unsupported_media_type'
+              | 'idempotency_key_mismatch'
+              | 'headers_too_large'
+              | 'rate_limited'
+              | 'api_key_banned'
+              | 'concurrency_limited'
+              | 'internal_error'
+              | 'service_unavailable';
+            /** @description Human-readable description */
+            message: string;
+            /** @description The HTTP status code, repeated */
+            status: number;
+          };
+        };
+      };
+    };
+  };
+  getRateLimit: {
+    parameters: {
+      query?: never;
+      header?: {
+        /** @description Entity tags of representations the client holds, or `*`; when one matches the current `ETag`, the answer is 304 without a body */
+        'if-none-match'?: string;
+      };
+      path?: never;
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description Default Response */
+      200: {
+        headers: {
+          /** @description Strong entity tag of the body: it changes exactly when the body does */
+          etag?: string;
+          /** @description `private, no-cache`: a client may keep the response and revalidate it with If-None-Match */
+          'cache-control'?: string;
+          /** @description Units allowed in the binding window (requests, unless an operation costs more) */
+          'x-ratelimit-limit'?: number;
+          /** @description Units left in the binding window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Unix time (seconds) when the binding window resets, or a ban ends */
+          'x-ratelimit-reset'?: number;
+          /** @description Both windows, as in draft-ietf-httpapi-ratelimit-headers */
+          'ratelimit-policy'?: string;
+          /** @description What is left of both windows and seconds until each resets */
+          ratelimit?: string;
+          /** @description This request's id, as logged and as quoted in every 5xx message: the `X-Request-Id` a trusted proxy sent (1 to 128 characters of `A-Z a-z 0-9 . _ : -`), else a new UUID */
+          'x-request-id'?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            /** @description The key's plan: free, pro, business or enterprise */
+            plan: string;
+            /** @description The minute window */
+            minute: {
+              /** @description Units the key may spend per minute */
+              limit: number;
+              /** @description Units left in the window */
+              remaining: number;
+              /** @description Units spent in the window so far */
+              used: number;
+              /** @description Unix time (seconds) when the window resets (every minute, aligned to UTC), as X-RateLimit-Reset */
+              reset: number;
+            };
+            /** @description The day window */
+            day: {
+              /** @description Units the key may spend per day */
+              limit: number;
+              /** @description Units left in the window */
+              remaining: number;
+              /** @description Units spent in the window so far */
+              used: number;
+              /** @description Unix time (seconds) when the window resets (at 00:00 UTC, aligned to UTC), as X-RateLimit-Reset */
+              reset: number;
+            };
+            /** @description Requests in flight: past the limit, 429 concurrency_limited */
+            concurrency: {
+              /** @description Requests the key may have in flight at once; null when it has no such limit */
+              limit: number | null;
+              /** @description Its requests in flight now, on every instance (this one not counted) */
+              inFlight: number;
+            };
+            /**
+             * @description Units each operation spends of both windows, by operationId (1 unless the operator prices it)
+             * @example {
+             *       "listPets": 1,
+             *       "createPet": 5,
+             *       "getPet": 1
+             *     }
+             */
+            costs: {
+              [key: string]: number;
+            };
+          };
+        };
+      };
+      /** @description Not Modified: the ETag matched If-None-Match; the client's copy is current. No body; not counted against the rate limit when it matched a tag the client sent */
+      304: {
+        headers: {
+          /** @description Strong entity tag of the body: it changes exactly when the body does */
+          etag?: string;
+          /** @description `private, no-cache`: a client may keep the response and revalidate it with If-None-Match */
+          'cache-control'?: string;
+          /** @description Units allowed in the binding window (requests, unless an operation costs more) */
+          'x-ratelimit-limit'?: number;
+          /** @description Units left in the binding window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Unix time (seconds) when the binding window resets, or a ban ends */
+          'x-ratelimit-reset'?: number;
+          /** @description Both windows, as in draft-ietf-httpapi-ratelimit-headers */
+          'ratelimit-policy'?: string;
+          /** @description What is left of both windows and seconds until each resets */
+          ratelimit?: string;
+          /** @description This request's id, as logged and as quoted in every 5xx message: the `X-Request-Id` a trusted proxy sent (1 to 128 characters of `A-Z a-z 0-9 . _ : -`), else a new UUID */
+          'x-request-id'?: string;
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
+      /** @description The request is invalid (`bad_request`); the message names each field at fault and what it must be */
+      400: {
+        headers: {
+          /** @description Units allowed in the binding window (requests, unless an operation costs more) */
+          'x-ratelimit-limit'?: number;
+          /** @description Units left in the binding window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Unix time (seconds) when the binding window resets, or a ban ends */
+          'x-ratelimit-reset'?: number;
+          /** @description Both windows, as in draft-ietf-httpapi-ratelimit-headers */
+          'ratelimit-policy'?: string;
+          /** @description What is left of both windows and seconds until each resets */
+          ratelimit?: string;
+          /** @description This request's id, as logged and as quoted in every 5xx message: the `X-Request-Id` a trusted proxy sent (1 to 128 characters of `A-Z a-z 0-9 . _ : -`), else a new UUID */
+          'x-request-id'?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            /**
+             * @description Machine-readable error code
+             * @enum {string}
+             */
+            code:
+              | 'bad_request'
+              | 'unauthorized'
+              | 'forbidden'
+              | 'not_found'
+              | 'method_not_allowed'
+              | 'request_timeout'
+              | 'idempotency_key_in_use'
+              | 'conflict'
+              | 'gone'
+              | 'payload_too_large'
+              | 'unsupported_media_type'
+              | 'idempotency_key_mismatch'
+              | 'headers_too_large'
+              | 'rate_limited'
+              | 'api_key_banned'
+              | 'concurrency_limited'
+              | 'internal_error'
+              | 'service_unavailable';
+            /** @description Human-readable description */
+            message: string;
+            /** @description The HTTP status code, repeated */
+            status: number;
+          };
+        };
+      };
+      /** @description API key missing, invalid, revoked or expired */
+      401: {
+        headers: {
+          /** @description Bearer realm="pets" (RFC 6750) */
+          'www-authenticate'?: string;
+          /** @description Units allowed in the binding window (requests, unless an operation costs more) */
+          'x-ratelimit-limit'?: number;
+          /** @description Units left in the binding window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Unix time (seconds) when the binding window resets, or a ban ends */
+          'x-ratelimit-reset'?: number;
+          /** @description Both windows, as in draft-ietf-httpapi-ratelimit-headers */
+          'ratelimit-policy'?: string;
+          /** @description What is left of both windows and seconds until each resets */
+          ratelimit?: string;
+          /** @description This request's id, as logged and as quoted in every 5xx message: the `X-Request-Id` a trusted proxy sent (1 to 128 characters of `A-Z a-z 0-9 . _ : -`), else a new UUID */
+          'x-request-id'?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            /**
+             * @description Machine-readable error code
+             * @enum {string}
+             */
+            code:
+              | 'bad_request'
+              | 'unauthorized'
+              | 'forbidden'
+              | 'not_found'
+              | 'method_not_allowed'
+              | 'request_timeout'
+              | 'idempotency_key_in_use'
+              | 'conflict'
+              | 'gone'
+              | 'payload_too_large'
+              | 'unsupported_media_type'
+              | 'idempotency_key_mismatch'
+              | 'headers_too_large'
+              | 'rate_limited'
+              | 'api_key_banned'
+              | 'concurrency_limited'
+              | 'internal_error'
+              | 'service_unavailable';
+            /** @description Human-readable description */
+            message: string;
+            /** @description The HTTP status code, repeated */
+            status: number;
+          };
+        };
+      };
+      /** @description Rate limit exceeded (`rate_limited`), too many requests of the key in flight at once (`concurrency_limited`, costing nothing), or the caller is banned for a while (`api_key_banned`) */
+      429: {
+        headers: {
+          /** @description Seconds to wait before retrying */
+          'retry-after'?: number;
+          /** @description Units allowed in the binding window (requests, unless an operation costs more) */
+          'x-ratelimit-limit'?: number;
+          /** @description Units left in the binding window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Unix time (seconds) when the binding window resets, or a ban ends */
+          'x-ratelimit-reset'?: number;
+          /** @description Both windows, as in draft-ietf-httpapi-ratelimit-headers */
+          'ratelimit-policy'?: string;
+          /** @description What is left of both windows and seconds until each resets */
+          ratelimit?: string;
+          /** @description This request's id, as logged and as quoted in every 5xx message: the `X-Request-Id` a trusted proxy sent (1 to 128 characters of `A-Z a-z 0-9 . _ : -`), else a new UUID */
+          'x-request-id'?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            /**
+             * @description Machine-readable error code
+             * @enum {string}
+             */
+            code:
+              | 'bad_request'
+              | 'unauthorized'
+              | 'forbidden'
+              | 'not_found'
+              | 'method_not_allowed'
+              | 'request_timeout'
+              | 'idempotency_key_in_use'
+              | 'conflict'
+              | 'gone'
+              | 'payload_too_large'
+              | 'unsupported_media_type'
+              | 'idempotency_key_mismatch'
+              | 'headers_too_large'
+              | 'rate_limited'
+              | 'api_key_banned'
+              | 'concurrency_limited'
+              | 'internal_error'
+              | 'service_unavailable';
+            /** @description Human-readable description */
+            message: string;
+            /** @description The HTTP status code, repeated */
+            status: number;
+          };
+        };
+      };
+      /** @description A failure inside the service (`internal_error`); the message names the request id to quote, and nothing of the cause */
+      500: {
+        headers: {
+          /** @description Units allowed in the binding window (requests, unless an operation costs more) */
+          'x-ratelimit-limit'?: number;
+          /** @description Units left in the binding window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Unix time (seconds) when the binding window resets, or a ban ends */
+          'x-ratelimit-reset'?: number;
+          /** @description Both windows, as in draft-ietf-httpapi-ratelimit-headers */
+          'ratelimit-policy'?: string;
+          /** @description What is left of both windows and seconds until each resets */
+          ratelimit?: string;
+          /** @description This request's id, as logged and as quoted in every 5xx message: the `X-Request-Id` a trusted proxy sent (1 to 128 characters of `A-Z a-z 0-9 . _ : -`), else a new UUID */
+          'x-request-id'?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            /**
+             * @description Machine-readable error code
+             * @enum {string}
+             */
+            code:
+              | 'bad_request'
+              | 'unauthorized'
+              | 'forbidden'
+              | 'not_found'
+              | 'method_not_allowed'
+              | 'request_timeout'
+              | 'idempotency_key_in_use'
+              | 'conflict'
+              | 'gone'
+              | 'payload_too_large'
+              | 'unsupported_media_type'
+              | 'idempotency_key_mismatch'
+              | 'headers_too_large'
+              | 'rate_limited'
+              | 'api_key_banned'
+              | 'concurrency_limited'
+              | 'internal_error'
+              | 'service_unavailable';
+            /** @description Human-readable description */
+            message: string;
+            /** @description The HTTP status code, repeated */
+            status: number;
+          };
+        };
+      };
+      /** @description The service is overloaded, shutting down, or cannot reach its database (`service_unavailable`); retry after Retry-After */
+      503: {
+        headers: {
+          /** @description Seconds to wait before retrying */
+          'retry-after'?: number;
+          /** @description Units allowed in the binding window (requests, unless an operation costs more) */
+          'x-ratelimit-limit'?: number;
+          /** @description Units left in the binding window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Unix time (seconds) when the binding window resets, or a ban ends */
+          'x-ratelimit-reset'?: number;
+          /** @description Both windows, as in draft-ietf-httpapi-ratelimit-headers */
+          'ratelimit-policy'?: string;
+          /** @description What is left of both windows and seconds until each resets */
+          ratelimit?: string;
           /** @description This request's id, as logged and as quoted in every 5xx message: the `X-Request-Id` a trusted proxy sent (1 to 128 characters of `A-Z a-z 0-9 . _ : -`), else a new UUID */
           'x-request-id'?: string;
           [name: string]: unknown;

@@ -91,6 +91,13 @@ declare module 'fastify' {
   interface FastifyInstance {
     conditionalRequests: ConditionalRequests;
   }
+  interface FastifyContextConfig {
+    /**
+     * A read whose answer changes with every request, not with the data (the quota lookup): its tag
+     * is never remembered as current, so a revalidation of it always reaches its handler.
+     */
+    volatile?: boolean;
+  }
 }
 
 export interface ConditionalRequests {
@@ -144,7 +151,8 @@ export default fp<ConditionalRequestsOptions>(
       answerKnown(request, reply) {
         const tag = (request as Revalidating)[NOT_MODIFIED];
         if (!tag) {
-          if (dataVersion && request.method === 'GET' && request.headers['if-none-match'] !== undefined) {
+          const revalidates = request.method === 'GET' && request.headers['if-none-match'] !== undefined;
+          if (dataVersion && revalidates && !request.routeOptions.config.volatile) {
             (request as Revalidating)[READ_AT_VERSION] = dataVersion.current();
           }
           return false;

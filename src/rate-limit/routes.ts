@@ -1,0 +1,54 @@
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import { refuseOtherMethods } from '../platform/http/method-not-allowed.js';
+import { ErrorBody } from '../platform/schemas/error.js';
+import { RateLimitStatus } from './schemas.js';
+
+export interface RateLimitRoutesOptions {
+  /** The operations the API serves (their operationIds), whose costs the answer lists. */
+  operations: () => string[];
+}
+
+/** What a quota lookup spends of the key's windows: nothing (the pipeline only checks them, and a ban). */
+export const QUOTA_LOOKUP_COST = 0;
+
+/**
+ * GitHub's GET /rate_limit: a caller learns its standing without spending any of it. The lookups
+ * have a limit of their own (app.rateLimit.standing), so that polling it costs the service little.
+ */
+const rateLimitRoutes: FastifyPluginAsyncTypebox<RateLimitRoutesOptions> = async (app, { operations }) => {
+  app.get(
+    '/rate_limit',
+    {
+      schema: {
+        operationId: 'getRateLimit',
+        tags: ['rate limits'],
+        summary: "The key's rate limits and what is left of them; spends nothing of either window",
+        description:
+          'Counts towards no window, no ban and no concurrency limit; limited to 60 calls a minute per key of its own (429 `rate_limited`). A banned key gets its 429 `api_key_banned` here too.',
+        response: { 200: RateLimitStatus, 400: ErrorBody },
+      },
+      config: { cost: QUOTA_LOOKUP_COST, volatile: true },
+    },
+    async (request) => {
+      const key = request.apiKey!;
+      const now = app.now();
+      const standing = await app.rateLimit.standing(key, now);
+      const window = ({ limit, used, resetAt }: { limit: number; used: number; resetAt: number }) => ({
+        limit,
+        remaining: Math.max(0, limit - used),
+        used,
+        reset: Math.ceil(resetAt / 1000),
+      });
+      return {
+        plan: key.plan,
+        minute: window(standing.minute),
+        day: window(standing.day),
+        concurrency: standing.concurrency,
+        costs: Object.fromEntries(operations().map((operation) => [operation, app.rateLimit.costOf(operation)])),
+      };
+    },
+  );
+  refuseOtherMethods(app, '/rate_limit', ['GET']);
+};
+
+export default rateLimitRoutes;

@@ -1,0 +1,36 @@
+import { Type, type Static } from '@sinclair/typebox';
+
+const QuotaWindow = (window: string, size: string) =>
+  Type.Object(
+    {
+      limit: Type.Integer({ description: `Units the key may spend per ${window}` }),
+      remaining: Type.Integer({ description: 'Units left in the window' }),
+      used: Type.Integer({ description: 'Units spent in the window so far' }),
+      reset: Type.Integer({ description: `Unix time (seconds) when the window resets (${size}, aligned to UTC), as X-RateLimit-Reset` }),
+    },
+    { description: `The ${window} window` },
+  );
+
+/** GET /v1/rate_limit's answer: a key's standing, counting nothing of it. */
+export const RateLimitStatus = Type.Object(
+  {
+    plan: Type.String({ description: "The key's plan: free, pro, business or enterprise" }),
+    minute: QuotaWindow('minute', 'every minute'),
+    day: QuotaWindow('day', 'at 00:00 UTC'),
+    concurrency: Type.Object(
+      {
+        limit: Type.Union([Type.Integer(), Type.Null()], {
+          description: 'Requests the key may have in flight at once; null when it has no such limit',
+        }),
+        inFlight: Type.Integer({ description: 'Its requests in flight now, on every instance (this one not counted)' }),
+      },
+      { description: 'Requests in flight: past the limit, 429 concurrency_limited' },
+    ),
+    costs: Type.Record(Type.String(), Type.Integer(), {
+      description: 'Units each operation spends of both windows, by operationId (1 unless the operator prices it)',
+      examples: [{ listPets: 1, createPet: 5, getPet: 1 }],
+    }),
+  },
+  { title: 'RateLimitStatus' },
+);
+export type RateLimitStatus = Static<typeof RateLimitStatus>;

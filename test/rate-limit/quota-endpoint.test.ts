@@ -1,0 +1,90 @@
+import { describe, expect } from 'vitest';
+import type { FastifyInstance } from 'fastify';
+import { describeAppTest } from '../support/fixtures.js';
+import { bearer, waitForKey } from '../support/keys.js';
+import { RATE_LIMIT_STORES, REDIS_URL } from '../support/redis.js';
+import { DAY, MINUTE, T0, type TestClock } from '../support/time.js';
+
+/** A key known to the app, at the start of a fresh day and minute (waiting for it spent none of the windows counted). */
+async function freshKey(app: FastifyInstance, clock: TestClock, settings: Parameters<FastifyInstance['apiKeysRepository']['create']>[0]) {
+  const { key } = await app.apiKeysRepository.create(settings);
+  const headers = bearer(key);
+  await waitForKey(async () => {
+    clock.advance(DAY);
+    return (await app.inject({ url: '/v1/pets/0', headers })).statusCode;
+  });
+  clock.set((Math.floor(clock.now() / DAY) + 1) * DAY + 10 * MINUTE + 30_000);
+  return headers;
+}
+
+describe.each(RATE_LIMIT_STORES)('GET /v1/rate_limit with the $name store', (store) => {
+  const test = describeAppTest({
+    clock: T0,
+    envAtBuild: () => ({
+      ...store.env(),
+      RATE_LIMIT_COSTS: 'createPet=5',
+      RATE_LIMIT_BAN_THRESHOLD: '2',
+      RATE_LIMIT_CONCURRENCY: 'free=3',
+    }),
+  });
+
+  describe.skipIf(store.usesRedis && !REDIS_URL)('', () => {
+    test("tells the key's standing, spending nothing of it, and has a limit of its own", async ({ t, clock }) => {
+      const headers = await freshKey(t.app, clock, { plan: 'free' });
+      const lookup = () => t.app.inject({ url: '/v1/rate_limit', headers });
+      expect((await t.app.inject({ method: 'POST', url: '/v1/pets', payload: { name: 'Rex', categoryId: 1 }, headers })).statusCode).toBe(
+        201,
+      );
+      expect((await t.app.inject({ url: '/v1/pets?limit=1', headers })).statusCode).toBe(200);
+
+      const minuteReset = Math.ceil((Math.floor(clock.now() / MINUTE) + 1) * (MINUTE / 1000));
+      const dayReset = (Math.floor(clock.now() / DAY) + 1) * (DAY / 1000);
+      for (let i = 0; i < 60; i++) {
+        const answer = await lookup();
+        expect(answer.statusCode).toBe(200);
+        expect(answer.json()).toEqual({
+          plan: 'free',
+          minute: { limit: 60, remaining: 54, used: 6, reset: minuteReset },
+          day: { limit: 1_000, remaining: 994, used: 6, reset: dayReset },
+          concurrency: { limit: 3, inFlight: 0 },
+          costs: { listPets: 1, createPet: 5, getPet: 1 },
+        });
+        expect(answer.headers['x-ratelimit-remaining']).toBe('54');
+      }
+      // The 61st lookup of the minute is refused; the key's own requests are not.
+      const refused = await lookup();
+      expect(refused.statusCode).toBe(429);
+      expect(refused.json()).toMatchObject({ code: 'rate_limited', status: 429 });
+      expect(refused.json().message).toBe('GET /v1/rate_limit answers 60 times a minute per API key; retry after the Retry-After delay');
+      expect(refused.headers['retry-after']).toBe('30');
+      expect((await t.app.inject({ url: '/v1/pets?limit=1', headers })).headers['x-ratelimit-remaining']).toBe('53');
+      clock.advance(MINUTE);
+      expect((await lookup()).json().minute).toMatchObject({ remaining: 60, used: 0 });
+    });
+
+    test('a key with its window spent still looks; refusals past the ban threshold there ban no one; a banned key gets its 429 there', async ({
+      t,
+      clock,
+    }) => {
+      const headers = await freshKey(t.app, clock, { plan: 'enterprise', limits: { perMinute: 2, perDay: 100 } });
+      const lookup = () => t.app.inject({ url: '/v1/rate_limit', headers });
+      for (let i = 0; i < 2; i++) expect((await t.app.inject({ url: '/v1/pets?limit=1', headers })).statusCode).toBe(200);
+      const spent = await lookup();
+      expect(spent.statusCode).toBe(200);
+      expect(spent.json().minute).toMatchObject({ limit: 2, remaining: 0, used: 2 });
+      expect(spent.json().concurrency).toEqual({ limit: null, inFlight: 0 });
+
+      // Three refusals past the threshold of 2 ban the key: its lookup says so too.
+      for (let i = 0; i < 3; i++) expect((await t.app.inject({ url: '/v1/pets?limit=1', headers })).statusCode).toBe(429);
+      const banned = await lookup();
+      expect(banned.statusCode).toBe(429);
+      expect(banned.json().code).toBe('api_key_banned');
+    });
+
+    test('without a valid key: 401, counted against the address like any request', async ({ t }) => {
+      const answer = await t.app.inject({ url: '/v1/rate_limit', headers: { authorization: 'Bearer psk_nothing' } });
+      expect(answer.statusCode).toBe(401);
+      expect(answer.headers['x-ratelimit-limit']).toBe('60');
+    });
+  });
+});
