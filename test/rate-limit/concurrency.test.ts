@@ -121,6 +121,29 @@ describe.skipIf(!REDIS_URL || !POSTGRES_URL)('concurrency limits across two inst
     await inFlight(a.app, record.quotaId, 0);
   });
 
+  it("a slow request's lease is renewed while it is in flight: it holds its slot past the lease's length", async () => {
+    const { key, record } = await a.app.apiKeysRepository.create({ plan: 'free', concurrency: 1 });
+    const headers = bearer(key);
+    await waitForKeyOnApp(a.app, headers);
+    await waitForKeyOnApp(b.app, headers);
+    const slow = await slowCreate(await portOf(a.app), headers);
+    await inFlight(b.app, record.quotaId, 1);
+    const leases = `${env.REDIS_KEY_PREFIX}rl:{key:${record.quotaId}}:c`;
+    const redis = new Redis(REDIS_URL!);
+    try {
+      const [, taken] = await redis.zrange(leases, 0, 0, 'WITHSCORES');
+      clock.advance(4_000);
+      // Renewed (once a second) from the clock as it now reads: 5 s ahead of it.
+      await eventually(async () => Number((await redis.zrange(leases, 0, 0, 'WITHSCORES'))[1]) >= Number(taken) + 4_000);
+      clock.advance(2_000);
+      expect((await get(b.app, headers)).json().code).toBe('concurrency_limited');
+    } finally {
+      redis.disconnect();
+      slow.socket.destroy();
+    }
+    await inFlight(b.app, record.quotaId, 0);
+  });
+
   it('an instance that stops without giving its slots back holds them for a lease (5 s) at most', async () => {
     const { key, record } = await a.app.apiKeysRepository.create({ plan: 'free' });
     const headers = bearer(key);
