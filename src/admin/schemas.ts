@@ -38,7 +38,11 @@ const EnforceLimits = Type.Boolean({
 const Concurrency = Type.Integer({
   minimum: 1,
   maximum: 100_000,
-  description: "The key's own limit of requests in flight at once; null or absent for its plan's (RATE_LIMIT_CONCURRENCY)",
+  description: "The key's own limit of requests in flight at once; null for its plan's (RATE_LIMIT_CONCURRENCY)",
+});
+/** In a body: null puts the key back on its plan's limit. */
+const ConcurrencyInput = Type.Union([Concurrency, Type.Null()], {
+  description: Concurrency.description,
   'x-error-message': 'must be an integer from 1 to 100000, or null',
 });
 
@@ -103,7 +107,7 @@ export const NewAdminKey = Type.Object(
     expiresAt: Type.Optional(FutureTimestamp),
     readOnly: Type.Optional(Type.Boolean({ description: 'A key for the GET operations only' })),
     enforceLimits: Type.Optional({ ...EnforceLimits, default: true }),
-    concurrency: Type.Optional(Nullable(Concurrency)),
+    concurrency: Type.Optional(ConcurrencyInput),
   },
   { title: 'NewAdminKey', additionalProperties: false, 'x-error-message': 'must be a JSON object with known fields only' },
 );
@@ -116,7 +120,7 @@ export const AdminKeyChange = Type.Object(
     perDay: Type.Optional(Limit('day')),
     name: Type.Optional(KeyName),
     enforceLimits: Type.Optional(EnforceLimits),
-    concurrency: Type.Optional(Nullable(Concurrency)),
+    concurrency: Type.Optional(ConcurrencyInput),
   },
   {
     title: 'AdminKeyChange',

@@ -31,6 +31,9 @@ export const RateLimitStatus = Type.Object(
       examples: [{ listPets: 1, createPet: 5, getPet: 1 }],
     }),
   },
-  { title: 'RateLimitStatus' },
+  {
+    title: 'RateLimitStatus',
+    description: "The key's plan, what is left of its windows, its requests in flight, and what each operation costs",
+  },
 );
 export type RateLimitStatus = Static<typeof RateLimitStatus>;

@@ -46,6 +46,31 @@ describe('create', () => {
     expect(refused.statusCode).toBe(403);
   });
 
+  test("enforceLimits and concurrency: set on create, changed by PATCH (null: the plan's again), kept by a rotation, checked", async ({
+    t,
+    admin,
+  }) => {
+    const created = await createKey(admin, { plan: 'free', enforceLimits: false, concurrency: 2 });
+    expect(created).toMatchObject({ enforceLimits: false, concurrency: 2 });
+    const { id } = created;
+    const rotated = await admin.request('POST', `/admin/v1/keys/${id}/rotate`, { json: { overlapSeconds: 3600 } });
+    expect(rotated.body).toMatchObject({ enforceLimits: false, concurrency: 2 });
+    // A change of the newest key reaches the old one still in its overlap, as the plan does.
+    const changed = await admin.request('PATCH', `/admin/v1/keys/${rotated.body.id}`, { json: { enforceLimits: true, concurrency: null } });
+    expect(changed.status, JSON.stringify(changed.body)).toBe(200);
+    expect(changed.body).toMatchObject({ enforceLimits: true, concurrency: null });
+    expect((await admin.request('GET', `/admin/v1/keys/${id}`)).body).toMatchObject({ enforceLimits: true, concurrency: null });
+    await waitForKeyOnApp(t.app, bearer(rotated.body.key));
+    const standing = await t.app.inject({ url: '/v1/rate_limit', headers: bearer(rotated.body.key) });
+    expect(standing.json().concurrency).toEqual({ limit: 5, inFlight: 0 });
+
+    for (const json of [{ concurrency: 0 }, { concurrency: 100_001 }, { concurrency: 1.5 }, { enforceLimits: 'no' }]) {
+      const refused = await admin.request('PATCH', `/admin/v1/keys/${rotated.body.id}`, { json });
+      expectError(refused, 400, 'bad_request');
+      expect(refused.body.message, JSON.stringify(json)).toContain(`body/${Object.keys(json)[0]}`);
+    }
+  });
+
   test('400 for limits that do not go with the plan, unknown fields, a past expiry and bad values; nothing is created', async ({
     t,
     admin,

@@ -1481,7 +1481,7 @@ export interface operations {
     };
     requestBody?: never;
     responses: {
-      /** @description Default Response */
+      /** @description The key's plan, what is left of its windows, its requests in flight, and what each operation costs */
       200: {
         headers: {
           /** @description Strong entity tag of the body: it changes exactly when the body does */

@@ -33,7 +33,7 @@ export default fp<OpenApiOptions>(
         },
       },
       transform: ({ schema, url }) => ({
-        schema: url.startsWith(`${apiPrefix}/`) ? describeErrors(schema) : { ...schema, hide: true },
+        schema: url.startsWith(`${apiPrefix}/`) ? (withNullable(describeErrors(schema)) as FastifySchema) : { ...schema, hide: true },
         url: url.slice(apiPrefix.length),
       }),
     });
@@ -56,4 +56,19 @@ function describeErrors(schema: FastifySchema): FastifySchema {
     response.description || !ERROR_STATUS_DESCRIPTIONS[status] ? response : { ...response, description: ERROR_STATUS_DESCRIPTIONS[status] },
   ]);
   return { ...schema, response: Object.fromEntries(described) };
+}
+
+/**
+ * OpenAPI 3.0 has no null type: a schema that is a union of one type and null (TypeBox's
+ * `Type.Union([T, Type.Null()])`, which validation checks as written) is documented as that type, `nullable`.
+ */
+function withNullable(schema: unknown): unknown {
+  if (Array.isArray(schema)) return schema.map(withNullable);
+  if (schema === null || typeof schema !== 'object') return schema;
+  const { anyOf, ...rest } = Object.fromEntries(Object.entries(schema).map(([name, value]) => [name, withNullable(value)])) as {
+    anyOf?: Array<{ type?: unknown }>;
+  };
+  const others = anyOf?.filter((member) => member.type !== 'null');
+  if (!anyOf || others!.length !== 1 || anyOf.length !== 2) return anyOf ? { anyOf, ...rest } : rest;
+  return { ...others![0], ...rest, nullable: true };
 }

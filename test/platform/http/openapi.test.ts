@@ -38,8 +38,16 @@ describe('the OpenAPI document at /v1/openapi.json', () => {
     expect(document.servers).toEqual([{ url: 'https://api.example.test/v1' }]);
   });
 
-  test('lists the three operations relative to the base URL, and nothing else', ({ document }) => {
-    expect(Object.keys(document.paths).sort()).toEqual(['/pets', '/pets/{petId}']);
+  test("lists the interface's three operations and the quota lookup relative to the base URL, and nothing else", ({ document }) => {
+    expect(Object.keys(document.paths).sort()).toEqual(['/pets', '/pets/{petId}', '/rate_limit']);
+    expect(document.paths['/rate_limit'].get.operationId).toBe('getRateLimit');
+    expect(
+      document.paths['/rate_limit'].get.responses[200].content['application/json'].schema.properties.concurrency.properties.limit,
+    ).toEqual({
+      type: 'integer',
+      nullable: true,
+      description: 'Requests the key may have in flight at once; null when it has no such limit',
+    });
     expect(document.paths['/pets'].get.operationId).toBe('listPets');
     expect(document.paths['/pets'].post.operationId).toBe('createPet');
     expect(document.paths['/pets/{petId}'].get.operationId).toBe('getPet');
