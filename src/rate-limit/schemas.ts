@@ -6,7 +6,7 @@ const QuotaWindow = (window: string, size: string) =>
       limit: Type.Integer({ description: `Units the key may spend per ${window}` }),
       remaining: Type.Integer({ description: 'Units left in the window' }),
       used: Type.Integer({ description: 'Units spent in the window so far' }),
-      reset: Type.Integer({ description: `Unix time (seconds) when the window resets (${size}, aligned to UTC), as X-RateLimit-Reset` }),
+      reset: Type.Integer({ description: `Unix time (seconds) when the window resets (${size}), as X-RateLimit-Reset` }),
     },
     { description: `The ${window} window` },
   );
@@ -15,7 +15,7 @@ const QuotaWindow = (window: string, size: string) =>
 export const RateLimitStatus = Type.Object(
   {
     plan: Type.String({ description: "The key's plan: free, pro, business or enterprise" }),
-    minute: QuotaWindow('minute', 'every minute'),
+    minute: QuotaWindow('minute', 'on the minute, UTC'),
     day: QuotaWindow('day', 'at 00:00 UTC'),
     concurrency: Type.Object(
       {

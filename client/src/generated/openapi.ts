@@ -1514,7 +1514,7 @@ export interface operations {
               remaining: number;
               /** @description Units spent in the window so far */
               used: number;
-              /** @description Unix time (seconds) when the window resets (every minute, aligned to UTC), as X-RateLimit-Reset */
+              /** @description Unix time (seconds) when the window resets (on the minute, UTC), as X-RateLimit-Reset */
               reset: number;
             };
             /** @description The day window */
@@ -1525,7 +1525,7 @@ export interface operations {
               remaining: number;
               /** @description Units spent in the window so far */
               used: number;
-              /** @description Unix time (seconds) when the window resets (at 00:00 UTC, aligned to UTC), as X-RateLimit-Reset */
+              /** @description Unix time (seconds) when the window resets (at 00:00 UTC), as X-RateLimit-Reset */
               reset: number;
             };
             /** @description Requests in flight: past the limit, 429 concurrency_limited */
