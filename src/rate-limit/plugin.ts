@@ -207,12 +207,11 @@ export default fp<RateLimitOptions>(
     const leasePrefix = randomBytes(6).toString('hex');
     let leases = 0;
 
-    /** Holds one of the key's slots for requests in flight until the response is sent or the connection closes; 429 when none is free. */
+    /** The key's limit of requests in flight: its own, else its plan's; undefined for none. */
     const concurrencyOf = (key: ApiKeyIdentity): number | undefined => key.concurrency ?? options.concurrency[key.plan];
 
-    async function holdSlot(reply: FastifyReply, key: ApiKeyIdentity, now: number) {
-      const limit = concurrencyOf(key);
-      if (limit === undefined) return;
+    /** Holds one of the key's `limit` slots for requests in flight until the response is sent or the connection closes; 429 when none is free. */
+    async function holdSlot(reply: FastifyReply, key: ApiKeyIdentity, limit: number, now: number) {
       const subject = keySubject(key.quotaId);
       const lease = `${leasePrefix}:${++leases}`;
       if (!(await store.acquire(subject, limit, lease, now))) {
@@ -260,7 +259,9 @@ export default fp<RateLimitOptions>(
       },
 
       async admit(request, reply, { key, now, free, cost: operationCost }) {
-        if (key && operationCost > 0) await holdSlot(reply, key, now);
+        // Synchronous when the key has no concurrency limit: no await on the hot path for nothing.
+        const concurrency = key && operationCost > 0 ? concurrencyOf(key) : undefined;
+        if (concurrency !== undefined) await holdSlot(reply, key!, concurrency, now);
         const client = key ? undefined : clientOfAddress(request.ip);
         const subject = client === undefined ? keySubject(key!.quotaId) : addressSubject(client);
         const limits = key ?? ANONYMOUS;
