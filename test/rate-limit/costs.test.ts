@@ -3,9 +3,9 @@ import { loadConfig } from '../../src/platform/config.js';
 import { MemoryStore } from '../../src/rate-limit/memory-store.js';
 import { describeAppTest } from '../support/fixtures.js';
 import { buildTestApp } from '../support/app.js';
-import { bearer, waitForKey } from '../support/keys.js';
+import { keyInFreshWindows } from '../support/keys.js';
 import { RATE_LIMIT_STORES, REDIS_URL } from '../support/redis.js';
-import { DAY, MINUTE, T0 } from '../support/time.js';
+import { MINUTE, T0 } from '../support/time.js';
 
 describe('RATE_LIMIT_COSTS', () => {
   it('prices operations by operationId, 1 to 1000 units each; unset, none', () => {
@@ -50,14 +50,8 @@ describe.each(RATE_LIMIT_STORES)('costs per operation with the $name store', (st
       t,
       clock,
     }) => {
-      const { key } = await t.app.apiKeysRepository.create({ plan: 'enterprise', limits: { perMinute: 12, perDay: 100 } });
-      const headers = bearer(key);
-      // Each try a day later, so that waiting spends none of the quota the test then counts.
-      await waitForKey(async () => {
-        clock.advance(DAY);
-        return (await t.app.inject({ url: '/v1/pets/0', headers })).statusCode;
-      });
-      clock.set((Math.floor(clock.now() / DAY) + 1) * DAY + 10 * 60 * MINUTE);
+      const limits = { perMinute: 12, perDay: 100 };
+      const { headers } = await keyInFreshWindows(t.app, clock, { plan: 'enterprise', limits }, 10 * 60 * MINUTE);
       const create = () => t.app.inject({ method: 'POST', url: '/v1/pets', payload: { name: 'Rex', categoryId: 1 }, headers });
 
       const first = await create();

@@ -1,21 +1,8 @@
 import { describe, expect } from 'vitest';
-import type { FastifyInstance } from 'fastify';
 import { describeAppTest } from '../support/fixtures.js';
-import { bearer, waitForKey } from '../support/keys.js';
+import { keyInFreshWindows } from '../support/keys.js';
 import { RATE_LIMIT_STORES, REDIS_URL } from '../support/redis.js';
-import { DAY, MINUTE, T0, type TestClock } from '../support/time.js';
-
-/** A key known to the app, at the start of a fresh day and minute (waiting for it spent none of the windows counted). */
-async function freshKey(app: FastifyInstance, clock: TestClock, settings: Parameters<FastifyInstance['apiKeysRepository']['create']>[0]) {
-  const { key } = await app.apiKeysRepository.create(settings);
-  const headers = bearer(key);
-  await waitForKey(async () => {
-    clock.advance(DAY);
-    return (await app.inject({ url: '/v1/pets/0', headers })).statusCode;
-  });
-  clock.set((Math.floor(clock.now() / DAY) + 1) * DAY + 10 * MINUTE + 30_000);
-  return headers;
-}
+import { DAY, MINUTE, T0 } from '../support/time.js';
 
 describe.each(RATE_LIMIT_STORES)('GET /v1/rate_limit with the $name store', (store) => {
   const test = describeAppTest({
@@ -30,7 +17,7 @@ describe.each(RATE_LIMIT_STORES)('GET /v1/rate_limit with the $name store', (sto
 
   describe.skipIf(store.usesRedis && !REDIS_URL)('', () => {
     test("tells the key's standing, spending nothing of it, and has a limit of its own", async ({ t, clock }) => {
-      const headers = await freshKey(t.app, clock, { plan: 'free' });
+      const { headers } = await keyInFreshWindows(t.app, clock, { plan: 'free' }, 10 * MINUTE + 30_000);
       const lookup = () => t.app.inject({ url: '/v1/rate_limit', headers });
       expect((await t.app.inject({ method: 'POST', url: '/v1/pets', payload: { name: 'Rex', categoryId: 1 }, headers })).statusCode).toBe(
         201,
@@ -66,7 +53,12 @@ describe.each(RATE_LIMIT_STORES)('GET /v1/rate_limit with the $name store', (sto
       t,
       clock,
     }) => {
-      const headers = await freshKey(t.app, clock, { plan: 'enterprise', limits: { perMinute: 2, perDay: 100 } });
+      const { headers } = await keyInFreshWindows(
+        t.app,
+        clock,
+        { plan: 'enterprise', limits: { perMinute: 2, perDay: 100 } },
+        10 * MINUTE + 30_000,
+      );
       const lookup = () => t.app.inject({ url: '/v1/rate_limit', headers });
       for (let i = 0; i < 2; i++) expect((await t.app.inject({ url: '/v1/pets?limit=1', headers })).statusCode).toBe(200);
       const spent = await lookup();

@@ -3,9 +3,9 @@ import type { FastifyInstance } from 'fastify';
 import { loadConfig } from '../../src/platform/config.js';
 import { buildTestApp } from '../support/app.js';
 import { describeAppTest } from '../support/fixtures.js';
-import { bearer, waitForKey } from '../support/keys.js';
+import { keyInFreshWindows } from '../support/keys.js';
 import { RATE_LIMIT_STORES, REDIS_URL } from '../support/redis.js';
-import { DAY, MINUTE, T0, type TestClock } from '../support/time.js';
+import { MINUTE, T0 } from '../support/time.js';
 
 const shadowRefusals = async (app: FastifyInstance) =>
   Object.fromEntries(
@@ -14,18 +14,6 @@ const shadowRefusals = async (app: FastifyInstance) =>
       value,
     ]),
   );
-
-/** A key of the app's, known to it, at the start of a fresh day and minute (waiting spent none of the windows counted). */
-async function freshKey(app: FastifyInstance, clock: TestClock, settings: Parameters<FastifyInstance['apiKeysRepository']['create']>[0]) {
-  const { key } = await app.apiKeysRepository.create(settings);
-  const headers = bearer(key);
-  await waitForKey(async () => {
-    clock.advance(DAY);
-    return (await app.inject({ url: '/v1/pets/0', headers })).statusCode;
-  });
-  clock.set((Math.floor(clock.now() / DAY) + 1) * DAY + 10 * MINUTE);
-  return headers;
-}
 
 describe('RATE_LIMIT_SHADOW_PLANS', () => {
   it('names plans; a plan there is not stops the start', async () => {
@@ -53,7 +41,11 @@ describe.each(RATE_LIMIT_STORES)('shadow mode with the $name store', (store) => 
       t,
       clock,
     }) => {
-      const headers = await freshKey(t.app, clock, { plan: 'enterprise', limits: { perMinute: 3, perDay: 100 }, enforceLimits: false });
+      const { headers } = await keyInFreshWindows(t.app, clock, {
+        plan: 'enterprise',
+        limits: { perMinute: 3, perDay: 100 },
+        enforceLimits: false,
+      });
       const before = (await shadowRefusals(t.app)).enterprise ?? 0;
       const logged = () => t.logs.entries().filter((entry) => entry.msg === 'rate limit shadow refusal').length;
       for (let i = 0; i < 3; i++) expect((await t.app.inject({ url: '/v1/pets?limit=1', headers })).statusCode).toBe(200);
@@ -83,8 +75,11 @@ describe.each(RATE_LIMIT_STORES)('shadow mode with the $name store', (store) => 
       t,
       clock,
     }) => {
-      const business = await freshKey(t.app, clock, { plan: 'business' });
-      const enforced = await freshKey(t.app, clock, { plan: 'enterprise', limits: { perMinute: 1_000, perDay: 100_000 } });
+      const { headers: business } = await keyInFreshWindows(t.app, clock, { plan: 'business' });
+      const { headers: enforced } = await keyInFreshWindows(t.app, clock, {
+        plan: 'enterprise',
+        limits: { perMinute: 1_000, perDay: 100_000 },
+      });
       const before = (await shadowRefusals(t.app)).business ?? 0;
       const spend = (headers: { authorization: string }) =>
         Promise.all(Array.from({ length: 1_001 }, () => t.app.inject({ url: '/v1/pets/0', headers }).then((reply) => reply.statusCode)));

@@ -1,9 +1,9 @@
 import { describe, expect } from 'vitest';
 import type { UsageWatcher } from '../../src/rate-limit/plugin.js';
 import { describeAppTest } from '../support/fixtures.js';
-import { bearer, waitForKey } from '../support/keys.js';
+import { keyInFreshWindows } from '../support/keys.js';
 import { RATE_LIMIT_STORES, REDIS_URL } from '../support/redis.js';
-import { DAY, MINUTE, T0 } from '../support/time.js';
+import { T0 } from '../support/time.js';
 
 describe.each(RATE_LIMIT_STORES)('watching usage with the $name store', (store) => {
   const test = describeAppTest({
@@ -19,13 +19,7 @@ describe.each(RATE_LIMIT_STORES)('watching usage with the $name store', (store) 
         crossed: ({ key, window, limit, used, threshold }) => heard.push(`${key.plan} ${window} ${threshold}%: ${used}/${limit}`),
         banned: ({ key, bannedUntil }) => heard.push(`${key.plan} banned for ${(bannedUntil - clock.now()) / 1000} s`),
       };
-      const { key } = await t.app.apiKeysRepository.create({ plan: 'enterprise', limits: { perMinute: 12, perDay: 100 } });
-      const headers = bearer(key);
-      await waitForKey(async () => {
-        clock.advance(DAY);
-        return (await t.app.inject({ url: '/v1/pets/0', headers })).statusCode;
-      });
-      clock.set((Math.floor(clock.now() / DAY) + 1) * DAY + 10 * MINUTE);
+      const { headers } = await keyInFreshWindows(t.app, clock, { plan: 'enterprise', limits: { perMinute: 12, perDay: 100 } });
       t.app.rateLimit.watchUsage(watcher);
       const list = () => t.app.inject({ url: '/v1/pets?limit=1', headers });
       const create = () => t.app.inject({ method: 'POST', url: '/v1/pets', payload: { name: 'Rex', categoryId: 1 }, headers });

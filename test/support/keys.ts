@@ -1,6 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import { hashKey } from '../../src/api-keys/format.js';
 import { eventually } from './eventually.js';
+import { DAY, MINUTE, type TestClock } from './time.js';
 
 /** A key's secret as the admin API and the keys command show it, once, on create and rotate. */
 export const KEY = /^psk_[0-9A-Za-z]{49}$/;
@@ -53,3 +54,24 @@ export const waitUntilCached = async (app: FastifyInstance, headers: { authoriza
  */
 export const waitUntilListed = (app: FastifyInstance, key: string) =>
   eventually(async () => app.keyFilter.mayHold(hashKey(key).toString('base64')));
+
+/**
+ * A new key of the app's (`settings` as the repository takes them), known to it, with the app's
+ * clock then moved to `offsetMs` into a day none of whose windows it has counted in: waiting for
+ * the key spends nothing of what a test then counts (each try is a day later).
+ */
+export async function keyInFreshWindows(
+  app: FastifyInstance,
+  clock: TestClock,
+  settings: Parameters<FastifyInstance['apiKeysRepository']['create']>[0],
+  offsetMs = 10 * MINUTE,
+) {
+  const { key, record } = await app.apiKeysRepository.create(settings);
+  const headers = bearer(key);
+  await waitForKey(async () => {
+    clock.advance(DAY);
+    return (await app.inject({ url: '/v1/pets/0', headers })).statusCode;
+  });
+  clock.set((Math.floor(clock.now() / DAY) + 1) * DAY + offsetMs);
+  return { headers, quotaId: record.quotaId };
+}
