@@ -15,6 +15,7 @@ import rateLimit from './rate-limit/plugin.js';
 import pets from './pets/plugin.js';
 import shutdown from './platform/http/shutdown.js';
 import v1, { API_PREFIX } from './v1/pipeline.js';
+import webhooks from './webhooks/plugin.js';
 import { logFormat, logOutput } from './platform/observability/log-output.js';
 import { stopTracing, traceLogMixin } from './platform/observability/tracing.js';
 
@@ -136,6 +137,7 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
     shadowPlans: config.rateLimitShadowPlans,
     concurrency: config.rateLimitConcurrency,
   });
+  if (config.webhooks) await app.register(webhooks, config.webhooks);
   await app.register(v1, {
     prefix: API_PREFIX,
     idempotencyKeyRetentionHours: config.IDEMPOTENCY_KEY_RETENTION_HOURS,

@@ -2,6 +2,7 @@ import { Type, type Static, type TSchema } from '@sinclair/typebox';
 import { DEFAULT_OVERLAP_SECONDS, KEY_STATES, MAX_OVERLAP_SECONDS } from '../api-keys/lifecycle.js';
 import { DATE_TIME, LATEST_EXPIRY } from '../api-keys/expiry.js';
 import { PLANS } from '../api-keys/plans.js';
+import { DELIVERY_STATES } from '../webhooks/repository.js';
 import { Cursor, Id, Name, PageLimit } from '../platform/schemas/common.js';
 
 /** A value or null, as OpenAPI 3.0 writes it (`nullable`), for responses. */
@@ -216,7 +217,8 @@ export const AuditEntry = Type.Object(
     ),
     requestId: Nullable(Type.String({ description: 'The X-Request-Id of the admin request, as logged' })),
     action: Type.String({
-      description: 'key.create, key.update, key.rotate, key.revoke, key.ban_lift, address.ban_lift, admin_token.create, admin_token.revoke',
+      description:
+        'key.create, key.update, key.rotate, key.revoke, key.ban_lift, address.ban_lift, webhook_delivery.retry, admin_token.create, admin_token.revoke',
     }),
     keyId: Nullable(Type.Integer({ format: 'int64' })),
     details: Type.Object({}, { additionalProperties: true, description: 'What changed; never a secret' }),
@@ -227,3 +229,47 @@ export const AuditEntries = Type.Array(AuditEntry, { title: 'AuditEntries', desc
 
 export const AuditQuery = Type.Object({ limit: PageLimit('Entries per page'), cursor: Cursor });
 export type AuditQuery = Static<typeof AuditQuery>;
+
+export const DeliveryState = literals(
+  DELIVERY_STATES,
+  'pending (to be attempted at nextAttemptAt), delivered (the receiver answered 2xx), failed (failed for 24 hours; retry puts it back)',
+);
+
+export const WebhookDelivery = Type.Object(
+  {
+    id: Type.Integer({ format: 'int64' }),
+    eventId: Type.String({ format: 'uuid', description: "The event's id: the same on every attempt" }),
+    type: Type.String({ description: 'usage.threshold or key.banned' }),
+    state: DeliveryState,
+    attempts: Type.Integer({ description: 'Attempts made so far' }),
+    createdAt: Timestamp,
+    nextAttemptAt: Nullable({ ...Timestamp, description: 'When a pending delivery is attempted next; null otherwise' }),
+    lastAttemptAt: Nullable(Timestamp),
+    lastStatus: Nullable(Type.Integer({ description: "The receiver's status at the last attempt; null when it gave none" })),
+    lastError: Nullable(Type.String({ description: 'What went wrong at the last attempt: HTTP 500, no answer within 10 s, ...' })),
+    deliveredAt: Nullable(Timestamp),
+    event: Type.Object(
+      {
+        id: Type.String(),
+        type: Type.String(),
+        createdAt: Timestamp,
+        data: Type.Object({}, { additionalProperties: true }),
+      },
+      { description: 'The body POSTed, as the receiver gets it' },
+    ),
+  },
+  { title: 'WebhookDelivery', description: 'A usage event and its delivery to WEBHOOK_URL' },
+);
+export const WebhookDeliveries = Type.Array(WebhookDelivery, {
+  title: 'WebhookDeliveries',
+  description: 'One page of deliveries, newest first',
+});
+
+export const ListDeliveriesQuery = Type.Object({
+  state: Type.Optional(DeliveryState),
+  limit: PageLimit('Entries per page'),
+  cursor: Cursor,
+});
+export type ListDeliveriesQuery = Static<typeof ListDeliveriesQuery>;
+
+export const DeliveryParams = Type.Object({ id: Type.Integer({ ...Id, description: 'The delivery id' }) });

@@ -12,6 +12,8 @@ import adminAuth, { ADMIN_SECURITY_SCHEME } from './auth.js';
 import { documentAdminOperation } from './contract.js';
 import adminKeys from './keys.js';
 import adminAddressBans from './address-bans.js';
+import adminWebhookDeliveries from './webhook-deliveries.js';
+import { createWebhookDeliveriesRepository } from '../webhooks/repository.js';
 
 export const ADMIN_PREFIX = '/admin/v1';
 
@@ -46,13 +48,14 @@ export async function buildAdminServer(app: FastifyInstance): Promise<FastifyIns
       version: '1.0.0',
       description:
         'Key management for the systems that sell and support access: issue, list, change, rotate and revoke API keys, ' +
-        'read their usage, list and lift bans of keys and addresses, and read the audit trail. Every error is an `Error` body `{code, message, status}`.',
+        'read their usage, list and lift bans of keys and addresses, follow the usage events sent by webhook, and read the audit trail. Every error is an `Error` body `{code, message, status}`.',
     },
     serverUrl: ADMIN_PREFIX,
     apiPrefix: ADMIN_PREFIX,
     tags: [
       { name: 'keys', description: 'API keys, their usage and bans' },
       { name: 'address bans', description: 'Client addresses banned for what was sent from them without a valid key' },
+      { name: 'webhooks', description: 'Usage events sent to WEBHOOK_URL, and their deliveries' },
       { name: 'audit', description: 'Who changed what, and when' },
     ],
     securityScheme: {
@@ -77,6 +80,7 @@ export async function buildAdminServer(app: FastifyInstance): Promise<FastifyIns
     });
     await operations.register(adminKeys, { keys: app.apiKeysRepository, rules: app.keyRules, audit, rateLimit: app.rateLimit });
     await operations.register(adminAddressBans, { audit, rateLimit: app.rateLimit });
+    await operations.register(adminWebhookDeliveries, { deliveries: createWebhookDeliveriesRepository(db), audit });
     await operations.register(adminAudit, { audit });
   });
   return admin;

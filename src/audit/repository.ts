@@ -15,6 +15,7 @@ export type AuditAction =
   | 'key.revoke'
   | 'key.ban_lift'
   | 'address.ban_lift'
+  | 'webhook_delivery.retry'
   | 'admin_token.create'
   | 'admin_token.revoke';
 

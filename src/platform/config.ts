@@ -182,6 +182,33 @@ export const ConfigSchema = Type.Object({
     description:
       "Requests a key may have in flight at once, per plan, as `plan=requests` pairs (1 to 100000); a plan not named has no such limit, `off` none. The admin API's `concurrency` sets one key's own. Over it: 429 `concurrency_limited`, costing no quota.",
   }),
+  WEBHOOK_URL: Type.Optional(
+    Type.String({
+      pattern: '^https?://[^/\\s]+(/\\S*)?$',
+      examples: ['https://billing.example.com/hooks/pet-store'],
+      description:
+        'Where usage events are POSTed (`usage.threshold`, `key.banned`), signed with `WEBHOOK_SECRET`; unset, none are recorded or sent (docs/admin-api.md, "Usage events").',
+    }),
+  ),
+  WEBHOOK_SECRET: Type.Optional(
+    Type.String({
+      minLength: 32,
+      description:
+        "The secret the `Pet-Store-Signature` header's HMAC-SHA256 is keyed with: at least 32 characters, required with `WEBHOOK_URL`. Never logged.",
+    }),
+  ),
+  WEBHOOK_USAGE_THRESHOLDS: Type.String({
+    default: '80,100',
+    pattern: '^[0-9]+(,[0-9]+)*$',
+    examples: ['50,80,100'],
+    description: "Percentages of a key's window (1 to 100, ascending): crossing each sends one `usage.threshold` event per window.",
+  }),
+  WEBHOOK_FIRST_RETRY_SECONDS: Type.Integer({
+    minimum: 1,
+    maximum: 10,
+    default: 5,
+    description: 'Seconds before a failed delivery is tried again the first time; each later wait doubles (up to an hour), for 24 hours.',
+  }),
   KEY_CACHE_MAX_ENTRIES: Type.Integer({
     minimum: 1,
     default: 100_000,
@@ -347,6 +374,10 @@ const PARSED_SETTINGS = [
   'RATE_LIMIT_COSTS',
   'RATE_LIMIT_SHADOW_PLANS',
   'RATE_LIMIT_CONCURRENCY',
+  'WEBHOOK_URL',
+  'WEBHOOK_SECRET',
+  'WEBHOOK_USAGE_THRESHOLDS',
+  'WEBHOOK_FIRST_RETRY_SECONDS',
 ] as const;
 
 /** The settings, checked, with those that need parsing parsed. */
@@ -366,11 +397,21 @@ export type Config = Omit<Settings, (typeof PARSED_SETTINGS)[number]> & {
   rateLimitShadowPlans: string[];
   /** RATE_LIMIT_CONCURRENCY: requests in flight per key, by plan, for the plans it names (the rate limiter checks the names). */
   rateLimitConcurrency: Record<string, number>;
+  /** Where and how usage events are sent; undefined without WEBHOOK_URL. */
+  webhooks: WebhookSettings | undefined;
 };
+
+export interface WebhookSettings {
+  url: string;
+  secret: string;
+  /** WEBHOOK_USAGE_THRESHOLDS: percentages, ascending. */
+  usageThresholds: number[];
+  firstRetryMs: number;
+}
 
 /** A setting's value in an error: quoted, with any password in it masked (the line goes to logs). */
 const invalid = (name: string, value: string, why: string) =>
-  new ConfigError(`Invalid ${name}=${JSON.stringify(redactPasswords(value))}: ${why}`);
+  new ConfigError(`Invalid ${name}=${/_(SECRET|PASSWORD)$/.test(name) ? '***' : JSON.stringify(redactPasswords(value))}: ${why}`);
 
 /**
  * The text with the password of every `scheme://user:password@` masked (up to the URL's last `@`, since an unescaped
@@ -434,6 +475,15 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     throw new ConfigError('REDIS_SENTINELS and REDIS_SENTINEL_MASTER go together: the Sentinels and the name of the master they watch');
   }
   const concurrency = settings.RATE_LIMIT_CONCURRENCY;
+  if ((settings.WEBHOOK_URL === undefined) !== (settings.WEBHOOK_SECRET === undefined)) {
+    throw new ConfigError(
+      'WEBHOOK_URL and WEBHOOK_SECRET go together: the receiver checks every event against the secret (at least 32 characters)',
+    );
+  }
+  const usageThresholds = settings.WEBHOOK_USAGE_THRESHOLDS.split(',').map(Number);
+  if (usageThresholds.some((threshold, i) => threshold < 1 || threshold > 100 || threshold <= (usageThresholds[i - 1] ?? 0))) {
+    throw invalid('WEBHOOK_USAGE_THRESHOLDS', settings.WEBHOOK_USAGE_THRESHOLDS, 'percentages from 1 to 100, ascending, each once');
+  }
   const unparsed = Object.fromEntries(
     Object.entries(settings).filter(([name]) => !(PARSED_SETTINGS as readonly string[]).includes(name)),
   ) as Omit<Settings, (typeof PARSED_SETTINGS)[number]>;
@@ -453,6 +503,14 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     rateLimitShadowPlans: settings.RATE_LIMIT_SHADOW_PLANS.split(',').filter(Boolean),
     rateLimitConcurrency:
       concurrency === 'off' ? {} : namedNumbers('RATE_LIMIT_CONCURRENCY', concurrency, { max: MAX_CONCURRENCY, what: 'a limit' }),
+    webhooks: settings.WEBHOOK_URL
+      ? {
+          url: settings.WEBHOOK_URL,
+          secret: settings.WEBHOOK_SECRET!,
+          usageThresholds,
+          firstRetryMs: settings.WEBHOOK_FIRST_RETRY_SECONDS * 1000,
+        }
+      : undefined,
   };
 }
 

@@ -1,0 +1,62 @@
+import { randomUUID } from 'node:crypto';
+import type { ApiKeyIdentity } from '../api-keys/repository.js';
+
+/** A usage event as its receiver gets it: the body of the POST, the same bytes on every attempt. */
+export interface UsageEvent {
+  /** Unique per event, the same on every attempt: a receiver drops one it has seen. */
+  id: string;
+  type: 'usage.threshold' | 'key.banned';
+  createdAt: string;
+  data: Record<string, unknown>;
+}
+
+/** An event and what makes it once across all instances: its type, quota, window and threshold (or ban). */
+export interface RecordedEvent {
+  event: UsageEvent;
+  dedupeKey: string;
+}
+
+const WINDOW_MS = { minute: 60_000, day: 86_400_000 } as const;
+
+const newEvent = (type: UsageEvent['type'], now: number, data: Record<string, unknown>): UsageEvent => ({
+  id: randomUUID(),
+  type,
+  createdAt: new Date(now).toISOString(),
+  data,
+});
+
+/** A key's window took it to `threshold` percent of its limit, or past it. */
+export function usageThreshold(
+  {
+    key,
+    window,
+    limit,
+    used,
+    threshold,
+    resetAt,
+  }: { key: ApiKeyIdentity; window: 'minute' | 'day'; limit: number; used: number; threshold: number; resetAt: number },
+  now: number,
+): RecordedEvent {
+  const windowStart = resetAt - WINDOW_MS[window];
+  return {
+    event: newEvent('usage.threshold', now, {
+      keyId: key.id,
+      quotaId: key.quotaId,
+      plan: key.plan,
+      window,
+      limit,
+      used,
+      threshold,
+      resetAt: new Date(resetAt).toISOString(),
+    }),
+    dedupeKey: `usage.threshold:${key.quotaId}:${window}:${windowStart}:${threshold}`,
+  };
+}
+
+/** A key's refusals started a ban, ending at `bannedUntil`. */
+export function keyBanned({ key, bannedUntil }: { key: ApiKeyIdentity; bannedUntil: number }, now: number): RecordedEvent {
+  return {
+    event: newEvent('key.banned', now, { keyId: key.id, quotaId: key.quotaId, bannedUntil: new Date(bannedUntil).toISOString() }),
+    dedupeKey: `key.banned:${key.quotaId}:${bannedUntil}`,
+  };
+}

@@ -1,0 +1,61 @@
+import fp from 'fastify-plugin';
+import { Counter, Gauge } from 'prom-client';
+import type { WebhookSettings } from '../platform/config.js';
+import { keyBanned, usageThreshold, type RecordedEvent } from './events.js';
+import { createWebhookDeliveriesRepository, DUE_CHANNEL } from './repository.js';
+import { WebhookSender } from './sender.js';
+
+/**
+ * Usage events by webhook (WEBHOOK_URL): the rate limiter's crossings of WEBHOOK_USAGE_THRESHOLDS
+ * and its bans, recorded in the outbox (webhook_deliveries) by the instance whose decision made
+ * them, once per quota, window and threshold across all instances, and delivered by every
+ * instance's sender from there, so a restart loses none.
+ */
+export default fp<WebhookSettings>(
+  async function webhooks(app, settings) {
+    const deliveries = createWebhookDeliveriesRepository(app.db);
+    const outcomes = new Counter({
+      name: 'webhook_deliveries_total',
+      help: 'Attempts to deliver usage events by outcome: delivered (2xx), retried (failed, tried again later), failed (failed for 24 hours; left failed)',
+      labelNames: ['type', 'outcome'] as const,
+      registers: [app.metricsRegistry],
+    });
+    new Gauge({
+      name: 'webhook_deliveries_pending',
+      help: 'Usage events recorded and not delivered yet (nor given up on)',
+      registers: [app.metricsRegistry],
+      async collect() {
+        this.set(await deliveries.countPending());
+      },
+    });
+    const sender = new WebhookSender(deliveries, {
+      ...settings,
+      log: app.log,
+      onOutcome: (type, outcome) => outcomes.inc({ type, outcome }),
+    });
+
+    const record = (recorded: RecordedEvent) => {
+      deliveries
+        .record(recorded)
+        .catch((error: unknown) => app.log.warn({ err: error, type: recorded.event.type }, 'webhooks: recording an event failed'));
+    };
+    app.rateLimit.watchUsage({
+      thresholds: settings.usageThresholds,
+      crossed: (crossing) => record(usageThreshold(crossing, app.now())),
+      banned: (ban) => record(keyBanned(ban, app.now())),
+    });
+
+    // Any instance's new event, or an operator's retry, wakes every sender; the first to claim it sends it.
+    const stopListening = await app.db.listen(
+      DUE_CHANNEL,
+      () => sender.wake(),
+      () => sender.wake(),
+    );
+    sender.start();
+    app.addHook('onClose', async () => {
+      await stopListening();
+      await sender.stop();
+    });
+  },
+  { name: 'webhooks', dependencies: ['database', 'metrics', 'rate-limit'] },
+);

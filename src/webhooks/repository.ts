@@ -1,0 +1,167 @@
+import type { Database } from '../platform/db/database.js';
+import type { RecordedEvent, UsageEvent } from './events.js';
+
+/** Heard by every instance's sender when a delivery is due now: recorded, or put back by an operator. */
+export const DUE_CHANNEL = 'webhook_deliveries_due';
+
+export const DELIVERY_STATES = ['pending', 'delivered', 'failed'] as const;
+export type DeliveryState = (typeof DELIVERY_STATES)[number];
+
+/** A delivery as the admin API shows it. */
+export interface WebhookDelivery {
+  id: number;
+  eventId: string;
+  type: UsageEvent['type'];
+  state: DeliveryState;
+  attempts: number;
+  createdAt: string;
+  nextAttemptAt: string | null;
+  lastAttemptAt: string | null;
+  lastStatus: number | null;
+  lastError: string | null;
+  deliveredAt: string | null;
+  event: UsageEvent;
+}
+
+/** A delivery a sender claimed: it alone attempts it until the claim lapses. */
+export interface ClaimedDelivery {
+  id: number;
+  type: UsageEvent['type'];
+  body: string;
+  attempts: number;
+}
+
+interface DeliveryRow {
+  id: number;
+  event_id: string;
+  type: UsageEvent['type'];
+  state: DeliveryState;
+  attempts: number;
+  body: string;
+  created_at: Date;
+  next_attempt_at: Date;
+  last_attempt_at: Date | null;
+  last_status: number | null;
+  last_error: string | null;
+  delivered_at: Date | null;
+}
+
+const iso = (value: Date | null) => value && new Date(value).toISOString();
+const COLUMNS =
+  'id, event_id, type, state, attempts, body, created_at, next_attempt_at, last_attempt_at, last_status, last_error, delivered_at';
+
+const deliveryOf = (row: DeliveryRow): WebhookDelivery => ({
+  id: row.id,
+  eventId: row.event_id,
+  type: row.type,
+  state: row.state,
+  attempts: row.attempts,
+  createdAt: iso(row.created_at)!,
+  nextAttemptAt: row.state === 'pending' ? iso(row.next_attempt_at) : null,
+  lastAttemptAt: iso(row.last_attempt_at),
+  lastStatus: row.last_status,
+  lastError: row.last_error,
+  deliveredAt: iso(row.delivered_at),
+  event: JSON.parse(row.body) as UsageEvent,
+});
+
+const statements = {
+  // Once per dedupe key across all instances; the senders hear of it at once.
+  record: {
+    name: 'webhook_deliveries_record',
+    text: `WITH recorded AS (
+             INSERT INTO webhook_deliveries (event_id, type, dedupe_key, body) VALUES ($1, $2, $3, $4)
+             ON CONFLICT (dedupe_key) DO NOTHING RETURNING id)
+           SELECT pg_notify('${DUE_CHANNEL}', '') FROM recorded`,
+  },
+  // Due deliveries, each claimed by one sender: skipped by the others while it holds the row, and
+  // not due again until the claim lapses (an attempt's timeout and then some), should it stop.
+  claim: {
+    name: 'webhook_deliveries_claim',
+    text: `UPDATE webhook_deliveries AS delivery
+           SET attempts = attempts + 1, last_attempt_at = now(), next_attempt_at = now() + make_interval(secs => $2::int)
+           FROM (SELECT id FROM webhook_deliveries WHERE state = 'pending' AND next_attempt_at <= now()
+                 ORDER BY next_attempt_at, id LIMIT $1 FOR UPDATE SKIP LOCKED) AS due
+           WHERE delivery.id = due.id
+           RETURNING delivery.id, delivery.type, delivery.body, delivery.attempts`,
+  },
+  delivered: {
+    name: 'webhook_deliveries_delivered',
+    text: `UPDATE webhook_deliveries SET state = 'delivered', delivered_at = now(), last_status = $2, last_error = NULL WHERE id = $1`,
+  },
+  // Tried again after the wait given, unless that is past its retry_until: then left failed.
+  attemptFailed: {
+    name: 'webhook_deliveries_attempt_failed',
+    text: `UPDATE webhook_deliveries
+           SET last_status = $2, last_error = $3, next_attempt_at = now() + make_interval(secs => $4::float8),
+               state = CASE WHEN now() + make_interval(secs => $4::float8) > retry_until THEN 'failed' ELSE 'pending' END
+           WHERE id = $1 RETURNING state`,
+  },
+  get: { name: 'webhook_deliveries_get', text: `SELECT ${COLUMNS} FROM webhook_deliveries WHERE id = $1` },
+  retry: {
+    name: 'webhook_deliveries_retry',
+    text: `WITH retried AS (
+             UPDATE webhook_deliveries SET state = 'pending', next_attempt_at = now(), retry_until = now() + interval '24 hours'
+             WHERE id = $1 AND state = 'failed' RETURNING ${COLUMNS})
+           SELECT retried.*, pg_notify('${DUE_CHANNEL}', '') FROM retried`,
+  },
+  pending: { name: 'webhook_deliveries_pending', text: `SELECT count(*)::int AS count FROM webhook_deliveries WHERE state = 'pending'` },
+} as const;
+
+/** A page of deliveries, newest first, before an id; one statement with the state filter and one without. */
+const pageStatement = (filtered: boolean) => ({
+  name: `webhook_deliveries_page_${filtered ? 'state' : 'all'}`,
+  text: `SELECT ${COLUMNS} FROM webhook_deliveries WHERE id < $1 ${filtered ? 'AND state = $3' : ''} ORDER BY id DESC LIMIT $2`,
+});
+
+/** The outbox of usage events: what senders deliver from and the admin API reads. */
+export function createWebhookDeliveriesRepository(db: Database) {
+  return {
+    /** Records an event unless its dedupe key was recorded already (by any instance); true when this call recorded it. */
+    async record({ event, dedupeKey }: RecordedEvent): Promise<boolean> {
+      return (await db.query(statements.record, [event.id, event.type, dedupeKey, JSON.stringify(event)])).length > 0;
+    },
+
+    /** Claims up to `limit` due deliveries for `claimSeconds`, counting the attempt. */
+    async claimDue(limit: number, claimSeconds: number): Promise<ClaimedDelivery[]> {
+      return db.query<ClaimedDelivery>(statements.claim, [limit, claimSeconds]);
+    },
+
+    async delivered(id: number, status: number): Promise<void> {
+      await db.query(statements.delivered, [id, status]);
+    },
+
+    /** Records a failed attempt, to be tried again in `retryInSeconds` unless that is past its retry window; the state it is left in. */
+    async attemptFailed(id: number, failure: { status: number | null; error: string }, retryInSeconds: number): Promise<DeliveryState> {
+      const [row] = await db.query<{ state: DeliveryState }>(statements.attemptFailed, [id, failure.status, failure.error, retryInSeconds]);
+      return row!.state;
+    },
+
+    async get(id: number): Promise<WebhookDelivery | undefined> {
+      const [row] = await db.query<DeliveryRow>(statements.get, [id]);
+      return row && deliveryOf(row);
+    },
+
+    /** Puts a failed delivery back, due now and retried for 24 hours more; undefined when it is not failed (or not there). */
+    async retry(id: number): Promise<WebhookDelivery | undefined> {
+      const [row] = await db.query<DeliveryRow>(statements.retry, [id]);
+      return row && deliveryOf(row);
+    },
+
+    /** A page of deliveries, newest first, before `beforeId`; `nextBeforeId` when more follow. */
+    async page({ state, beforeId, limit }: { state?: DeliveryState; beforeId: number; limit: number }) {
+      const params: unknown[] = [beforeId, limit + 1];
+      if (state) params.push(state);
+      const rows = await db.query<DeliveryRow>(pageStatement(state !== undefined), params);
+      const deliveries = rows.slice(0, limit).map(deliveryOf);
+      return { deliveries, nextBeforeId: rows.length > limit ? deliveries.at(-1)!.id : undefined };
+    },
+
+    async countPending(): Promise<number> {
+      const [row] = await db.query<{ count: number }>(statements.pending);
+      return row!.count;
+    },
+  };
+}
+
+export type WebhookDeliveriesRepository = ReturnType<typeof createWebhookDeliveriesRepository>;

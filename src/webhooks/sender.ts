@@ -1,0 +1,121 @@
+import type { FastifyBaseLogger } from 'fastify';
+import type { ClaimedDelivery, WebhookDeliveriesRepository } from './repository.js';
+import { SIGNATURE_HEADER, signature } from './signature.js';
+
+/** One attempt's bound: the receiver answers within it, or the attempt failed. */
+const ATTEMPT_TIMEOUT_MS = 10_000;
+/** A claimed delivery is due again after this, should its sender stop mid-attempt: past the timeout. */
+const CLAIM_SECONDS = 30;
+/** Deliveries one sender attempts at once. */
+const BATCH = 10;
+/** How often a sender looks for deliveries that came due (a retry's wait passed); new ones wake it at once. */
+const POLL_MS = 1_000;
+/** The longest wait between two attempts. */
+const MAX_RETRY_MS = 3_600_000;
+
+export interface SenderOptions {
+  url: string;
+  secret: string;
+  /** The wait after the first failed attempt; each next one doubles, up to an hour. */
+  firstRetryMs: number;
+  log: FastifyBaseLogger;
+  /** Each attempt's outcome: delivered, retried (tried again later) or failed (given up). */
+  onOutcome: (type: string, outcome: 'delivered' | 'retried' | 'failed') => void;
+}
+
+/** An attempt's outcome: the receiver's 2xx, or what a failed attempt leaves on the delivery (never the secret or the body). */
+type Outcome = { delivered: true; status: number } | { delivered: false; status: number | null; error: string };
+
+/**
+ * Delivers the outbox: claims due deliveries (each by one sender across all instances), POSTs
+ * each signed, and records the outcome: 2xx delivered; anything else tried again after an
+ * exponential wait with jitter, until the delivery's 24 hours are over.
+ */
+export class WebhookSender {
+  readonly #deliveries: WebhookDeliveriesRepository;
+  readonly #options: SenderOptions;
+  readonly #stopping = new AbortController();
+  #poll: NodeJS.Timeout | undefined;
+  #draining: Promise<void> | undefined;
+  #again = false;
+
+  constructor(deliveries: WebhookDeliveriesRepository, options: SenderOptions) {
+    this.#deliveries = deliveries;
+    this.#options = options;
+  }
+
+  start() {
+    this.#poll = setInterval(() => this.wake(), POLL_MS).unref();
+    this.wake();
+  }
+
+  /** Looks for due deliveries now (one look at a time; a wake during one makes another follow it). */
+  wake() {
+    if (this.#stopping.signal.aborted) return;
+    if (this.#draining) {
+      this.#again = true;
+      return;
+    }
+    this.#draining = this.#drain()
+      .catch((error: unknown) => this.#options.log.warn({ err: error }, 'webhooks: reading the deliveries failed'))
+      .finally(() => (this.#draining = undefined));
+  }
+
+  /** Stops looking, aborts the attempts in flight (each is tried again once its claim lapses) and waits for them. */
+  async stop() {
+    clearInterval(this.#poll);
+    this.#stopping.abort();
+    await this.#draining;
+  }
+
+  async #drain() {
+    do {
+      this.#again = false;
+      const due = await this.#deliveries.claimDue(BATCH, CLAIM_SECONDS);
+      await Promise.all(due.map((delivery) => this.#attempt(delivery)));
+      if (due.length === BATCH) this.#again = true;
+    } while (this.#again && !this.#stopping.signal.aborted);
+  }
+
+  async #attempt(delivery: ClaimedDelivery) {
+    const outcome = await this.#send(delivery);
+    if (this.#stopping.signal.aborted) return;
+    if (outcome.delivered) {
+      await this.#deliveries.delivered(delivery.id, outcome.status);
+      this.#options.onOutcome(delivery.type, 'delivered');
+      return;
+    }
+    const failure = { status: outcome.status, error: outcome.error };
+    const waitMs = Math.min(MAX_RETRY_MS, this.#options.firstRetryMs * 2 ** (delivery.attempts - 1)) * (1 + Math.random() / 5);
+    const state = await this.#deliveries.attemptFailed(delivery.id, failure, waitMs / 1000);
+    this.#options.onOutcome(delivery.type, state === 'failed' ? 'failed' : 'retried');
+    const log = { deliveryId: delivery.id, type: delivery.type, attempt: delivery.attempts, ...failure };
+    if (state === 'failed') this.#options.log.error(log, 'webhooks: delivery failed for 24 hours; left failed');
+    else this.#options.log.warn({ ...log, retryInMs: Math.round(waitMs) }, 'webhooks: delivery attempt failed');
+  }
+
+  /** One POST, and what came of it. */
+  async #send({ body }: ClaimedDelivery): Promise<Outcome> {
+    // The receiver's clock judges the time, so it is the real one.
+    const signed = signature(this.#options.secret, body, Math.floor(Date.now() / 1000));
+    try {
+      const response = await fetch(this.#options.url, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'user-agent': 'pet-store-webhooks/1', [SIGNATURE_HEADER]: signed },
+        body,
+        redirect: 'manual',
+        signal: AbortSignal.any([AbortSignal.timeout(ATTEMPT_TIMEOUT_MS), this.#stopping.signal]),
+      });
+      await response.body?.cancel();
+      if (response.status >= 200 && response.status < 300) return { delivered: true, status: response.status };
+      return { delivered: false, status: response.status, error: `HTTP ${response.status}` };
+    } catch (error) {
+      const name = (error as Error).name;
+      return {
+        delivered: false,
+        status: null,
+        error: name === 'TimeoutError' ? `no answer within ${ATTEMPT_TIMEOUT_MS / 1000} s` : `no answer: ${(error as Error).message}`,
+      };
+    }
+  }
+}
