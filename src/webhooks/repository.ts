@@ -97,6 +97,11 @@ const statements = {
                state = CASE WHEN now() + make_interval(secs => $4::float8) > retry_until THEN 'failed' ELSE 'pending' END
            WHERE id = $1 RETURNING state`,
   },
+  // An attempt cut short by its sender stopping: due again at once, for another instance or the next start.
+  release: {
+    name: 'webhook_deliveries_release',
+    text: `UPDATE webhook_deliveries SET next_attempt_at = now() WHERE id = $1 AND state = 'pending'`,
+  },
   get: { name: 'webhook_deliveries_get', text: `SELECT ${COLUMNS} FROM webhook_deliveries WHERE id = $1` },
   retry: {
     name: 'webhook_deliveries_retry',
@@ -135,6 +140,11 @@ export function createWebhookDeliveriesRepository(db: Database) {
     async attemptFailed(id: number, failure: { status: number | null; error: string }, retryInSeconds: number): Promise<DeliveryState> {
       const [row] = await db.query<{ state: DeliveryState }>(statements.attemptFailed, [id, failure.status, failure.error, retryInSeconds]);
       return row!.state;
+    },
+
+    /** Gives up a claim without an outcome (the sender is stopping): the delivery is due again now. */
+    async release(id: number): Promise<void> {
+      await db.query(statements.release, [id]);
     },
 
     async get(id: number): Promise<WebhookDelivery | undefined> {

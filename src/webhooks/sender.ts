@@ -61,7 +61,10 @@ export class WebhookSender {
       .finally(() => (this.#draining = undefined));
   }
 
-  /** Stops looking, aborts the attempts in flight (each is tried again once its claim lapses) and waits for them. */
+  /**
+   * Stops looking, aborts the attempts in flight and waits for them: each is due again at once, for
+   * another instance or the next start (a receiver that got it anyway drops it by its id).
+   */
   async stop() {
     clearInterval(this.#poll);
     this.#stopping.abort();
@@ -79,7 +82,7 @@ export class WebhookSender {
 
   async #attempt(delivery: ClaimedDelivery) {
     const outcome = await this.#send(delivery);
-    if (this.#stopping.signal.aborted) return;
+    if (this.#stopping.signal.aborted) return this.#deliveries.release(delivery.id);
     if (outcome.delivered) {
       await this.#deliveries.delivered(delivery.id, outcome.status);
       this.#options.onOutcome(delivery.type, 'delivered');

@@ -1,0 +1,228 @@
+import { createHmac, timingSafeEqual } from 'node:crypto';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { createServer, type Server } from 'node:http';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import type { FastifyInstance } from 'fastify';
+import { loadConfig } from '../../src/platform/config.js';
+import { openAdmin } from '../support/admin.js';
+import { buildTestApp, type TestApp } from '../support/app.js';
+import { POSTGRES_URL } from '../support/databases.js';
+import { eventually } from '../support/eventually.js';
+import { freePort } from '../support/free-port.js';
+import { keyInFreshWindows } from '../support/keys.js';
+import { MINUTE, T0, testClock, type TestClock } from '../support/time.js';
+
+const SECRET = 'whsec_0123456789abcdef0123456789abcdef';
+
+interface Received {
+  body: string;
+  signature: string;
+  headers: Record<string, string | string[] | undefined>;
+}
+
+/** A receiver of the events on a port of its own: answers each POST as `answer` says, and keeps what came. */
+async function startReceiver(answer: (index: number) => number, port = 0) {
+  const received: Received[] = [];
+  const server: Server = createServer((request, response) => {
+    let body = '';
+    request.setEncoding('utf8');
+    request.on('data', (chunk: string) => (body += chunk));
+    request.on('end', () => {
+      received.push({ body, signature: String(request.headers['pet-store-signature']), headers: request.headers });
+      response.writeHead(answer(received.length - 1)).end();
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(port, '127.0.0.1', resolve));
+  const address = server.address() as { port: number };
+  return {
+    received,
+    url: `http://127.0.0.1:${address.port}/hooks`,
+    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
+  };
+}
+
+/** What a receiver does with the header (docs/admin-api.md): the HMAC of "<t>.<body>" with the secret, compared in constant time. */
+function verified({ body, signature }: Received): boolean {
+  const { t, v1 } = Object.fromEntries(signature.split(',').map((part) => part.split('='))) as { t: string; v1: string };
+  const expected = createHmac('sha256', SECRET).update(`${t}.${body}`).digest();
+  return Math.abs(Date.now() / 1000 - Number(t)) < 300 && timingSafeEqual(expected, Buffer.from(v1, 'hex'));
+}
+
+const webhookEnv = (url: string, extra: Record<string, string> = {}) => ({
+  WEBHOOK_URL: url,
+  WEBHOOK_SECRET: SECRET,
+  WEBHOOK_USAGE_THRESHOLDS: '100',
+  WEBHOOK_FIRST_RETRY_SECONDS: '1',
+  ...extra,
+});
+
+/** Spends a key's minute (2 requests) on the app: its window crosses 100%. */
+async function crossMinute(app: FastifyInstance, headers: { authorization: string }) {
+  for (let i = 0; i < 2; i++) expect((await app.inject({ url: '/v1/pets?limit=1', headers })).statusCode).toBe(200);
+}
+
+const deliveriesOf = async (app: FastifyInstance) =>
+  app.db.query<{ id: number; state: string; attempts: number; event_id: string; last_error: string | null }>(
+    'SELECT id, state, attempts, event_id, last_error FROM webhook_deliveries ORDER BY id',
+  );
+
+describe('webhook settings', () => {
+  it('WEBHOOK_URL needs WEBHOOK_SECRET of 32 characters or more, which no error repeats; thresholds are ascending percentages', () => {
+    expect(loadConfig({}).webhooks).toBeUndefined();
+    expect(loadConfig(webhookEnv('https://hooks.example.test/x')).webhooks).toEqual({
+      url: 'https://hooks.example.test/x',
+      secret: SECRET,
+      usageThresholds: [100],
+      firstRetryMs: 1_000,
+    });
+    expect(loadConfig({ WEBHOOK_URL: 'https://h.example.test', WEBHOOK_SECRET: SECRET }).webhooks?.usageThresholds).toEqual([80, 100]);
+    expect(() => loadConfig({ WEBHOOK_URL: 'https://hooks.example.test/x' })).toThrow('WEBHOOK_URL and WEBHOOK_SECRET go together');
+    expect(() => loadConfig({ WEBHOOK_SECRET: SECRET })).toThrow('WEBHOOK_URL and WEBHOOK_SECRET go together');
+    const short = 'too-short-a-secret';
+    expect(() => loadConfig({ WEBHOOK_URL: 'https://h.example.test', WEBHOOK_SECRET: short })).toThrow('Invalid WEBHOOK_SECRET=***');
+    expect(() => loadConfig({ WEBHOOK_URL: 'https://h.example.test', WEBHOOK_SECRET: short })).not.toThrow(short);
+    expect(() => loadConfig({ WEBHOOK_URL: 'ftp://h.example.test', WEBHOOK_SECRET: SECRET })).toThrow('WEBHOOK_URL');
+    for (const thresholds of ['100,80', '0,50', '80,80', '101', '80;100']) {
+      expect(() =>
+        loadConfig({ WEBHOOK_URL: 'https://h.example.test', WEBHOOK_SECRET: SECRET, WEBHOOK_USAGE_THRESHOLDS: thresholds }),
+      ).toThrow('WEBHOOK_USAGE_THRESHOLDS');
+    }
+  });
+});
+
+describe('usage events', () => {
+  const closing: Array<() => Promise<unknown>> = [];
+  afterAll(async () => {
+    for (const close of closing.reverse()) await close();
+  });
+  const open = async (env: Record<string, string>, clock: TestClock) => {
+    const t = await buildTestApp(env, { now: clock.now });
+    closing.push(() => t.close());
+    return t;
+  };
+
+  it('a receiver failing, then answering 200, gets the event twice, signed, with one id, and then never again', async () => {
+    const receiver = await startReceiver((index) => (index === 0 ? 500 : 204));
+    closing.push(receiver.close);
+    const clock = testClock(T0);
+    const t = await open(webhookEnv(receiver.url), clock);
+    const { headers, quotaId } = await keyInFreshWindows(t.app, clock, { plan: 'enterprise', limits: { perMinute: 2, perDay: 100 } });
+    await crossMinute(t.app, headers);
+
+    await eventually(async () => (await deliveriesOf(t.app))[0]?.state === 'delivered', 15_000);
+    expect(receiver.received).toHaveLength(2);
+    const [first, second] = receiver.received as [Received, Received];
+    expect(first.body).toBe(second.body);
+    expect(receiver.received.every(verified)).toBe(true);
+    expect(first.headers['content-type']).toBe('application/json');
+    const event = JSON.parse(first.body);
+    const minuteEnd = (Math.floor(clock.now() / MINUTE) + 1) * MINUTE;
+    expect(event).toEqual({
+      id: expect.stringMatching(/^[0-9a-f-]{36}$/),
+      type: 'usage.threshold',
+      createdAt: new Date(clock.now()).toISOString(),
+      data: {
+        keyId: quotaId,
+        quotaId,
+        plan: 'enterprise',
+        window: 'minute',
+        limit: 2,
+        used: 2,
+        threshold: 100,
+        resetAt: new Date(minuteEnd).toISOString(),
+      },
+    });
+    expect(await deliveriesOf(t.app)).toEqual([
+      { id: expect.any(Number), state: 'delivered', attempts: 2, event_id: event.id, last_error: null },
+    ]);
+    // The receiver's check refuses a body changed on the way, and a signature changed.
+    expect(verified({ ...first, body: first.body.replace('"used":2', '"used":3') })).toBe(false);
+    expect(verified({ ...first, signature: first.signature.replace(/v1=(.)/, (_, c: string) => `v1=${c === '0' ? '1' : '0'}`) })).toBe(
+      false,
+    );
+  });
+
+  it('a crossing on two instances (each counting alone) is one event, delivered once', { skip: !POSTGRES_URL }, async () => {
+    const receiver = await startReceiver(() => 200);
+    closing.push(receiver.close);
+    const clock = testClock(T0);
+    const a = await open(webhookEnv(receiver.url), clock);
+    const b = await open({ ...webhookEnv(receiver.url), DATABASE_URL: a.databaseUrl! }, clock);
+    const { headers } = await keyInFreshWindows(a.app, clock, { plan: 'enterprise', limits: { perMinute: 2, perDay: 100 } });
+    await eventually(async () => (await b.app.inject({ url: '/v1/pets/0', headers })).statusCode !== 401);
+    clock.advance(MINUTE);
+    await crossMinute(a.app, headers);
+    await crossMinute(b.app, headers);
+    await eventually(async () => (await deliveriesOf(a.app))[0]?.state === 'delivered');
+    expect(await deliveriesOf(b.app)).toHaveLength(1);
+    // Both senders look once a second: a second delivery would come within two.
+    await eventually(async () => receiver.received.length > 1, 2_500).catch(() => {});
+    expect(receiver.received).toHaveLength(1);
+  });
+
+  it('a restart between the crossing and the delivery loses nothing: the next instance on the database delivers it', async () => {
+    const port = await freePort();
+    const url = `http://127.0.0.1:${port}/hooks`;
+    const clock = testClock(T0);
+    const dir = POSTGRES_URL ? undefined : await mkdtemp(join(tmpdir(), 'pets-webhooks-'));
+    if (dir) closing.push(() => rm(dir, { recursive: true, force: true }));
+    const first: TestApp = await buildTestApp({ ...webhookEnv(url), ...(dir && { DATA_DIR: dir }) }, { now: clock.now });
+    const { headers } = await keyInFreshWindows(first.app, clock, { plan: 'enterprise', limits: { perMinute: 2, perDay: 100 } });
+    await crossMinute(first.app, headers);
+    // Nothing listens at the URL yet: the first attempt fails, and the event waits in the outbox.
+    await eventually(async () => (await deliveriesOf(first.app))[0]?.last_error?.startsWith('no answer') === true);
+    await first.app.close();
+
+    const receiver = await startReceiver(() => 200, port);
+    closing.push(receiver.close);
+    const second = await open({ ...webhookEnv(url), ...(dir ? { DATA_DIR: dir } : { DATABASE_URL: first.databaseUrl! }) }, clock);
+    if (!dir) closing.push(() => first.close().catch(() => {}));
+    await eventually(async () => receiver.received.length === 1, 10_000);
+    expect(JSON.parse(receiver.received[0]!.body)).toMatchObject({ type: 'usage.threshold', data: { used: 2, threshold: 100 } });
+    expect(verified(receiver.received[0]!)).toBe(true);
+    await eventually(async () => (await deliveriesOf(second.app))[0]?.state === 'delivered');
+  });
+
+  it('a ban is a key.banned event; the admin API lists deliveries by state and puts a failed one back', async () => {
+    let accept = false;
+    const receiver = await startReceiver(() => (accept ? 200 : 503));
+    closing.push(receiver.close);
+    const clock = testClock(T0);
+    const t = await open(webhookEnv(receiver.url, { RATE_LIMIT_BAN_THRESHOLD: '1' }), clock);
+    const admin = await openAdmin(t.app);
+    closing.push(admin.close);
+    const { headers, quotaId } = await keyInFreshWindows(t.app, clock, { plan: 'enterprise', limits: { perMinute: 2, perDay: 100 } });
+    await crossMinute(t.app, headers);
+    for (let i = 0; i < 2; i++) expect((await t.app.inject({ url: '/v1/pets?limit=1', headers })).statusCode).toBe(429);
+    await eventually(async () => (await deliveriesOf(t.app)).length === 2 && receiver.received.length >= 2);
+    // Failing for good: the 24 hours are over.
+    await t.app.db.query("UPDATE webhook_deliveries SET retry_until = now() WHERE state = 'pending'");
+    await eventually(async () => (await deliveriesOf(t.app)).every((delivery) => delivery.state === 'failed'), 10_000);
+
+    const failed = await admin.request('GET', '/admin/v1/webhook-deliveries?state=failed');
+    expect(failed.status).toBe(200);
+    expect(failed.body.map((delivery: { type: string }) => delivery.type)).toEqual(['key.banned', 'usage.threshold']);
+    const banned = failed.body[0];
+    expect(banned).toMatchObject({ state: 'failed', lastStatus: 503, lastError: 'HTTP 503', nextAttemptAt: null });
+    expect(banned.event.data).toEqual({ keyId: quotaId, quotaId, bannedUntil: new Date(clock.now() + 900_000).toISOString() });
+    expect((await admin.request('GET', '/admin/v1/webhook-deliveries?state=delivered')).body).toEqual([]);
+    expect((await admin.request('GET', '/admin/v1/webhook-deliveries?state=lost')).status).toBe(400);
+
+    accept = true;
+    const retried = await admin.request('POST', `/admin/v1/webhook-deliveries/${banned.id}/retry`);
+    expect(retried.status).toBe(200);
+    expect(retried.body).toMatchObject({ id: banned.id, state: 'pending' });
+    await eventually(async () => (await admin.request('GET', `/admin/v1/webhook-deliveries?state=delivered`)).body.length === 1);
+    const again = await admin.request('POST', `/admin/v1/webhook-deliveries/${banned.id}/retry`);
+    expect(again.status).toBe(409);
+    expect(again.body).toMatchObject({
+      code: 'conflict',
+      message: `Webhook delivery ${banned.id} is delivered; only a failed one is retried`,
+    });
+    expect((await admin.request('POST', '/admin/v1/webhook-deliveries/999999/retry')).body.code).toBe('not_found');
+    const audit = await admin.request('GET', '/admin/v1/audit?limit=1');
+    expect(audit.body[0]).toMatchObject({ action: 'webhook_delivery.retry', details: { deliveryId: banned.id } });
+  });
+});
