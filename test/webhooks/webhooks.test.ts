@@ -137,6 +137,11 @@ describe('usage events', () => {
     expect(await deliveriesOf(t.app)).toEqual([
       { id: expect.any(Number), state: 'delivered', attempts: 2, event_id: event.id, last_error: null },
     ]);
+    const outcomes = (await t.app.metricsRegistry.getSingleMetric('webhook_deliveries_total')!.get()).values;
+    expect(Object.fromEntries(outcomes.map(({ labels, value }) => [`${labels.type} ${labels.outcome}`, value]))).toEqual({
+      'usage.threshold retried': 1,
+      'usage.threshold delivered': 1,
+    });
     // The receiver's check refuses a body changed on the way, and a signature changed.
     expect(verified({ ...first, body: first.body.replace('"used":2', '"used":3') })).toBe(false);
     expect(verified({ ...first, signature: first.signature.replace(/v1=(.)/, (_, c: string) => `v1=${c === '0' ? '1' : '0'}`) })).toBe(
