@@ -341,6 +341,36 @@ function tracingTable(results: RowResult[]): string {
   );
 }
 
+/** The hot page on the Redis store with concurrency limits off and on, each ratio taken round by round. */
+function concurrencyTable(results: RowResult[]): string {
+  const byId = new Map(results.map((result) => [result.row.id, result]));
+  const off = byId.get(rowId('ours-redis', LIST))!;
+  const on = byId.get(rowId('ours-redis-concurrency', LIST))!;
+  const perRound = (metric: (round: Round) => number) =>
+    median(on.rounds.map((round, index) => metric(round) / metric(off.rounds[index]!)));
+  const rps = (round: Round) => round.requestsPerSecond;
+  const cpu = (round: Round) => round.serverCpuUsPerResponse;
+  return table(
+    ['Concurrency limits', 'req/s', 'CPU µs/req', 'req/s x off', 'CPU x off'],
+    [
+      [
+        'off (`RATE_LIMIT_CONCURRENCY=off`)',
+        integer(median(off.rounds.map(rps))),
+        integer(median(off.rounds.map(cpu))),
+        ratio(1),
+        ratio(1),
+      ],
+      [
+        'on (the default limits)',
+        integer(median(on.rounds.map(rps))),
+        integer(median(on.rounds.map(cpu))),
+        ratio(perRound(rps)),
+        ratio(perRound(cpu)),
+      ],
+    ],
+  );
+}
+
 function errorCell(summary: RowSummary): string {
   if (summary.errors === 0) return '0';
   const detail = Object.entries(summary.errorStatuses).map(([status, count]) => `${status}: ${integer(count)}`);
@@ -509,6 +539,14 @@ export function renderMarkdown(run: RunResult, summaries: RowSummary[], goals: G
       `sampled at ${TRACING_SAMPLE_RATIO * 100}% (\`OTEL_TRACES_SAMPLER=parentbased_traceidratio\`, \`OTEL_TRACES_SAMPLER_ARG=${TRACING_SAMPLE_RATIO}\`; ` +
       'no request carries a `traceparent`, so each is a root the ratio decides) and with every request traced (`OTEL_TRACES_SAMPLER=always_on`).',
     '',
+    '## Concurrency limits with Redis',
+    '',
+    concurrencyTable(run.rows),
+    '',
+    `\`${LIST}\` on ours with the Redis store, measured in the same rounds: concurrency limits off, as on every other row of ours, ` +
+      'and on with the default limits per plan (the enterprise key may have 100 requests in flight; the run holds 50). On, each request ' +
+      'takes a lease in Redis before it is decided (one more round trip, a Lua script) and gives it back once answered (a ZREM, not awaited).',
+    '',
     '## Memory under random invalid keys',
     '',
     `A fresh instance (memory store) took a ${options.warmupSeconds} s warm-up, then ${integer(memory.requests)} requests over ${integer(memory.connections)} connections to ` +
@@ -527,7 +565,8 @@ export function renderMarkdown(run: RunResult, summaries: RowSummary[], goals: G
     "- bare: Fastify returning 20 fixed pets. bare+pg: Fastify running the service's list, unfiltered list and INSERT SQL through a plain `pg` Pool " +
       'of 10 connections, with no validation, auth, rate limit or cache. Both run with NODE_ENV=production and an info logger, but log no line per request: they are ceilings.',
     '- ours: the compiled service (`node dist/server.js`), NODE_ENV=production, LOG_LEVEL=info to a log file, with an enterprise key ' +
-      'whose limits the run cannot reach, so every request is authenticated, rate limited and logged. Nothing is switched off.',
+      'whose limits the run cannot reach, so every request is authenticated, rate limited and logged. The limits of issue #38 are off ' +
+      '(`RATE_LIMIT_CONCURRENCY=off`; shadow mode, operation costs and usage webhooks are off unless set), as before them, but on the row that measures concurrency limits.',
     "- One PostgreSQL database seeded by the project's migrations with 10,000 pets (half available). Reads (hot, walk and the other " +
       'GETs) are measured first, all their rounds, then the writes (write and mixed), which grow the table: every read round sees the same data. ' +
       'PGlite: the same seed in an embedded data directory.',
