@@ -43,10 +43,14 @@ export class FallbackStore implements RateLimitStore {
     return this.#decide((store) => store.inFlight(subject, now));
   }
 
-  /** From whichever store holds the lease: each gives back only a lease it holds, and a lease lost with Redis expires. */
+  /**
+   * From whichever store holds the lease, each giving back only a lease it holds: Redis too while
+   * degraded, since a lease taken before the outage is renewed until given back (and one Redis
+   * cannot be told of expires).
+   */
   async release(subject: string, lease: string) {
     await this.#memory.release(subject, lease);
-    if (!this.degraded) await this.#redis.release(subject, lease).catch((error: unknown) => this.#switchToMemory(error));
+    await this.#redis.release(subject, lease).catch((error: unknown) => this.#switchToMemory(error));
   }
 
   check(subject: string, limits: Limits, now: number, cost: number): Promise<Decision> {

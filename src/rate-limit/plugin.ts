@@ -214,13 +214,22 @@ export default fp<RateLimitOptions>(
     async function holdSlot(reply: FastifyReply, key: ApiKeyIdentity, limit: number, now: number) {
       const subject = keySubject(key.quotaId);
       const lease = `${leasePrefix}:${++leases}`;
-      if (!(await store.acquire(subject, limit, lease, now))) {
+      const release = () => {
+        store.release(subject, lease).catch((error: unknown) => app.log.warn({ err: error }, 'rate limiting: releasing a slot failed'));
+      };
+      // Listened for before the slot is asked for: the connection may close while Redis answers.
+      let closed = false;
+      let held = false;
+      reply.raw.once('close', () => {
+        closed = true;
+        if (held) release();
+      });
+      held = await store.acquire(subject, limit, lease, now);
+      if (!held) {
         decisions.inc({ outcome: 'concurrency_limited' });
         throw errors.concurrencyLimited(limit);
       }
-      reply.raw.once('close', () => {
-        store.release(subject, lease).catch((error: unknown) => app.log.warn({ err: error }, 'rate limiting: releasing a slot failed'));
-      });
+      if (closed) release();
     }
 
     const clientOfAddress = (address: string) => clientOf(address, options.ipv6Prefix);

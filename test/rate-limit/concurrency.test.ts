@@ -10,6 +10,7 @@ import { describeAppTest } from '../support/fixtures.js';
 import { portOf } from '../support/http.js';
 import { bearer, waitForKeyOnApp } from '../support/keys.js';
 import { openSocket, type RawClient } from '../support/raw-socket.js';
+import { startHoldingProxy } from '../support/holding-proxy.js';
 import { deleteKeys, RATE_LIMIT_STORES, REDIS_URL, redisStoreEnv } from '../support/redis.js';
 import { testClock, T0 } from '../support/time.js';
 
@@ -164,5 +165,40 @@ describe.skipIf(!REDIS_URL || !POSTGRES_URL)('concurrency limits across two inst
     expect((await get(b.app, headers)).statusCode).toBe(429);
     clock.advance(1_001);
     expect((await get(b.app, headers)).statusCode).toBe(200);
+  });
+});
+
+describe.skipIf(!REDIS_URL)('a connection that closes while Redis decides its slot', () => {
+  it('gives the slot back once Redis answers (found by the benchmark: such slots were held for good)', async () => {
+    const proxy = await startHoldingProxy(REDIS_URL!);
+    const env = { ...redisStoreEnv(), REDIS_URL: proxy.url, RATE_LIMIT_CONCURRENCY: 'free=1' };
+    const t = await buildTestApp(env);
+    const redis = new Redis(REDIS_URL!);
+    try {
+      const { key, record } = await t.app.apiKeysRepository.create({ plan: 'free' });
+      const headers = bearer(key);
+      await waitForKeyOnApp(t.app, headers);
+      const leases = `${env.REDIS_KEY_PREFIX}rl:{key:${record.quotaId}}:c`;
+      const connections = () => new Promise<number>((resolve) => t.app.server.getConnections((_error, count) => resolve(count)));
+
+      proxy.hold();
+      const client = await openSocket(await portOf(t.app));
+      client.socket.write(`GET /v1/pets?limit=1 HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: ${headers.authorization}\r\n\r\n`);
+      // The lease is in Redis; its answer is held on the way back. The client goes away meanwhile.
+      await eventually(async () => (await redis.zcard(leases)) === 1);
+      client.socket.destroy();
+      await eventually(async () => (await connections()) === 0);
+      proxy.release();
+
+      // Given back at once; should Redis have answered after its timeout (a loaded machine), the
+      // instance decided in memory meanwhile and the lease in Redis expires within 5 s.
+      await eventually(async () => (await redis.zcard(leases)) === 0, 10_000);
+      expect((await get(t.app, headers)).statusCode).toBe(200);
+    } finally {
+      redis.disconnect();
+      await t.close();
+      await proxy.close();
+      await deleteKeys(REDIS_URL!, env.REDIS_KEY_PREFIX);
+    }
   });
 });
