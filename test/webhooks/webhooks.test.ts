@@ -208,8 +208,11 @@ describe('usage events', () => {
 
     const failed = await admin.request('GET', '/admin/v1/webhook-deliveries?state=failed');
     expect(failed.status).toBe(200);
-    expect(failed.body.map((delivery: { type: string }) => delivery.type)).toEqual(['key.banned', 'usage.threshold']);
-    const banned = failed.body[0];
+    // Newest first; the two were recorded without waiting for each other, so either may be newer.
+    const ids = failed.body.map((delivery: { id: number }) => delivery.id);
+    expect(ids).toEqual([...ids].sort((a, b) => b - a));
+    expect(failed.body.map((delivery: { type: string }) => delivery.type).sort()).toEqual(['key.banned', 'usage.threshold']);
+    const banned = failed.body.find((delivery: { type: string }) => delivery.type === 'key.banned');
     expect(banned).toMatchObject({ state: 'failed', lastStatus: 503, lastError: 'HTTP 503', nextAttemptAt: null });
     expect(banned.event.data).toEqual({ keyId: quotaId, quotaId, bannedUntil: new Date(clock.now() + 900_000).toISOString() });
     expect((await admin.request('GET', '/admin/v1/webhook-deliveries?state=delivered')).body).toEqual([]);
