@@ -3,7 +3,7 @@ import { Counter, Gauge } from 'prom-client';
 import type { WebhookSettings } from '../platform/config.js';
 import { keyBanned, usageThreshold, type RecordedEvent } from './events.js';
 import { createWebhookDeliveriesRepository, DUE_CHANNEL } from './repository.js';
-import { WebhookSender } from './sender.js';
+import { FIRST_RETRY_MS, WebhookSender } from './sender.js';
 
 /**
  * Usage events by webhook (WEBHOOK_URL): the rate limiter's crossings of WEBHOOK_USAGE_THRESHOLDS
@@ -11,7 +11,10 @@ import { WebhookSender } from './sender.js';
  * them, once per quota, window and threshold across all instances, and delivered by every
  * instance's sender from there, so a restart loses none.
  */
-export default fp<WebhookSettings>(
+/** The settings, and the first retry's wait: FIRST_RETRY_MS unless a test shortens it. */
+export type WebhooksOptions = WebhookSettings & { firstRetryMs?: number | undefined };
+
+export default fp<WebhooksOptions>(
   async function webhooks(app, settings) {
     const deliveries = createWebhookDeliveriesRepository(app.db);
     const outcomes = new Counter({
@@ -30,6 +33,7 @@ export default fp<WebhookSettings>(
     });
     const sender = new WebhookSender(deliveries, {
       ...settings,
+      firstRetryMs: settings.firstRetryMs ?? FIRST_RETRY_MS,
       log: app.log,
       onOutcome: (type, outcome) => outcomes.inc({ type, outcome }),
     });

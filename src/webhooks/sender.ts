@@ -10,13 +10,15 @@ const CLAIM_SECONDS = 30;
 const BATCH = 10;
 /** How often a sender looks for deliveries that came due (a retry's wait passed); new ones wake it at once. */
 const POLL_MS = 1_000;
+/** The wait after the first failed attempt; each next one doubles. */
+export const FIRST_RETRY_MS = 5_000;
 /** The longest wait between two attempts. */
 const MAX_RETRY_MS = 3_600_000;
 
 export interface SenderOptions {
   url: string;
   secret: string;
-  /** The wait after the first failed attempt; each next one doubles, up to an hour. */
+  /** The wait after the first failed attempt (FIRST_RETRY_MS; tests shorten it); each next one doubles, up to an hour. */
   firstRetryMs: number;
   log: FastifyBaseLogger;
   /** Each attempt's outcome: delivered, retried (tried again later) or failed (given up). */

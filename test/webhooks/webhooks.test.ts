@@ -54,9 +54,11 @@ const webhookEnv = (url: string, extra: Record<string, string> = {}) => ({
   WEBHOOK_URL: url,
   WEBHOOK_SECRET: SECRET,
   WEBHOOK_USAGE_THRESHOLDS: '100',
-  WEBHOOK_FIRST_RETRY_SECONDS: '1',
   ...extra,
 });
+
+/** The test's clock, and a first retry after a second where production waits five. */
+const depsOf = (clock: TestClock) => ({ now: clock.now, webhookFirstRetryMs: 1_000 });
 
 /** Spends a key's minute (2 requests) on the app: its window crosses 100%. */
 async function crossMinute(app: FastifyInstance, headers: { authorization: string }) {
@@ -75,7 +77,6 @@ describe('webhook settings', () => {
       url: 'https://hooks.example.test/x',
       secret: SECRET,
       usageThresholds: [100],
-      firstRetryMs: 1_000,
     });
     expect(loadConfig({ WEBHOOK_URL: 'https://h.example.test', WEBHOOK_SECRET: SECRET }).webhooks?.usageThresholds).toEqual([80, 100]);
     expect(() => loadConfig({ WEBHOOK_URL: 'https://hooks.example.test/x' })).toThrow('WEBHOOK_URL and WEBHOOK_SECRET go together');
@@ -98,7 +99,7 @@ describe('usage events', () => {
     for (const close of closing.reverse()) await close();
   });
   const open = async (env: Record<string, string>, clock: TestClock) => {
-    const t = await buildTestApp(env, { now: clock.now });
+    const t = await buildTestApp(env, depsOf(clock));
     closing.push(() => t.close());
     return t;
   };
@@ -173,7 +174,7 @@ describe('usage events', () => {
     const clock = testClock(T0);
     const dir = POSTGRES_URL ? undefined : await mkdtemp(join(tmpdir(), 'pets-webhooks-'));
     if (dir) closing.push(() => rm(dir, { recursive: true, force: true }));
-    const first: TestApp = await buildTestApp({ ...webhookEnv(url), ...(dir && { DATA_DIR: dir }) }, { now: clock.now });
+    const first: TestApp = await buildTestApp({ ...webhookEnv(url), ...(dir && { DATA_DIR: dir }) }, depsOf(clock));
     const { headers } = await keyInFreshWindows(first.app, clock, { plan: 'enterprise', limits: { perMinute: 2, perDay: 100 } });
     await crossMinute(first.app, headers);
     // Nothing listens at the URL yet: the first attempt fails, and the event waits in the outbox.
