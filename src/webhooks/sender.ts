@@ -4,8 +4,6 @@ import { SIGNATURE_HEADER, signature } from './signature.js';
 
 /** One attempt's bound: the receiver answers within it, or the attempt failed. */
 const ATTEMPT_TIMEOUT_MS = 10_000;
-/** A claimed delivery is due again after this, should its sender stop mid-attempt: past the timeout. */
-const CLAIM_SECONDS = 30;
 /** Deliveries one sender attempts at once. */
 const BATCH = 10;
 /** How often a sender looks for deliveries that came due (a retry's wait passed); new ones wake it at once. */
@@ -76,7 +74,7 @@ export class WebhookSender {
   async #drain() {
     do {
       this.#again = false;
-      const due = await this.#deliveries.claimDue(BATCH, CLAIM_SECONDS);
+      const due = await this.#deliveries.claimDue(BATCH);
       await Promise.all(due.map((delivery) => this.#attempt(delivery)));
       if (due.length === BATCH) this.#again = true;
     } while (this.#again && !this.#stopping.signal.aborted);

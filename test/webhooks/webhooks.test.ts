@@ -5,14 +5,17 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import type { FastifyInstance } from 'fastify';
+import type { ApiKeyIdentity } from '../../src/api-keys/repository.js';
 import { loadConfig } from '../../src/platform/config.js';
+import { usageThreshold } from '../../src/webhooks/events.js';
+import { createWebhookDeliveriesRepository } from '../../src/webhooks/repository.js';
 import { openAdmin } from '../support/admin.js';
 import { buildTestApp, type TestApp } from '../support/app.js';
 import { POSTGRES_URL } from '../support/databases.js';
 import { eventually } from '../support/eventually.js';
 import { freePort } from '../support/free-port.js';
 import { keyInFreshWindows } from '../support/keys.js';
-import { MINUTE, T0, testClock, type TestClock } from '../support/time.js';
+import { DAY, MINUTE, T0, testClock, type TestClock } from '../support/time.js';
 
 const SECRET = 'whsec_0123456789abcdef0123456789abcdef';
 
@@ -22,8 +25,8 @@ interface Received {
   headers: Record<string, string | string[] | undefined>;
 }
 
-/** A receiver of the events on a port of its own: answers each POST as `answer` says, and keeps what came. */
-async function startReceiver(answer: (index: number) => number, port = 0) {
+/** A receiver of the events on a port of its own: answers each POST as `answer` says (when it says), and keeps what came. */
+async function startReceiver(answer: (index: number) => number | Promise<number>, port = 0) {
   const received: Received[] = [];
   const server: Server = createServer((request, response) => {
     let body = '';
@@ -31,7 +34,7 @@ async function startReceiver(answer: (index: number) => number, port = 0) {
     request.on('data', (chunk: string) => (body += chunk));
     request.on('end', () => {
       received.push({ body, signature: String(request.headers['pet-store-signature']), headers: request.headers });
-      response.writeHead(answer(received.length - 1)).end();
+      void Promise.resolve(answer(received.length - 1)).then((status) => response.writeHead(status).end());
     });
   });
   await new Promise<void>((resolve) => server.listen(port, '127.0.0.1', resolve));
@@ -228,10 +231,50 @@ describe('usage events', () => {
     expect(again.status).toBe(409);
     expect(again.body).toMatchObject({
       code: 'conflict',
-      message: `Webhook delivery ${banned.id} is delivered; only a failed one is retried`,
+      message: `Webhook delivery ${banned.id} was delivered; only a failed or pending one is retried`,
     });
     expect((await admin.request('POST', '/admin/v1/webhook-deliveries/999999/retry')).body.code).toBe('not_found');
     const audit = await admin.request('GET', '/admin/v1/audit?limit=1');
     expect(audit.body[0]).toMatchObject({ action: 'webhook_delivery.retry', details: { deliveryId: banned.id } });
+  });
+
+  it('a retry brings a pending delivery waiting out a long backoff forward, and leaves an attempt in flight alone', async () => {
+    let answer: Promise<number> | number = 500;
+    const receiver = await startReceiver(() => answer);
+    closing.push(receiver.close);
+    const clock = testClock(T0);
+    const t = await open(webhookEnv(receiver.url), clock);
+    const admin = await openAdmin(t.app);
+    closing.push(admin.close);
+    const deliveries = createWebhookDeliveriesRepository(t.app.db);
+    const key = { id: 7, quotaId: 7, plan: 'pro' } as ApiKeyIdentity;
+    const crossing = { key, window: 'day', limit: 100, used: 80, threshold: 80, resetAt: T0 + DAY } as const;
+    expect(await deliveries.record(usageThreshold(crossing, clock.now()))).toBe(true);
+    await eventually(async () => (await deliveriesOf(t.app))[0]?.last_error === 'HTTP 500');
+    // As if many attempts had failed: the next one an hour away.
+    await t.app.db.query("UPDATE webhook_deliveries SET next_attempt_at = now() + interval '1 hour'");
+    const waiting = (await deliveriesOf(t.app))[0]!;
+    const attempted = receiver.received.length;
+
+    answer = 200;
+    const retried = await admin.request('POST', `/admin/v1/webhook-deliveries/${waiting.id}/retry`);
+    expect(retried.status).toBe(200);
+    expect(retried.body).toMatchObject({ id: waiting.id, state: 'pending' });
+    expect(Date.parse(retried.body.nextAttemptAt)).toBeLessThanOrEqual(Date.now() + 1_000);
+    await eventually(async () => (await deliveriesOf(t.app))[0]?.state === 'delivered');
+    expect(receiver.received).toHaveLength(attempted + 1);
+
+    // The receiver holds the next event's attempt: a retry meanwhile keeps its claim, so no second attempt starts.
+    let release!: (status: number) => void;
+    answer = new Promise((resolve) => (release = resolve));
+    expect(await deliveries.record(usageThreshold({ ...crossing, threshold: 100, used: 100 }, clock.now()))).toBe(true);
+    await eventually(async () => receiver.received.length === attempted + 2);
+    const inFlight = (await deliveriesOf(t.app))[1]!;
+    const whileInFlight = await admin.request('POST', `/admin/v1/webhook-deliveries/${inFlight.id}/retry`);
+    expect(whileInFlight.status).toBe(200);
+    expect(Date.parse(whileInFlight.body.nextAttemptAt)).toBeGreaterThan(Date.now() + 20_000);
+    release(200);
+    await eventually(async () => (await deliveriesOf(t.app))[1]?.state === 'delivered');
+    expect(receiver.received).toHaveLength(attempted + 2);
   });
 });
