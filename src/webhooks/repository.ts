@@ -32,6 +32,7 @@ export interface WebhookDelivery {
 /** A delivery a sender claimed: it alone attempts it until the claim lapses. */
 export interface ClaimedDelivery {
   id: number;
+  eventId: string;
   type: UsageEvent['type'];
   body: string;
   attempts: number;
@@ -89,7 +90,7 @@ const statements = {
            FROM (SELECT id FROM webhook_deliveries WHERE state = 'pending' AND next_attempt_at <= now()
                  ORDER BY next_attempt_at, id LIMIT $1 FOR UPDATE SKIP LOCKED) AS due
            WHERE delivery.id = due.id
-           RETURNING delivery.id, delivery.type, delivery.body, delivery.attempts`,
+           RETURNING delivery.id, delivery.event_id AS "eventId", delivery.type, delivery.body, delivery.attempts`,
   },
   delivered: {
     name: 'webhook_deliveries_delivered',

@@ -1,6 +1,6 @@
 import type { FastifyBaseLogger } from 'fastify';
 import type { ClaimedDelivery, WebhookDeliveriesRepository } from './repository.js';
-import { SIGNATURE_HEADER, signature } from './signature.js';
+import { EVENT_ID_HEADER, SIGNATURE_HEADER, signature } from './signature.js';
 
 /** One attempt's bound: the receiver answers within it, or the attempt failed. */
 const ATTEMPT_TIMEOUT_MS = 10_000;
@@ -98,13 +98,18 @@ export class WebhookSender {
   }
 
   /** One POST, and what came of it. */
-  async #send({ body }: ClaimedDelivery): Promise<Outcome> {
+  async #send({ eventId, body }: ClaimedDelivery): Promise<Outcome> {
     // The receiver's clock judges the time, so it is the real one.
     const signed = signature(this.#options.secret, body, Math.floor(Date.now() / 1000));
     try {
       const response = await fetch(this.#options.url, {
         method: 'POST',
-        headers: { 'content-type': 'application/json', 'user-agent': 'pet-store-webhooks/1', [SIGNATURE_HEADER]: signed },
+        headers: {
+          'content-type': 'application/json',
+          'user-agent': 'pet-store-webhooks/1',
+          [SIGNATURE_HEADER]: signed,
+          [EVENT_ID_HEADER]: eventId,
+        },
         body,
         redirect: 'manual',
         signal: AbortSignal.any([AbortSignal.timeout(ATTEMPT_TIMEOUT_MS), this.#stopping.signal]),

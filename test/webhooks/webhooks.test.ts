@@ -121,7 +121,9 @@ describe('usage events', () => {
     expect(first.body).toBe(second.body);
     expect(receiver.received.every(verified)).toBe(true);
     expect(first.headers['content-type']).toBe('application/json');
+    expect(first.headers['user-agent']).toBe('pet-store-webhooks/1');
     const event = JSON.parse(first.body);
+    expect([first.headers['pet-store-event-id'], second.headers['pet-store-event-id']]).toEqual([event.id, event.id]);
     const minuteEnd = (Math.floor(clock.now() / MINUTE) + 1) * MINUTE;
     expect(event).toEqual({
       id: expect.stringMatching(/^[0-9a-f-]{36}$/),
