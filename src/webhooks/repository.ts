@@ -26,7 +26,8 @@ export interface WebhookDelivery {
   lastStatus: number | null;
   lastError: string | null;
   deliveredAt: string | null;
-  event: UsageEvent;
+  /** The event's data, as in the body POSTed. */
+  data: UsageEvent['data'];
 }
 
 /** A delivery a sender claimed: it alone attempts it until the claim lapses. */
@@ -69,7 +70,7 @@ const deliveryOf = (row: DeliveryRow): WebhookDelivery => ({
   lastStatus: row.last_status,
   lastError: row.last_error,
   deliveredAt: iso(row.delivered_at),
-  event: JSON.parse(row.body) as UsageEvent,
+  data: (JSON.parse(row.body) as UsageEvent).data,
 });
 
 const statements = {

@@ -220,7 +220,7 @@ describe('usage events', () => {
     expect(failed.body.map((delivery: { type: string }) => delivery.type).sort()).toEqual(['key.banned', 'usage.threshold']);
     const banned = failed.body.find((delivery: { type: string }) => delivery.type === 'key.banned');
     expect(banned).toMatchObject({ state: 'failed', lastStatus: 503, lastError: 'HTTP 503', nextAttemptAt: null });
-    expect(banned.event.data).toEqual({ keyId: quotaId, quotaId, bannedUntil: new Date(clock.now() + 900_000).toISOString() });
+    expect(banned.data).toEqual({ keyId: quotaId, quotaId, bannedUntil: new Date(clock.now() + 900_000).toISOString() });
     expect((await admin.request('GET', '/admin/v1/webhook-deliveries?state=delivered')).body).toEqual([]);
     expect((await admin.request('GET', '/admin/v1/webhook-deliveries?state=lost')).status).toBe(400);
 
