@@ -25,10 +25,15 @@ export default fp<WebhooksOptions>(
     });
     new Gauge({
       name: 'webhook_deliveries_pending',
-      help: 'Usage events recorded and not delivered yet (nor given up on)',
+      help: 'Usage events recorded and not delivered yet (nor given up on); the last count read while the database does not answer',
       registers: [app.metricsRegistry],
       async collect() {
-        this.set(await deliveries.countPending());
+        // A failed count must not fail the whole scrape, when the other metrics matter most.
+        try {
+          this.set(await deliveries.countPending());
+        } catch (error) {
+          app.log.warn({ err: error }, 'webhooks: counting the pending deliveries failed');
+        }
       },
     });
     const sender = new WebhookSender(deliveries, {

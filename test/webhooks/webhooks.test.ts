@@ -279,4 +279,19 @@ describe('usage events', () => {
     await eventually(async () => (await deliveriesOf(t.app))[1]?.state === 'delivered');
     expect(receiver.received).toHaveLength(attempted + 2);
   });
+
+  it('the pending count keeps its last value, and the scrape its other metrics, while the count cannot be read', async () => {
+    const url = `http://127.0.0.1:${await freePort()}/hooks`;
+    const clock = testClock(T0);
+    const t = await open(webhookEnv(url), clock);
+    const crossing = { key: { id: 7, quotaId: 7, plan: 'pro' } as ApiKeyIdentity, window: 'day', limit: 100, used: 80, threshold: 80 };
+    await createWebhookDeliveriesRepository(t.app.db).record(usageThreshold({ ...crossing, resetAt: T0 + DAY }, clock.now()));
+    expect(await t.app.metricsRegistry.metrics()).toContain('webhook_deliveries_pending 1');
+
+    await t.app.db.query('DROP TABLE webhook_deliveries');
+    const scraped = await t.app.metricsRegistry.metrics();
+    expect(scraped).toContain('webhook_deliveries_pending 1');
+    expect(scraped).toContain('http_request_duration_seconds');
+    expect(t.logs.entries().some((entry) => entry.msg === 'webhooks: counting the pending deliveries failed')).toBe(true);
+  });
 });
