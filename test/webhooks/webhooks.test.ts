@@ -9,12 +9,12 @@ import type { ApiKeyIdentity } from '../../src/api-keys/repository.js';
 import { loadConfig } from '../../src/platform/config.js';
 import { usageThreshold } from '../../src/webhooks/events.js';
 import { createWebhookDeliveriesRepository } from '../../src/webhooks/repository.js';
-import { openAdmin } from '../support/admin.js';
+import { createKey, openAdmin } from '../support/admin.js';
 import { buildTestApp, type TestApp } from '../support/app.js';
 import { POSTGRES_URL } from '../support/databases.js';
 import { eventually } from '../support/eventually.js';
 import { freePort } from '../support/free-port.js';
-import { keyInFreshWindows } from '../support/keys.js';
+import { bearer, keyInFreshWindows, waitForKey } from '../support/keys.js';
 import { DAY, MINUTE, T0, testClock, type TestClock } from '../support/time.js';
 
 const SECRET = 'whsec_0123456789abcdef0123456789abcdef';
@@ -153,6 +153,36 @@ describe('usage events', () => {
     expect(verified({ ...first, signature: first.signature.replace(/v1=(.)/, (_, c: string) => `v1=${c === '0' ? '1' : '0'}`) })).toBe(
       false,
     );
+  });
+
+  it("a free key's minute spent to 80% and then to 100% sends one event at each (the default thresholds), in order", async () => {
+    const receiver = await startReceiver(() => 200);
+    closing.push(receiver.close);
+    const clock = testClock(T0);
+    const t = await open({ WEBHOOK_URL: receiver.url, WEBHOOK_SECRET: SECRET }, clock);
+    const admin = await openAdmin(t.app);
+    closing.push(admin.close);
+    const created = await createKey(admin, { plan: 'free' });
+    const headers = bearer(created.key);
+    await waitForKey(async () => (await t.app.inject({ url: '/v1/pets/0', headers })).statusCode);
+    clock.set((Math.floor(clock.now() / DAY) + 1) * DAY + 10 * MINUTE);
+    const spend = async (requests: number) => {
+      for (let i = 0; i < requests; i++) expect((await t.app.inject({ url: '/v1/pets?limit=1', headers })).statusCode).toBe(200);
+    };
+
+    await spend(48);
+    await eventually(async () => receiver.received.length === 1);
+    await spend(12);
+    await eventually(async () => receiver.received.length === 2);
+    const events = receiver.received.map(({ body }) => JSON.parse(body));
+    const resetAt = new Date((Math.floor(clock.now() / MINUTE) + 1) * MINUTE).toISOString();
+    const data = { keyId: created.id, quotaId: created.quotaId, plan: 'free', window: 'minute', limit: 60, resetAt };
+    expect(events.map((event) => event.data)).toEqual([
+      { ...data, used: 48, threshold: 80 },
+      { ...data, used: 60, threshold: 100 },
+    ]);
+    expect(receiver.received.every(verified)).toBe(true);
+    expect(new Set(events.map((event) => event.id)).size).toBe(2);
   });
 
   it('a crossing on two instances (each counting alone) is one event, delivered once', { skip: !POSTGRES_URL }, async () => {
