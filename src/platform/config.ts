@@ -472,6 +472,9 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       'WEBHOOK_URL and WEBHOOK_SECRET go together: the receiver checks every event against the secret (at least 32 characters)',
     );
   }
+  // The pattern takes `https://exa[mple.com`, which fetch would refuse at every attempt.
+  if (settings.WEBHOOK_URL !== undefined && !URL.canParse(settings.WEBHOOK_URL))
+    throw invalid('WEBHOOK_URL', settings.WEBHOOK_URL, 'not a URL');
   const usageThresholds = settings.WEBHOOK_USAGE_THRESHOLDS.split(',').map(Number);
   if (usageThresholds.some((threshold, i) => threshold < 1 || threshold > 100 || threshold <= (usageThresholds[i - 1] ?? 0))) {
     throw invalid('WEBHOOK_USAGE_THRESHOLDS', settings.WEBHOOK_USAGE_THRESHOLDS, 'percentages from 1 to 100, ascending, each once');

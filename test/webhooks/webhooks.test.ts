@@ -7,7 +7,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import type { FastifyInstance } from 'fastify';
 import type { ApiKeyIdentity } from '../../src/api-keys/repository.js';
 import { loadConfig } from '../../src/platform/config.js';
-import { usageThreshold } from '../../src/webhooks/events.js';
+import { keyBanned, usageThreshold } from '../../src/webhooks/events.js';
 import { createWebhookDeliveriesRepository } from '../../src/webhooks/repository.js';
 import { createKey, openAdmin } from '../support/admin.js';
 import { buildTestApp, type TestApp } from '../support/app.js';
@@ -88,6 +88,9 @@ describe('webhook settings', () => {
     expect(() => loadConfig({ WEBHOOK_URL: 'https://h.example.test', WEBHOOK_SECRET: short })).toThrow('Invalid WEBHOOK_SECRET=***');
     expect(() => loadConfig({ WEBHOOK_URL: 'https://h.example.test', WEBHOOK_SECRET: short })).not.toThrow(short);
     expect(() => loadConfig({ WEBHOOK_URL: 'ftp://h.example.test', WEBHOOK_SECRET: SECRET })).toThrow('WEBHOOK_URL');
+    expect(() => loadConfig({ WEBHOOK_URL: 'https://h[ooks.example.test', WEBHOOK_SECRET: SECRET })).toThrow(
+      'Invalid WEBHOOK_URL="https://h[ooks.example.test": not a URL',
+    );
     for (const thresholds of ['100,80', '0,50', '80,80', '101', '80;100']) {
       expect(() =>
         loadConfig({ WEBHOOK_URL: 'https://h.example.test', WEBHOOK_SECRET: SECRET, WEBHOOK_USAGE_THRESHOLDS: thresholds }),
@@ -153,6 +156,22 @@ describe('usage events', () => {
     expect(verified({ ...first, signature: first.signature.replace(/v1=(.)/, (_, c: string) => `v1=${c === '0' ? '1' : '0'}`) })).toBe(
       false,
     );
+  });
+
+  it('records an event once per dedupe key, whichever instance records it again', async () => {
+    const clock = testClock(T0);
+    const t = await open(webhookEnv(`http://127.0.0.1:${await freePort()}/hooks`), clock);
+    const deliveries = createWebhookDeliveriesRepository(t.app.db);
+    const key = { id: 7, quotaId: 7, plan: 'pro' } as ApiKeyIdentity;
+    const crossing = { key, window: 'minute', limit: 100, used: 80, threshold: 80, resetAt: T0 + MINUTE } as const;
+    // Each call makes a new event id, as each instance would; the quota, window start and threshold are the same.
+    expect(await deliveries.record(usageThreshold(crossing, clock.now()))).toBe(true);
+    expect(await deliveries.record(usageThreshold({ ...crossing, used: 81 }, clock.now()))).toBe(false);
+    expect(await deliveries.record(usageThreshold({ ...crossing, threshold: 100, used: 100 }, clock.now()))).toBe(true);
+    expect(await deliveries.record(usageThreshold({ ...crossing, resetAt: T0 + 2 * MINUTE }, clock.now()))).toBe(true);
+    expect(await deliveries.record(keyBanned({ key, bannedUntil: T0 + 900_000 }, clock.now()))).toBe(true);
+    expect(await deliveries.record(keyBanned({ key, bannedUntil: T0 + 900_000 }, clock.now()))).toBe(false);
+    expect(await deliveriesOf(t.app)).toHaveLength(4);
   });
 
   it("a free key's minute spent to 80% and then to 100% sends one event at each (the default thresholds), in order", async () => {
