@@ -118,11 +118,14 @@ export class WebhookSender {
       if (response.status >= 200 && response.status < 300) return { delivered: true, status: response.status };
       return { delivered: false, status: response.status, error: `HTTP ${response.status}` };
     } catch (error) {
-      const name = (error as Error).name;
+      const { name, message, cause } = error as Error;
+      // fetch says only "fetch failed"; its cause says why (connect ECONNREFUSED 10.0.0.5:443, a TLS error, ...),
+      // in its code alone when it is an AggregateError (each of a name's addresses refused).
+      const why = (cause instanceof Error && (cause.message || (cause as NodeJS.ErrnoException).code)) || message;
       return {
         delivered: false,
         status: null,
-        error: name === 'TimeoutError' ? `no answer within ${ATTEMPT_TIMEOUT_MS / 1000} s` : `no answer: ${(error as Error).message}`,
+        error: name === 'TimeoutError' ? `no answer within ${ATTEMPT_TIMEOUT_MS / 1000} s` : `no answer: ${why}`,
       };
     }
   }
