@@ -34,6 +34,8 @@ export interface AppDependencies {
   now?: () => number;
   /** Where logs go; stdout by default. */
   logStream?: DestinationStream;
+  /** The wait before a failed usage event is sent again the first time (5 s); tests shorten it. */
+  webhookFirstRetryMs?: number;
 }
 
 /** 16 KiB is far more than any NewPet needs and small enough that no body can pin memory. */
@@ -137,7 +139,7 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
     shadowPlans: config.rateLimitShadowPlans,
     concurrency: config.rateLimitConcurrency,
   });
-  if (config.webhooks) await app.register(webhooks, config.webhooks);
+  if (config.webhooks) await app.register(webhooks, { ...config.webhooks, firstRetryMs: deps.webhookFirstRetryMs });
   await app.register(v1, {
     prefix: API_PREFIX,
     idempotencyKeyRetentionHours: config.IDEMPOTENCY_KEY_RETENTION_HOURS,

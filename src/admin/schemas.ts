@@ -248,14 +248,13 @@ export const WebhookDelivery = Type.Object(
     lastStatus: Nullable(Type.Integer({ description: "The receiver's status at the last attempt; null when it gave none" })),
     lastError: Nullable(Type.String({ description: 'What went wrong at the last attempt: HTTP 500, no answer within 10 s, ...' })),
     deliveredAt: Nullable(Timestamp),
-    event: Type.Object(
+    data: Type.Object(
+      {},
       {
-        id: Type.String(),
-        type: Type.String(),
-        createdAt: Timestamp,
-        data: Type.Object({}, { additionalProperties: true }),
+        additionalProperties: true,
+        description:
+          "The event's data, as POSTed: usage.threshold {keyId, quotaId, plan, window, limit, used, threshold, resetAt}; key.banned {keyId, quotaId, bannedUntil}",
       },
-      { description: 'The body POSTed, as the receiver gets it' },
     ),
   },
   { title: 'WebhookDelivery', description: 'A usage event and its delivery to WEBHOOK_URL' },

@@ -11,7 +11,7 @@ import { actorOf } from './auth.js';
 
 const DELIVERIES_PATH = '/admin/v1/webhook-deliveries';
 
-/** The usage events sent to WEBHOOK_URL, for whoever runs the receiver: what is pending, delivered or failed, and a retry of a failed one. */
+/** The usage events sent to WEBHOOK_URL, for whoever runs the receiver: what is pending, delivered or failed, and a retry of one not delivered. */
 const adminWebhookDeliveries: FastifyPluginAsyncTypebox<{ deliveries: WebhookDeliveriesRepository; audit: AdminAuditRepository }> = async (
   admin,
   { deliveries, audit },
@@ -50,13 +50,13 @@ const adminWebhookDeliveries: FastifyPluginAsyncTypebox<{ deliveries: WebhookDel
       schema: {
         operationId: 'retryWebhookDelivery',
         tags: ['webhooks'],
-        summary: 'Put a failed delivery back: due now, and retried for 24 hours more',
+        summary: 'Put a failed or pending delivery back: due now, and retried for 24 hours more',
         params: DeliveryParams,
         response: {
           200: WebhookDelivery,
           400: ErrorBody,
           404: ErrorBody,
-          409: { ...ErrorBody, description: 'The delivery is pending or delivered, not failed (`conflict`)' },
+          409: { ...ErrorBody, description: 'The delivery was delivered already (`conflict`)' },
         },
       },
       config: { writes: true },
@@ -67,7 +67,7 @@ const adminWebhookDeliveries: FastifyPluginAsyncTypebox<{ deliveries: WebhookDel
       if (!retried) {
         const delivery = await deliveries.get(id);
         if (!delivery) throw errors.notFound(`No webhook delivery with id ${id}`);
-        throw errors.conflict(`Webhook delivery ${id} is ${delivery.state}; only a failed one is retried`);
+        throw errors.conflict(`Webhook delivery ${id} was delivered; only a failed or pending one is retried`);
       }
       await audit.record(actorOf(request), 'webhook_delivery.retry', null, { deliveryId: id, eventId: retried.eventId });
       return retried;

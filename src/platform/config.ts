@@ -203,12 +203,6 @@ export const ConfigSchema = Type.Object({
     examples: ['50,80,100'],
     description: "Percentages of a key's window (1 to 100, ascending): crossing each sends one `usage.threshold` event per window.",
   }),
-  WEBHOOK_FIRST_RETRY_SECONDS: Type.Integer({
-    minimum: 1,
-    maximum: 10,
-    default: 5,
-    description: 'Seconds before a failed delivery is tried again the first time; each later wait doubles (up to an hour), for 24 hours.',
-  }),
   KEY_CACHE_MAX_ENTRIES: Type.Integer({
     minimum: 1,
     default: 100_000,
@@ -377,7 +371,6 @@ const PARSED_SETTINGS = [
   'WEBHOOK_URL',
   'WEBHOOK_SECRET',
   'WEBHOOK_USAGE_THRESHOLDS',
-  'WEBHOOK_FIRST_RETRY_SECONDS',
 ] as const;
 
 /** The settings, checked, with those that need parsing parsed. */
@@ -406,7 +399,6 @@ export interface WebhookSettings {
   secret: string;
   /** WEBHOOK_USAGE_THRESHOLDS: percentages, ascending. */
   usageThresholds: number[];
-  firstRetryMs: number;
 }
 
 /** A setting's value in an error: quoted, with any password in it masked (the line goes to logs). */
@@ -480,6 +472,9 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       'WEBHOOK_URL and WEBHOOK_SECRET go together: the receiver checks every event against the secret (at least 32 characters)',
     );
   }
+  // The pattern takes `https://exa[mple.com`, which fetch would refuse at every attempt.
+  if (settings.WEBHOOK_URL !== undefined && !URL.canParse(settings.WEBHOOK_URL))
+    throw invalid('WEBHOOK_URL', settings.WEBHOOK_URL, 'not a URL');
   const usageThresholds = settings.WEBHOOK_USAGE_THRESHOLDS.split(',').map(Number);
   if (usageThresholds.some((threshold, i) => threshold < 1 || threshold > 100 || threshold <= (usageThresholds[i - 1] ?? 0))) {
     throw invalid('WEBHOOK_USAGE_THRESHOLDS', settings.WEBHOOK_USAGE_THRESHOLDS, 'percentages from 1 to 100, ascending, each once');
@@ -508,7 +503,6 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
           url: settings.WEBHOOK_URL,
           secret: settings.WEBHOOK_SECRET!,
           usageThresholds,
-          firstRetryMs: settings.WEBHOOK_FIRST_RETRY_SECONDS * 1000,
         }
       : undefined,
   };

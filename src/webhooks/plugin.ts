@@ -3,7 +3,7 @@ import { Counter, Gauge } from 'prom-client';
 import type { WebhookSettings } from '../platform/config.js';
 import { keyBanned, usageThreshold, type RecordedEvent } from './events.js';
 import { createWebhookDeliveriesRepository, DUE_CHANNEL } from './repository.js';
-import { WebhookSender } from './sender.js';
+import { FIRST_RETRY_MS, WebhookSender } from './sender.js';
 
 /**
  * Usage events by webhook (WEBHOOK_URL): the rate limiter's crossings of WEBHOOK_USAGE_THRESHOLDS
@@ -11,7 +11,10 @@ import { WebhookSender } from './sender.js';
  * them, once per quota, window and threshold across all instances, and delivered by every
  * instance's sender from there, so a restart loses none.
  */
-export default fp<WebhookSettings>(
+/** The settings, and the first retry's wait: FIRST_RETRY_MS unless a test shortens it. */
+export type WebhooksOptions = WebhookSettings & { firstRetryMs?: number | undefined };
+
+export default fp<WebhooksOptions>(
   async function webhooks(app, settings) {
     const deliveries = createWebhookDeliveriesRepository(app.db);
     const outcomes = new Counter({
@@ -22,14 +25,20 @@ export default fp<WebhookSettings>(
     });
     new Gauge({
       name: 'webhook_deliveries_pending',
-      help: 'Usage events recorded and not delivered yet (nor given up on)',
+      help: 'Usage events recorded and not delivered yet (nor given up on); the last count read while the database does not answer',
       registers: [app.metricsRegistry],
       async collect() {
-        this.set(await deliveries.countPending());
+        // A failed count must not fail the whole scrape, when the other metrics matter most.
+        try {
+          this.set(await deliveries.countPending());
+        } catch (error) {
+          app.log.warn({ err: error }, 'webhooks: counting the pending deliveries failed');
+        }
       },
     });
     const sender = new WebhookSender(deliveries, {
       ...settings,
+      firstRetryMs: settings.firstRetryMs ?? FIRST_RETRY_MS,
       log: app.log,
       onOutcome: (type, outcome) => outcomes.inc({ type, outcome }),
     });

@@ -4,6 +4,12 @@ import type { RecordedEvent, UsageEvent } from './events.js';
 /** Heard by every instance's sender when a delivery is due now: recorded, or put back by an operator. */
 export const DUE_CHANNEL = 'webhook_deliveries_due';
 
+/**
+ * How long a claim keeps other senders off a delivery: past an attempt's 10 s timeout, so that it
+ * lapses only when its sender died mid-attempt.
+ */
+const CLAIM_SECONDS = 30;
+
 export const DELIVERY_STATES = ['pending', 'delivered', 'failed'] as const;
 export type DeliveryState = (typeof DELIVERY_STATES)[number];
 
@@ -20,12 +26,14 @@ export interface WebhookDelivery {
   lastStatus: number | null;
   lastError: string | null;
   deliveredAt: string | null;
-  event: UsageEvent;
+  /** The event's data, as in the body POSTed. */
+  data: UsageEvent['data'];
 }
 
 /** A delivery a sender claimed: it alone attempts it until the claim lapses. */
 export interface ClaimedDelivery {
   id: number;
+  eventId: string;
   type: UsageEvent['type'];
   body: string;
   attempts: number;
@@ -62,7 +70,7 @@ const deliveryOf = (row: DeliveryRow): WebhookDelivery => ({
   lastStatus: row.last_status,
   lastError: row.last_error,
   deliveredAt: iso(row.delivered_at),
-  event: JSON.parse(row.body) as UsageEvent,
+  data: (JSON.parse(row.body) as UsageEvent).data,
 });
 
 const statements = {
@@ -79,11 +87,11 @@ const statements = {
   claim: {
     name: 'webhook_deliveries_claim',
     text: `UPDATE webhook_deliveries AS delivery
-           SET attempts = attempts + 1, last_attempt_at = now(), next_attempt_at = now() + make_interval(secs => $2::int)
+           SET attempts = attempts + 1, last_attempt_at = now(), next_attempt_at = now() + interval '${CLAIM_SECONDS} seconds'
            FROM (SELECT id FROM webhook_deliveries WHERE state = 'pending' AND next_attempt_at <= now()
                  ORDER BY next_attempt_at, id LIMIT $1 FOR UPDATE SKIP LOCKED) AS due
            WHERE delivery.id = due.id
-           RETURNING delivery.id, delivery.type, delivery.body, delivery.attempts`,
+           RETURNING delivery.id, delivery.event_id AS "eventId", delivery.type, delivery.body, delivery.attempts`,
   },
   delivered: {
     name: 'webhook_deliveries_delivered',
@@ -103,11 +111,17 @@ const statements = {
     text: `UPDATE webhook_deliveries SET next_attempt_at = now() WHERE id = $1 AND state = 'pending'`,
   },
   get: { name: 'webhook_deliveries_get', text: `SELECT ${COLUMNS} FROM webhook_deliveries WHERE id = $1` },
+  // Due now, unless an attempt holds its claim (the claim set next_attempt_at to exactly that far past
+  // last_attempt_at; an outcome moves it): that attempt's outcome then decides, so still one at a time.
   retry: {
     name: 'webhook_deliveries_retry',
     text: `WITH retried AS (
-             UPDATE webhook_deliveries SET state = 'pending', next_attempt_at = now(), retry_until = now() + interval '24 hours'
-             WHERE id = $1 AND state = 'failed' RETURNING ${COLUMNS})
+             UPDATE webhook_deliveries
+             SET state = 'pending', retry_until = now() + interval '24 hours',
+                 next_attempt_at = CASE WHEN state = 'pending' AND next_attempt_at > now()
+                                         AND next_attempt_at = last_attempt_at + interval '${CLAIM_SECONDS} seconds'
+                                        THEN next_attempt_at ELSE now() END
+             WHERE id = $1 AND state <> 'delivered' RETURNING ${COLUMNS})
            SELECT retried.*, pg_notify('${DUE_CHANNEL}', '') FROM retried`,
   },
   pending: { name: 'webhook_deliveries_pending', text: `SELECT count(*)::int AS count FROM webhook_deliveries WHERE state = 'pending'` },
@@ -127,9 +141,9 @@ export function createWebhookDeliveriesRepository(db: Database) {
       return (await db.query(statements.record, [event.id, event.type, dedupeKey, JSON.stringify(event)])).length > 0;
     },
 
-    /** Claims up to `limit` due deliveries for `claimSeconds`, counting the attempt. */
-    async claimDue(limit: number, claimSeconds: number): Promise<ClaimedDelivery[]> {
-      return db.query<ClaimedDelivery>(statements.claim, [limit, claimSeconds]);
+    /** Claims up to `limit` due deliveries for CLAIM_SECONDS, counting the attempt. */
+    async claimDue(limit: number): Promise<ClaimedDelivery[]> {
+      return db.query<ClaimedDelivery>(statements.claim, [limit]);
     },
 
     async delivered(id: number, status: number): Promise<void> {
@@ -152,7 +166,10 @@ export function createWebhookDeliveriesRepository(db: Database) {
       return row && deliveryOf(row);
     },
 
-    /** Puts a failed delivery back, due now and retried for 24 hours more; undefined when it is not failed (or not there). */
+    /**
+     * Puts a failed or pending delivery back: pending, due now (after the attempt in flight, if one is)
+     * and retried for 24 hours more; undefined when it was delivered (or is not there).
+     */
     async retry(id: number): Promise<WebhookDelivery | undefined> {
       const [row] = await db.query<DeliveryRow>(statements.retry, [id]);
       return row && deliveryOf(row);

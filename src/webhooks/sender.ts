@@ -1,22 +1,22 @@
 import type { FastifyBaseLogger } from 'fastify';
 import type { ClaimedDelivery, WebhookDeliveriesRepository } from './repository.js';
-import { SIGNATURE_HEADER, signature } from './signature.js';
+import { EVENT_ID_HEADER, SIGNATURE_HEADER, signature } from './signature.js';
 
 /** One attempt's bound: the receiver answers within it, or the attempt failed. */
 const ATTEMPT_TIMEOUT_MS = 10_000;
-/** A claimed delivery is due again after this, should its sender stop mid-attempt: past the timeout. */
-const CLAIM_SECONDS = 30;
 /** Deliveries one sender attempts at once. */
 const BATCH = 10;
 /** How often a sender looks for deliveries that came due (a retry's wait passed); new ones wake it at once. */
 const POLL_MS = 1_000;
+/** The wait after the first failed attempt; each next one doubles. */
+export const FIRST_RETRY_MS = 5_000;
 /** The longest wait between two attempts. */
 const MAX_RETRY_MS = 3_600_000;
 
 export interface SenderOptions {
   url: string;
   secret: string;
-  /** The wait after the first failed attempt; each next one doubles, up to an hour. */
+  /** The wait after the first failed attempt (FIRST_RETRY_MS; tests shorten it); each next one doubles, up to an hour. */
   firstRetryMs: number;
   log: FastifyBaseLogger;
   /** Each attempt's outcome: delivered, retried (tried again later) or failed (given up). */
@@ -74,7 +74,7 @@ export class WebhookSender {
   async #drain() {
     do {
       this.#again = false;
-      const due = await this.#deliveries.claimDue(BATCH, CLAIM_SECONDS);
+      const due = await this.#deliveries.claimDue(BATCH);
       await Promise.all(due.map((delivery) => this.#attempt(delivery)));
       if (due.length === BATCH) this.#again = true;
     } while (this.#again && !this.#stopping.signal.aborted);
@@ -98,13 +98,18 @@ export class WebhookSender {
   }
 
   /** One POST, and what came of it. */
-  async #send({ body }: ClaimedDelivery): Promise<Outcome> {
+  async #send({ eventId, body }: ClaimedDelivery): Promise<Outcome> {
     // The receiver's clock judges the time, so it is the real one.
     const signed = signature(this.#options.secret, body, Math.floor(Date.now() / 1000));
     try {
       const response = await fetch(this.#options.url, {
         method: 'POST',
-        headers: { 'content-type': 'application/json', 'user-agent': 'pet-store-webhooks/1', [SIGNATURE_HEADER]: signed },
+        headers: {
+          'content-type': 'application/json',
+          'user-agent': 'pet-store-webhooks/1',
+          [SIGNATURE_HEADER]: signed,
+          [EVENT_ID_HEADER]: eventId,
+        },
         body,
         redirect: 'manual',
         signal: AbortSignal.any([AbortSignal.timeout(ATTEMPT_TIMEOUT_MS), this.#stopping.signal]),
@@ -113,11 +118,14 @@ export class WebhookSender {
       if (response.status >= 200 && response.status < 300) return { delivered: true, status: response.status };
       return { delivered: false, status: response.status, error: `HTTP ${response.status}` };
     } catch (error) {
-      const name = (error as Error).name;
+      const { name, message, cause } = error as Error;
+      // fetch says only "fetch failed"; its cause says why (connect ECONNREFUSED 10.0.0.5:443, a TLS error, ...),
+      // in its code alone when it is an AggregateError (each of a name's addresses refused).
+      const why = (cause instanceof Error && (cause.message || (cause as NodeJS.ErrnoException).code)) || message;
       return {
         delivered: false,
         status: null,
-        error: name === 'TimeoutError' ? `no answer within ${ATTEMPT_TIMEOUT_MS / 1000} s` : `no answer: ${(error as Error).message}`,
+        error: name === 'TimeoutError' ? `no answer within ${ATTEMPT_TIMEOUT_MS / 1000} s` : `no answer: ${why}`,
       };
     }
   }

@@ -2,6 +2,8 @@ import { createHmac } from 'node:crypto';
 
 /** The header a receiver checks each event with. */
 export const SIGNATURE_HEADER = 'pet-store-signature';
+/** The event's id, as in the body: a receiver may drop a repeat before parsing it. */
+export const EVENT_ID_HEADER = 'pet-store-event-id';
 
 /**
  * Stripe's scheme: `t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">`. The time is signed

@@ -5,14 +5,17 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import type { FastifyInstance } from 'fastify';
+import type { ApiKeyIdentity } from '../../src/api-keys/repository.js';
 import { loadConfig } from '../../src/platform/config.js';
-import { openAdmin } from '../support/admin.js';
+import { keyBanned, usageThreshold } from '../../src/webhooks/events.js';
+import { createWebhookDeliveriesRepository } from '../../src/webhooks/repository.js';
+import { createKey, openAdmin } from '../support/admin.js';
 import { buildTestApp, type TestApp } from '../support/app.js';
 import { POSTGRES_URL } from '../support/databases.js';
 import { eventually } from '../support/eventually.js';
 import { freePort } from '../support/free-port.js';
-import { keyInFreshWindows } from '../support/keys.js';
-import { MINUTE, T0, testClock, type TestClock } from '../support/time.js';
+import { bearer, keyInFreshWindows, waitForKey } from '../support/keys.js';
+import { DAY, MINUTE, T0, testClock, type TestClock } from '../support/time.js';
 
 const SECRET = 'whsec_0123456789abcdef0123456789abcdef';
 
@@ -22,8 +25,8 @@ interface Received {
   headers: Record<string, string | string[] | undefined>;
 }
 
-/** A receiver of the events on a port of its own: answers each POST as `answer` says, and keeps what came. */
-async function startReceiver(answer: (index: number) => number, port = 0) {
+/** A receiver of the events on a port of its own: answers each POST as `answer` says (when it says), and keeps what came. */
+async function startReceiver(answer: (index: number) => number | Promise<number>, port = 0) {
   const received: Received[] = [];
   const server: Server = createServer((request, response) => {
     let body = '';
@@ -31,7 +34,7 @@ async function startReceiver(answer: (index: number) => number, port = 0) {
     request.on('data', (chunk: string) => (body += chunk));
     request.on('end', () => {
       received.push({ body, signature: String(request.headers['pet-store-signature']), headers: request.headers });
-      response.writeHead(answer(received.length - 1)).end();
+      void Promise.resolve(answer(received.length - 1)).then((status) => response.writeHead(status).end());
     });
   });
   await new Promise<void>((resolve) => server.listen(port, '127.0.0.1', resolve));
@@ -54,9 +57,11 @@ const webhookEnv = (url: string, extra: Record<string, string> = {}) => ({
   WEBHOOK_URL: url,
   WEBHOOK_SECRET: SECRET,
   WEBHOOK_USAGE_THRESHOLDS: '100',
-  WEBHOOK_FIRST_RETRY_SECONDS: '1',
   ...extra,
 });
+
+/** The test's clock, and a first retry after a second where production waits five. */
+const depsOf = (clock: TestClock) => ({ now: clock.now, webhookFirstRetryMs: 1_000 });
 
 /** Spends a key's minute (2 requests) on the app: its window crosses 100%. */
 async function crossMinute(app: FastifyInstance, headers: { authorization: string }) {
@@ -75,7 +80,6 @@ describe('webhook settings', () => {
       url: 'https://hooks.example.test/x',
       secret: SECRET,
       usageThresholds: [100],
-      firstRetryMs: 1_000,
     });
     expect(loadConfig({ WEBHOOK_URL: 'https://h.example.test', WEBHOOK_SECRET: SECRET }).webhooks?.usageThresholds).toEqual([80, 100]);
     expect(() => loadConfig({ WEBHOOK_URL: 'https://hooks.example.test/x' })).toThrow('WEBHOOK_URL and WEBHOOK_SECRET go together');
@@ -84,6 +88,9 @@ describe('webhook settings', () => {
     expect(() => loadConfig({ WEBHOOK_URL: 'https://h.example.test', WEBHOOK_SECRET: short })).toThrow('Invalid WEBHOOK_SECRET=***');
     expect(() => loadConfig({ WEBHOOK_URL: 'https://h.example.test', WEBHOOK_SECRET: short })).not.toThrow(short);
     expect(() => loadConfig({ WEBHOOK_URL: 'ftp://h.example.test', WEBHOOK_SECRET: SECRET })).toThrow('WEBHOOK_URL');
+    expect(() => loadConfig({ WEBHOOK_URL: 'https://h[ooks.example.test', WEBHOOK_SECRET: SECRET })).toThrow(
+      'Invalid WEBHOOK_URL="https://h[ooks.example.test": not a URL',
+    );
     for (const thresholds of ['100,80', '0,50', '80,80', '101', '80;100']) {
       expect(() =>
         loadConfig({ WEBHOOK_URL: 'https://h.example.test', WEBHOOK_SECRET: SECRET, WEBHOOK_USAGE_THRESHOLDS: thresholds }),
@@ -98,7 +105,7 @@ describe('usage events', () => {
     for (const close of closing.reverse()) await close();
   });
   const open = async (env: Record<string, string>, clock: TestClock) => {
-    const t = await buildTestApp(env, { now: clock.now });
+    const t = await buildTestApp(env, depsOf(clock));
     closing.push(() => t.close());
     return t;
   };
@@ -117,7 +124,9 @@ describe('usage events', () => {
     expect(first.body).toBe(second.body);
     expect(receiver.received.every(verified)).toBe(true);
     expect(first.headers['content-type']).toBe('application/json');
+    expect(first.headers['user-agent']).toBe('pet-store-webhooks/1');
     const event = JSON.parse(first.body);
+    expect([first.headers['pet-store-event-id'], second.headers['pet-store-event-id']]).toEqual([event.id, event.id]);
     const minuteEnd = (Math.floor(clock.now() / MINUTE) + 1) * MINUTE;
     expect(event).toEqual({
       id: expect.stringMatching(/^[0-9a-f-]{36}$/),
@@ -149,6 +158,52 @@ describe('usage events', () => {
     );
   });
 
+  it('records an event once per dedupe key, whichever instance records it again', async () => {
+    const clock = testClock(T0);
+    const t = await open(webhookEnv(`http://127.0.0.1:${await freePort()}/hooks`), clock);
+    const deliveries = createWebhookDeliveriesRepository(t.app.db);
+    const key = { id: 7, quotaId: 7, plan: 'pro' } as ApiKeyIdentity;
+    const crossing = { key, window: 'minute', limit: 100, used: 80, threshold: 80, resetAt: T0 + MINUTE } as const;
+    // Each call makes a new event id, as each instance would; the quota, window start and threshold are the same.
+    expect(await deliveries.record(usageThreshold(crossing, clock.now()))).toBe(true);
+    expect(await deliveries.record(usageThreshold({ ...crossing, used: 81 }, clock.now()))).toBe(false);
+    expect(await deliveries.record(usageThreshold({ ...crossing, threshold: 100, used: 100 }, clock.now()))).toBe(true);
+    expect(await deliveries.record(usageThreshold({ ...crossing, resetAt: T0 + 2 * MINUTE }, clock.now()))).toBe(true);
+    expect(await deliveries.record(keyBanned({ key, bannedUntil: T0 + 900_000 }, clock.now()))).toBe(true);
+    expect(await deliveries.record(keyBanned({ key, bannedUntil: T0 + 900_000 }, clock.now()))).toBe(false);
+    expect(await deliveriesOf(t.app)).toHaveLength(4);
+  });
+
+  it("a free key's minute spent to 80% and then to 100% sends one event at each (the default thresholds), in order", async () => {
+    const receiver = await startReceiver(() => 200);
+    closing.push(receiver.close);
+    const clock = testClock(T0);
+    const t = await open({ WEBHOOK_URL: receiver.url, WEBHOOK_SECRET: SECRET }, clock);
+    const admin = await openAdmin(t.app);
+    closing.push(admin.close);
+    const created = await createKey(admin, { plan: 'free' });
+    const headers = bearer(created.key);
+    await waitForKey(async () => (await t.app.inject({ url: '/v1/pets/0', headers })).statusCode);
+    clock.set((Math.floor(clock.now() / DAY) + 1) * DAY + 10 * MINUTE);
+    const spend = async (requests: number) => {
+      for (let i = 0; i < requests; i++) expect((await t.app.inject({ url: '/v1/pets?limit=1', headers })).statusCode).toBe(200);
+    };
+
+    await spend(48);
+    await eventually(async () => receiver.received.length === 1);
+    await spend(12);
+    await eventually(async () => receiver.received.length === 2);
+    const events = receiver.received.map(({ body }) => JSON.parse(body));
+    const resetAt = new Date((Math.floor(clock.now() / MINUTE) + 1) * MINUTE).toISOString();
+    const data = { keyId: created.id, quotaId: created.quotaId, plan: 'free', window: 'minute', limit: 60, resetAt };
+    expect(events.map((event) => event.data)).toEqual([
+      { ...data, used: 48, threshold: 80 },
+      { ...data, used: 60, threshold: 100 },
+    ]);
+    expect(receiver.received.every(verified)).toBe(true);
+    expect(new Set(events.map((event) => event.id)).size).toBe(2);
+  });
+
   it('a crossing on two instances (each counting alone) is one event, delivered once', { skip: !POSTGRES_URL }, async () => {
     const receiver = await startReceiver(() => 200);
     closing.push(receiver.close);
@@ -173,11 +228,12 @@ describe('usage events', () => {
     const clock = testClock(T0);
     const dir = POSTGRES_URL ? undefined : await mkdtemp(join(tmpdir(), 'pets-webhooks-'));
     if (dir) closing.push(() => rm(dir, { recursive: true, force: true }));
-    const first: TestApp = await buildTestApp({ ...webhookEnv(url), ...(dir && { DATA_DIR: dir }) }, { now: clock.now });
+    const first: TestApp = await buildTestApp({ ...webhookEnv(url), ...(dir && { DATA_DIR: dir }) }, depsOf(clock));
     const { headers } = await keyInFreshWindows(first.app, clock, { plan: 'enterprise', limits: { perMinute: 2, perDay: 100 } });
     await crossMinute(first.app, headers);
     // Nothing listens at the URL yet: the first attempt fails, and the event waits in the outbox.
-    await eventually(async () => (await deliveriesOf(first.app))[0]?.last_error?.startsWith('no answer') === true);
+    await eventually(async () => (await deliveriesOf(first.app))[0]?.last_error != null);
+    expect((await deliveriesOf(first.app))[0]?.last_error).toBe(`no answer: connect ECONNREFUSED 127.0.0.1:${port}`);
     await first.app.close();
 
     const receiver = await startReceiver(() => 200, port);
@@ -208,10 +264,13 @@ describe('usage events', () => {
 
     const failed = await admin.request('GET', '/admin/v1/webhook-deliveries?state=failed');
     expect(failed.status).toBe(200);
-    expect(failed.body.map((delivery: { type: string }) => delivery.type)).toEqual(['key.banned', 'usage.threshold']);
-    const banned = failed.body[0];
+    // Newest first; the two were recorded without waiting for each other, so either may be newer.
+    const ids = failed.body.map((delivery: { id: number }) => delivery.id);
+    expect(ids).toEqual([...ids].sort((a, b) => b - a));
+    expect(failed.body.map((delivery: { type: string }) => delivery.type).sort()).toEqual(['key.banned', 'usage.threshold']);
+    const banned = failed.body.find((delivery: { type: string }) => delivery.type === 'key.banned');
     expect(banned).toMatchObject({ state: 'failed', lastStatus: 503, lastError: 'HTTP 503', nextAttemptAt: null });
-    expect(banned.event.data).toEqual({ keyId: quotaId, quotaId, bannedUntil: new Date(clock.now() + 900_000).toISOString() });
+    expect(banned.data).toEqual({ keyId: quotaId, quotaId, bannedUntil: new Date(clock.now() + 900_000).toISOString() });
     expect((await admin.request('GET', '/admin/v1/webhook-deliveries?state=delivered')).body).toEqual([]);
     expect((await admin.request('GET', '/admin/v1/webhook-deliveries?state=lost')).status).toBe(400);
 
@@ -224,10 +283,65 @@ describe('usage events', () => {
     expect(again.status).toBe(409);
     expect(again.body).toMatchObject({
       code: 'conflict',
-      message: `Webhook delivery ${banned.id} is delivered; only a failed one is retried`,
+      message: `Webhook delivery ${banned.id} was delivered; only a failed or pending one is retried`,
     });
     expect((await admin.request('POST', '/admin/v1/webhook-deliveries/999999/retry')).body.code).toBe('not_found');
     const audit = await admin.request('GET', '/admin/v1/audit?limit=1');
     expect(audit.body[0]).toMatchObject({ action: 'webhook_delivery.retry', details: { deliveryId: banned.id } });
+  });
+
+  it('a retry brings a pending delivery waiting out a long backoff forward, and leaves an attempt in flight alone', async () => {
+    let answer: Promise<number> | number = 500;
+    const receiver = await startReceiver(() => answer);
+    closing.push(receiver.close);
+    const clock = testClock(T0);
+    const t = await open(webhookEnv(receiver.url), clock);
+    const admin = await openAdmin(t.app);
+    closing.push(admin.close);
+    const deliveries = createWebhookDeliveriesRepository(t.app.db);
+    const key = { id: 7, quotaId: 7, plan: 'pro' } as ApiKeyIdentity;
+    const crossing = { key, window: 'day', limit: 100, used: 80, threshold: 80, resetAt: T0 + DAY } as const;
+    expect(await deliveries.record(usageThreshold(crossing, clock.now()))).toBe(true);
+    await eventually(async () => (await deliveriesOf(t.app))[0]?.last_error === 'HTTP 500');
+    // As if many attempts had failed: the next one an hour away.
+    await t.app.db.query("UPDATE webhook_deliveries SET next_attempt_at = now() + interval '1 hour'");
+    const waiting = (await deliveriesOf(t.app))[0]!;
+    const attempted = receiver.received.length;
+
+    answer = 200;
+    const retried = await admin.request('POST', `/admin/v1/webhook-deliveries/${waiting.id}/retry`);
+    expect(retried.status).toBe(200);
+    expect(retried.body).toMatchObject({ id: waiting.id, state: 'pending' });
+    expect(Date.parse(retried.body.nextAttemptAt)).toBeLessThanOrEqual(Date.now() + 1_000);
+    await eventually(async () => (await deliveriesOf(t.app))[0]?.state === 'delivered');
+    expect(receiver.received).toHaveLength(attempted + 1);
+
+    // The receiver holds the next event's attempt: a retry meanwhile keeps its claim, so no second attempt starts.
+    let release!: (status: number) => void;
+    answer = new Promise((resolve) => (release = resolve));
+    expect(await deliveries.record(usageThreshold({ ...crossing, threshold: 100, used: 100 }, clock.now()))).toBe(true);
+    await eventually(async () => receiver.received.length === attempted + 2);
+    const inFlight = (await deliveriesOf(t.app))[1]!;
+    const whileInFlight = await admin.request('POST', `/admin/v1/webhook-deliveries/${inFlight.id}/retry`);
+    expect(whileInFlight.status).toBe(200);
+    expect(Date.parse(whileInFlight.body.nextAttemptAt)).toBeGreaterThan(Date.now() + 20_000);
+    release(200);
+    await eventually(async () => (await deliveriesOf(t.app))[1]?.state === 'delivered');
+    expect(receiver.received).toHaveLength(attempted + 2);
+  });
+
+  it('the pending count keeps its last value, and the scrape its other metrics, while the count cannot be read', async () => {
+    const url = `http://127.0.0.1:${await freePort()}/hooks`;
+    const clock = testClock(T0);
+    const t = await open(webhookEnv(url), clock);
+    const crossing = { key: { id: 7, quotaId: 7, plan: 'pro' } as ApiKeyIdentity, window: 'day', limit: 100, used: 80, threshold: 80 };
+    await createWebhookDeliveriesRepository(t.app.db).record(usageThreshold({ ...crossing, resetAt: T0 + DAY }, clock.now()));
+    expect(await t.app.metricsRegistry.metrics()).toContain('webhook_deliveries_pending 1');
+
+    await t.app.db.query('DROP TABLE webhook_deliveries');
+    const scraped = await t.app.metricsRegistry.metrics();
+    expect(scraped).toContain('webhook_deliveries_pending 1');
+    expect(scraped).toContain('http_request_duration_seconds');
+    expect(t.logs.entries().some((entry) => entry.msg === 'webhooks: counting the pending deliveries failed')).toBe(true);
   });
 });

@@ -2,6 +2,8 @@ import { existsSync } from 'node:fs';
 import SwaggerParser from '@apidevtools/swagger-parser';
 import { Ajv } from 'ajv';
 import { describe, expect } from 'vitest';
+import { usageThreshold } from '../../../src/webhooks/events.js';
+import { createWebhookDeliveriesRepository } from '../../../src/webhooks/repository.js';
 import { adminFixture } from '../../support/admin.js';
 import { appTest } from '../../support/fixtures.js';
 
@@ -258,6 +260,8 @@ describe('the admin OpenAPI document at /admin/v1/openapi.json, on the admin lis
     ['/keys/{id}/ban', 'delete', 'liftKeyBan', true],
     ['/address-bans', 'get', 'listAddressBans', false],
     ['/address-bans/{address}', 'delete', 'liftAddressBan', true],
+    ['/webhook-deliveries', 'get', 'listWebhookDeliveries', false],
+    ['/webhook-deliveries/{id}/retry', 'post', 'retryWebhookDelivery', true],
     ['/audit', 'get', 'listAudit', false],
   ] as const;
 
@@ -286,7 +290,7 @@ describe('the admin OpenAPI document at /admin/v1/openapi.json, on the admin lis
     expect(Object.keys(create.responses)).toEqual(expect.arrayContaining(['201', '400', '409', '422']));
   });
 
-  test('describes real responses: each one validates against its documented schema', async ({ admin, adminDocument }) => {
+  test('describes real responses: each one validates against its documented schema', async ({ t, admin, adminDocument }) => {
     const check = checker();
     const schemaOf = (path: string, method: string, status: number) =>
       adminDocument.paths[path][method].responses[String(status)].content['application/json'].schema;
@@ -311,6 +315,18 @@ describe('the admin OpenAPI document at /admin/v1/openapi.json, on the admin lis
           headers: { authorization: `Bearer ${admin.read.token}` },
         })
       ).body,
+    );
+    // A usage event recorded as the rate limiter's watcher would (this app has no WEBHOOK_URL, so it stays pending).
+    const crossing = { key: created.body, window: 'minute', limit: 5, used: 4, threshold: 80, resetAt: t.app.now() } as const;
+    await createWebhookDeliveriesRepository(t.app.db).record(usageThreshold(crossing, t.app.now()));
+    const deliveries = await admin.request('GET', '/admin/v1/webhook-deliveries?state=pending');
+    expect(deliveries.body).toHaveLength(1);
+    check(schemaOf('/webhook-deliveries', 'get', 200), deliveries.body);
+    const retried = await admin.request('POST', `/admin/v1/webhook-deliveries/${deliveries.body[0].id}/retry`);
+    check(schemaOf('/webhook-deliveries/{id}/retry', 'post', 200), retried.body);
+    check(
+      schemaOf('/webhook-deliveries/{id}/retry', 'post', 404),
+      (await admin.request('POST', '/admin/v1/webhook-deliveries/999999/retry')).body,
     );
     check(schemaOf('/audit', 'get', 200), (await admin.request('GET', '/admin/v1/audit')).body);
     check(schemaOf('/audit', 'get', 401), (await admin.request('GET', '/admin/v1/audit', { headers: { authorization: '' } })).body);
