@@ -30,7 +30,7 @@ const USAGE = `usage: npm run bench -- [--smoke] [--connections N] [--duration S
 environment: BENCH_SMOKE=1, BENCH_CONNECTIONS, BENCH_DURATION, BENCH_WARMUP, BENCH_ROUNDS, BENCH_MEMORY_REQUESTS,
              BENCH_STRACE_REQUESTS, BENCH_POSTGRES_URL, BENCH_DATABASE, BENCH_REDIS_URL`;
 
-// 30 rows x 3 rounds x (8 + 2) s, a write count per row (about 1 s each) and the memory scenario: about 16 minutes on 2 cores.
+// 32 rows x 3 rounds x (8 + 2) s, a write count per row (about 1 s each) and the memory scenario: about 17 minutes on 2 cores.
 const MEASURED = { durationSeconds: 8, warmupSeconds: 2, rounds: 3, memoryRequests: 200_000, straceRequests: 1_000 };
 // Long enough for every server to answer a few hundred requests at least, short enough for CI.
 const SMOKE = { durationSeconds: 0.5, warmupSeconds: 0.2, rounds: 1, memoryRequests: 2_000, straceRequests: 200 };

@@ -3,6 +3,8 @@ import type { Measurement } from './load.js';
 import { perResponse, WRITE_TARGETS, type WriteCount, type WriteTarget } from './syscalls.js';
 import {
   BARE_ROW,
+  CONCURRENCY_PAIRS,
+  DEFAULT_CONCURRENCY,
   isExpected,
   LIST,
   REVALIDATED_PAGES,
@@ -13,6 +15,7 @@ import {
   WORKLOAD_ROWS,
   WORKLOADS,
   type Row,
+  type ServerName,
   type Workload,
 } from './scenarios.js';
 
@@ -341,34 +344,66 @@ function tracingTable(results: RowResult[]): string {
   );
 }
 
-/** The hot page on the Redis store with concurrency limits off and on, each ratio taken round by round. */
-function concurrencyTable(results: RowResult[]): string {
+/** What concurrency limits cost one store on the hot page, from rows measured in the same rounds. */
+export interface ConcurrencyCost {
+  store: string;
+  /** The servers measured: limits off, and on. */
+  servers: { off: ServerName; on: ServerName };
+  /** Medians over the rounds, with the limits off (RATE_LIMIT_CONCURRENCY=off) and on (the default limits). */
+  off: { requestsPerSecond: number; serverCpuUsPerResponse: number; p99Ms: number };
+  on: { requestsPerSecond: number; serverCpuUsPerResponse: number; p99Ms: number };
+  /** On over off, the median of the per-round ratios: req/s below 1 and CPU per request above 1 are what the limits cost. */
+  requestsPerSecondRatio: number;
+  cpuRatio: number;
+}
+
+/** The hot page with concurrency limits off and on, per store, each ratio taken round by round. */
+export function concurrencyCosts(results: RowResult[]): ConcurrencyCost[] {
   const byId = new Map(results.map((result) => [result.row.id, result]));
-  const off = byId.get(rowId('ours-redis', LIST))!;
-  const on = byId.get(rowId('ours-redis-concurrency', LIST))!;
-  const perRound = (metric: (round: Round) => number) =>
-    median(on.rounds.map((round, index) => metric(round) / metric(off.rounds[index]!)));
   const rps = (round: Round) => round.requestsPerSecond;
   const cpu = (round: Round) => round.serverCpuUsPerResponse;
+  const middle = (result: RowResult) => ({
+    requestsPerSecond: median(result.rounds.map(rps)),
+    serverCpuUsPerResponse: median(result.rounds.map(cpu)),
+    p99Ms: median(result.rounds.map((round) => round.p99Ms)),
+  });
+  return CONCURRENCY_PAIRS.map(({ store, off: offServer, on: onServer }) => {
+    const off = byId.get(rowId(offServer, LIST))!;
+    const on = byId.get(rowId(onServer, LIST))!;
+    const perRound = (metric: (round: Round) => number) =>
+      median(on.rounds.map((round, index) => metric(round) / metric(off.rounds[index]!)));
+    return {
+      store,
+      servers: { off: offServer, on: onServer },
+      off: middle(off),
+      on: middle(on),
+      requestsPerSecondRatio: perRound(rps),
+      cpuRatio: perRound(cpu),
+    };
+  });
+}
+
+function concurrencyTable(costs: ConcurrencyCost[]): string {
+  const cells = (side: ConcurrencyCost['off']) => [integer(side.requestsPerSecond), integer(side.serverCpuUsPerResponse), ms(side.p99Ms)];
   return table(
-    ['Concurrency limits', 'req/s', 'CPU µs/req', 'req/s x off', 'CPU x off'],
-    [
-      [
-        'off (`RATE_LIMIT_CONCURRENCY=off`)',
-        integer(median(off.rounds.map(rps))),
-        integer(median(off.rounds.map(cpu))),
-        ratio(1),
-        ratio(1),
-      ],
-      [
-        'on (the default limits)',
-        integer(median(on.rounds.map(rps))),
-        integer(median(on.rounds.map(cpu))),
-        ratio(perRound(rps)),
-        ratio(perRound(cpu)),
-      ],
-    ],
+    ['Store', 'Concurrency limits', 'req/s', 'CPU µs/req', 'p99 ms', 'req/s x off', 'CPU x off'],
+    costs.flatMap((cost) => [
+      [cost.store, 'off (`RATE_LIMIT_CONCURRENCY=off`)', ...cells(cost.off), ratio(1), ratio(1)],
+      [cost.store, 'on (the default limits)', ...cells(cost.on), ratio(cost.requestsPerSecondRatio), ratio(cost.cpuRatio)],
+    ]),
   );
+}
+
+/** The section's one-line answer: what the limits cost each store, as ratios of on to off. */
+export function concurrencyLine(costs: ConcurrencyCost[]): string {
+  const redis = costs.find((cost) => cost.servers.on === 'ours-redis-concurrency');
+  const others = costs.filter((cost) => cost !== redis);
+  const said = (cost: ConcurrencyCost) =>
+    `${ratio(cost.requestsPerSecondRatio)} the req/s and ${ratio(cost.cpuRatio)} the CPU per request of the same store with them off`;
+  return [
+    ...(redis ? [`**With Redis, concurrency limits on serve the hot page at ${said(redis)}.**`] : []),
+    ...others.map((cost) => `With the ${cost.store}: ${said(cost)}.`),
+  ].join(' ');
 }
 
 function errorCell(summary: RowSummary): string {
@@ -539,13 +574,17 @@ export function renderMarkdown(run: RunResult, summaries: RowSummary[], goals: G
       `sampled at ${TRACING_SAMPLE_RATIO * 100}% (\`OTEL_TRACES_SAMPLER=parentbased_traceidratio\`, \`OTEL_TRACES_SAMPLER_ARG=${TRACING_SAMPLE_RATIO}\`; ` +
       'no request carries a `traceparent`, so each is a root the ratio decides) and with every request traced (`OTEL_TRACES_SAMPLER=always_on`).',
     '',
-    '## Concurrency limits with Redis',
+    '## Concurrency limits: off and on',
     '',
-    concurrencyTable(run.rows),
+    concurrencyTable(concurrencyCosts(run.rows)),
     '',
-    `\`${LIST}\` on ours with the Redis store, measured in the same rounds: concurrency limits off, as on every other row of ours, ` +
-      'and on with the default limits per plan (the enterprise key may have 100 requests in flight; the run holds 50). On, each request ' +
-      'takes a lease in Redis before it is decided (one more round trip, a Lua script) and gives it back once answered (a ZREM, not awaited).',
+    concurrencyLine(concurrencyCosts(run.rows)),
+    '',
+    `\`${LIST}\` on ours with each store, measured in the same rounds: concurrency limits off, as on every other row of ours, ` +
+      `and on with the default limits per plan (\`RATE_LIMIT_CONCURRENCY=${DEFAULT_CONCURRENCY}\`: the enterprise key may have 100 requests ` +
+      `in flight; the run holds ${options.connections}, so none is refused). On, each request takes a slot before it is decided: with Redis a ` +
+      'lease in a sorted set (one more round trip, a Lua script) given back once answered (a ZREM, not awaited); with the memory store a ' +
+      'set in the process. Ratios are on over off, the median of the per-round ratios: req/s below 1.00x and CPU above 1.00x are the cost.',
     '',
     '## Memory under random invalid keys',
     '',
@@ -566,7 +605,9 @@ export function renderMarkdown(run: RunResult, summaries: RowSummary[], goals: G
       'of 10 connections, with no validation, auth, rate limit or cache. Both run with NODE_ENV=production and an info logger, but log no line per request: they are ceilings.',
     '- ours: the compiled service (`node dist/server.js`), NODE_ENV=production, LOG_LEVEL=info to a log file, with an enterprise key ' +
       'whose limits the run cannot reach, so every request is authenticated, rate limited and logged. The limits of issue #38 are off ' +
-      '(`RATE_LIMIT_CONCURRENCY=off`; shadow mode, operation costs and usage webhooks are off unless set), as before them, but on the row that measures concurrency limits.',
+      '(`RATE_LIMIT_CONCURRENCY=off`; shadow mode, operation costs and usage webhooks are off by default, their settings left empty), ' +
+      'as before them, but on the rows that measure concurrency limits; each server is checked to answer `GET /v1/rate_limit` with the ' +
+      'concurrency limit and the costs it should have before any load.',
     "- One PostgreSQL database seeded by the project's migrations with 10,000 pets (half available). Reads (hot, walk and the other " +
       'GETs) are measured first, all their rounds, then the writes (write and mixed), which grow the table: every read round sees the same data. ' +
       'PGlite: the same seed in an embedded data directory.',

@@ -15,6 +15,7 @@ import { ROOT, startServer, type ServerProcess, type ServerSpec } from '../test/
 import { assertRedisUp, countKeys, deleteKeys } from '../test/support/redis.js';
 import { buildService, watchSteal } from './processes.js';
 import {
+  concurrencyCosts,
   errorsOf,
   evaluateGoals,
   renderMarkdown,
@@ -25,7 +26,18 @@ import {
   type RunResult,
 } from './report.js';
 import { countWrites, perResponse } from './syscalls.js';
-import { invalidKeyList, isExpected, operations, oursSpec, phases, samePages, serverSpecs, type Databases, type Row } from './scenarios.js';
+import {
+  CONCURRENCY_PAIRS,
+  invalidKeyList,
+  isExpected,
+  operations,
+  oursSpec,
+  phases,
+  samePages,
+  serverSpecs,
+  type Databases,
+  type Row,
+} from './scenarios.js';
 
 const RESULTS_DIR = join(ROOT, 'bench/results');
 const started = Date.now();
@@ -84,6 +96,41 @@ async function assertSamePages(databases: Databases, servers: Map<string, Server
       if (oursIds.join() !== baselineIds.join()) {
         throw new Error(`${store} and bare-pg answer ${name} with different pets: ${oursIds.join()} against ${baselineIds.join()}`);
       }
+    }
+  }
+}
+
+/** What GET /v1/rate_limit tells a key of the limits it runs under. */
+interface RateLimitStatus {
+  concurrency: { limit: number | null };
+  costs: Record<string, number>;
+}
+
+/**
+ * Every server of ours runs under the limits its rows claim, asked through GET /v1/rate_limit with
+ * the run's key: no concurrency limit and every operation costing 1 (issue #38's limits off), but
+ * on the ours-*-concurrency servers, whose limit must exceed the run's connections (or their rows
+ * would be refused 429). It costs each key one of the 60 lookups a minute the endpoint allows.
+ */
+async function assertLimits(databases: Databases, servers: Map<string, ServerProcess>, options: BenchOptions): Promise<void> {
+  const concurrent: ReadonlySet<string> = new Set(CONCURRENCY_PAIRS.map(({ on }) => on));
+  for (const server of servers.values()) {
+    if (!server.name.startsWith('ours-')) continue;
+    const fixture = server.name === 'ours-pglite' ? databases.pglite : databases.postgres;
+    const response = await fetch(`${server.origin}/v1/rate_limit`, { headers: { authorization: `Bearer ${fixture.apiKey}` } });
+    if (response.status !== 200) throw new Error(`${server.name}: GET /v1/rate_limit got ${response.status} ${await response.text()}`);
+    const { concurrency, costs } = (await response.json()) as RateLimitStatus;
+    const priced = Object.entries(costs).filter(([, cost]) => cost !== 1);
+    if (priced.length > 0)
+      throw new Error(`${server.name}: operations priced (RATE_LIMIT_COSTS should be empty): ${JSON.stringify(priced)}`);
+    if (!concurrent.has(server.name)) {
+      if (concurrency.limit !== null)
+        throw new Error(`${server.name}: a concurrency limit of ${concurrency.limit}, where it should have none`);
+    } else if (concurrency.limit === null || concurrency.limit <= options.connections) {
+      throw new Error(
+        `${server.name}: a concurrency limit of ${concurrency.limit ?? 'none'} for the run's key, where it should have one above ` +
+          `the run's ${options.connections} connections`,
+      );
     }
   }
 }
@@ -308,6 +355,7 @@ async function main(): Promise<number> {
     servers = await startAll(Object.values(serverSpecs(databases)));
     say(`servers up: ${[...servers.values()].map((server) => `${server.name} ${server.origin}`).join(', ')}`);
     await assertSamePages(databases, servers);
+    await assertLimits(databases, servers, options);
     const { reads, writes } = phases(databases, await etagsOf(databases, servers.get('ours-memory')!));
     const rows = [...(await alternate(reads, servers, options)), ...(await alternate(writes, servers, options))];
     const redisKeys = await countKeys(options.redisUrl, databases.redisKeyPrefix);
@@ -342,7 +390,10 @@ async function main(): Promise<number> {
     writeFileSync(join(RESULTS_DIR, `${options.reportName}.md`), markdown);
     // Request shapes carry the run's API key, which belongs in no file, even for a database that is dropped.
     const withoutShapes = (key: string, value: unknown) => (key === 'shape' ? undefined : value);
-    writeFileSync(join(RESULTS_DIR, `${options.reportName}.json`), `${JSON.stringify({ ...run, summaries, goals }, withoutShapes, 2)}\n`);
+    writeFileSync(
+      join(RESULTS_DIR, `${options.reportName}.json`),
+      `${JSON.stringify({ ...run, summaries, goals, concurrency: concurrencyCosts(rows) }, withoutShapes, 2)}\n`,
+    );
     console.log(`\n${markdown}`);
     say(`written to bench/results/${options.reportName}.md and .json; server logs in bench/results/*.log`);
     for (const problem of run.problems) console.error(`[bench] PROBLEM: ${problem}`);

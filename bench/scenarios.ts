@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import { ConfigSchema } from '../src/platform/config.js';
 import { encodeCursor } from '../src/platform/pagination.js';
 import { WALK_CURSOR_COUNT, type Fixture } from './fixtures.js';
 import type { RequestShape, RequestSpec } from './load.js';
@@ -10,6 +11,7 @@ export const SERVER_LABELS = {
   'bare-pg': 'bare+pg',
   'ours-memory': 'ours (memory store)',
   'ours-redis': 'ours (Redis store)',
+  'ours-memory-concurrency': 'ours (memory store, concurrency limits on)',
   'ours-redis-concurrency': 'ours (Redis store, concurrency limits on)',
   'ours-pglite': 'ours (PGlite)',
   'ours-unnamed': 'ours (memory store, unnamed statements)',
@@ -29,10 +31,27 @@ const baseline = (name: ServerName, script: string, env: Record<string, string> 
 });
 
 /**
+ * Issue #38's additions to the rate limiter, all off, as in the builds before them, so that the
+ * rows of ours compare with those builds' (`npm run bench:compare`). Concurrency limits are on by
+ * default and switched off here; shadow mode, operation costs and usage webhooks are off by default
+ * (an empty setting is its default), and are set empty only so that none is inherited from the
+ * caller's environment. A build before them ignores all four: loadConfig reads only the settings it knows.
+ */
+export const LIMITS_OFF = {
+  RATE_LIMIT_CONCURRENCY: 'off',
+  RATE_LIMIT_SHADOW_PLANS: '',
+  RATE_LIMIT_COSTS: '',
+  WEBHOOK_URL: '',
+} as const;
+
+/** The service's default per-plan concurrency limits, which the ours-*-concurrency servers run with. */
+export const DEFAULT_CONCURRENCY = String(ConfigSchema.properties.RATE_LIMIT_CONCURRENCY.default);
+
+/**
  * The real service as deployed: the compiled dist/server.js with production settings, info
- * logging to its log file. Each store is chosen by configuration alone. The limits an API business
- * adds are off, as they are by default but for concurrency limits (switched off here), so that
- * the rows measure the same path as before them; ours-redis-concurrency measures what those cost.
+ * logging to its log file. Each store is chosen by configuration alone. Issue #38's limits are
+ * off (LIMITS_OFF), so that the rows measure the same path as before them; the
+ * ours-*-concurrency servers measure what concurrency limits cost.
  */
 export const oursSpec = (
   /** A ServerName, or another for an instance outside the alternation (the memory scenario, the profile). */
@@ -53,7 +72,7 @@ export const oursSpec = (
   name,
   nodeArgs: [...extraNodeArgs, 'dist/server.js'],
   // Explicitly empty rather than inherited, so a REDIS_URL in the caller's environment changes nothing.
-  env: { ...PRODUCTION, REDIS_URL: '', RATE_LIMIT_CONCURRENCY: 'off', ...env },
+  env: { ...PRODUCTION, REDIS_URL: '', ...LIMITS_OFF, ...env },
   readyPath: '/readyz',
 });
 
@@ -71,18 +90,29 @@ export interface Databases {
 /** The share of requests the sampled server traces (the ratio the operating docs suggest). */
 export const TRACING_SAMPLE_RATIO = 0.05;
 
+/** Each store with concurrency limits off (as every other row of ours) and on, measured on the hot page in the same rounds. */
+export const CONCURRENCY_PAIRS = [
+  { store: 'memory store', off: 'ours-memory', on: 'ours-memory-concurrency' },
+  { store: 'Redis store', off: 'ours-redis', on: 'ours-redis-concurrency' },
+] as const satisfies ReadonlyArray<{ store: string; off: ServerName; on: ServerName }>;
+
 export function serverSpecs(db: Databases): Record<ServerName, ServerSpec> {
   return {
     bare: baseline('bare', 'bench/servers/bare.ts'),
     'bare-pg': baseline('bare-pg', 'bench/servers/bare-pg.ts', { DATABASE_URL: db.postgresUrl }),
     'ours-memory': oursSpec('ours-memory', { DATABASE_URL: db.postgresUrl }),
     'ours-redis': oursSpec('ours-redis', { DATABASE_URL: db.postgresUrl, REDIS_URL: db.redisUrl, REDIS_KEY_PREFIX: db.redisKeyPrefix }),
-    // The default per-plan limits: the bench key is an enterprise key, whose 100 the bench's connections never reach.
+    // The default per-plan limits, beside ours-memory and ours-redis in the same rounds: the bench's key is
+    // an enterprise key, whose 100 requests in flight are above the run's connections (50; run.ts checks).
+    'ours-memory-concurrency': oursSpec('ours-memory-concurrency', {
+      DATABASE_URL: db.postgresUrl,
+      RATE_LIMIT_CONCURRENCY: DEFAULT_CONCURRENCY,
+    }),
     'ours-redis-concurrency': oursSpec('ours-redis-concurrency', {
       DATABASE_URL: db.postgresUrl,
       REDIS_URL: db.redisUrl,
       REDIS_KEY_PREFIX: db.redisKeyPrefix,
-      RATE_LIMIT_CONCURRENCY: 'free=5,pro=20,business=50,enterprise=100',
+      RATE_LIMIT_CONCURRENCY: DEFAULT_CONCURRENCY,
     }),
     'ours-pglite': oursSpec('ours-pglite', { DATA_DIR: db.pgliteDir }),
     // As behind a transaction pooler: what named statements save is this row against ours-memory's.
@@ -320,7 +350,7 @@ export function phases(db: Databases, etags: { list: string; fullPage: string })
       row(store, FULL_PAGE, ours.fullPage),
       { ...row(store, revalidationOf(FULL_PAGE), revalidating(ours.fullPage, etags.fullPage)), revalidates: true },
     ]),
-    row('ours-redis-concurrency', LIST, ours.list),
+    ...CONCURRENCY_PAIRS.map(({ on }) => row(on, LIST, ours.list)),
     row('ours-pglite', LIST, operations(db.pglite).list),
     row('ours-unnamed', WALK, ours.walk, WORKLOAD_ROWS.walk.baseline),
     row('ours-sampled', LIST, ours.list),
