@@ -28,13 +28,13 @@ describe('a store, spending a cost', () => {
   it('spends it in both windows, refuses it when less remains, and refunds it whole', async () => {
     const store = new MemoryStore({ threshold: 30, durationMs: MINUTE });
     const limits = { perMinute: 12, perDay: 100 };
-    expect((await store.consume('key:1', limits, T0, 5)).minute.used).toBe(5);
-    expect((await store.consume('key:1', limits, T0, 5)).minute.used).toBe(10);
-    const refused = await store.consume('key:1', limits, T0, 5);
+    expect((await store.consume('key:1', limits, T0, 5, true)).minute.used).toBe(5);
+    expect((await store.consume('key:1', limits, T0, 5, true)).minute.used).toBe(10);
+    const refused = await store.consume('key:1', limits, T0, 5, true);
     expect(refused).toMatchObject({ outcome: 'limited', minute: { used: 10 }, day: { used: 10 } });
     expect((await store.check('key:1', limits, T0, 2)).outcome).toBe('allowed');
     expect((await store.check('key:1', limits, T0, 3)).outcome).toBe('limited');
-    const read = await store.consume('key:1', limits, T0, 1);
+    const read = await store.consume('key:1', limits, T0, 1, true);
     expect(read).toMatchObject({ outcome: 'allowed', minute: { used: 11 }, day: { used: 11 } });
     await store.refund('key:1', read, 5);
     expect((await store.inspect('key:1', limits, T0)).decision).toMatchObject({ minute: { used: 6 }, day: { used: 6 } });

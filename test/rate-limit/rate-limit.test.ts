@@ -292,7 +292,7 @@ describe('a request answered before the limiter decides it', () => {
 describe('memory stays bounded', () => {
   it('forgets the least recently seen subjects past the cap, and expired ones on a sweep', async () => {
     const store = new MemoryStore({ threshold: 30, durationMs: 900_000 }, { maxSubjects: 1_000 });
-    for (let i = 0; i < 50_000; i++) await store.consume(`ip:flood-${i}`, { perMinute: 60, perDay: 1000 }, T0, 1);
+    for (let i = 0; i < 50_000; i++) await store.consume(`ip:flood-${i}`, { perMinute: 60, perDay: 1000 }, T0, 1, true);
     expect(store.size).toBe(1_000);
     store.sweep(T0 + DAY);
     expect(store.size).toBe(0);

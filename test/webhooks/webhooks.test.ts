@@ -334,7 +334,13 @@ describe('usage events', () => {
     const url = `http://127.0.0.1:${await freePort()}/hooks`;
     const clock = testClock(T0);
     const t = await open(webhookEnv(url), clock);
-    const crossing = { key: { id: 7, quotaId: 7, plan: 'pro' } as ApiKeyIdentity, window: 'day', limit: 100, used: 80, threshold: 80 };
+    const crossing = {
+      key: { id: 7, quotaId: 7, plan: 'pro' } as ApiKeyIdentity,
+      window: 'day' as const,
+      limit: 100,
+      used: 80,
+      threshold: 80,
+    };
     await createWebhookDeliveriesRepository(t.app.db).record(usageThreshold({ ...crossing, resetAt: T0 + DAY }, clock.now()));
     expect(await t.app.metricsRegistry.metrics()).toContain('webhook_deliveries_pending 1');
 
