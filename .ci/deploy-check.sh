@@ -178,9 +178,12 @@ fi
 # to memory, and its fallback gauge is exported all the same.
 redis_url="${REDIS_URL:-redis://127.0.0.1:$(node --import tsx test/support/free-port.ts)}"
 # The primary named as its own replica, so that the replica metrics are exported: not in recovery,
-# it never takes a read, and every read stays on the primary.
+# it never takes a read, and every read stays on the primary. Usage webhooks on (to a closed port;
+# no event occurs), so that their metrics are exported too.
 PORT="$port" METRICS_PORT="$metrics_port" DATA_DIR="$data_dir" DATABASE_URL="$database_url" REDIS_URL="$redis_url" \
-  DATABASE_REPLICA_URLS="$database_url" REDIS_KEY_PREFIX="deploy-check:$$:" LOG_LEVEL=warn node dist/server.js > "$RUN_DIR/server.log" 2>&1 &
+  DATABASE_REPLICA_URLS="$database_url" REDIS_KEY_PREFIX="deploy-check:$$:" LOG_LEVEL=warn \
+  WEBHOOK_URL="http://127.0.0.1:$(node --import tsx test/support/free-port.ts)/hooks" WEBHOOK_SECRET="deploy-check-secret-0123456789abcdef" \
+  node dist/server.js > "$RUN_DIR/server.log" 2>&1 &
 server=$!
 for _ in $(seq 60); do
   curl -fsS "http://127.0.0.1:$port/readyz" > /dev/null 2>&1 && break
