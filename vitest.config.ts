@@ -8,7 +8,10 @@ export default defineConfig({
     // while the other core idles as tests wait on the database and on timers.
     maxWorkers: '100%',
     // Memory tests collect garbage before they measure, so they compare what is really held.
-    execArgv: ['--expose-gc'],
+    // --liftoff-only: a test process opens PGlite for seconds, not hours, and V8's optimising
+    // compiler of its WASM cost more CPU than it saved (as for the keys command, docs/api-keys.md).
+    execArgv: ['--expose-gc', '--liftoff-only'],
+    globalSetup: ['test/support/global-setup.ts'],
     testTimeout: 60_000,
     hookTimeout: 60_000,
     projects: [

@@ -18,7 +18,7 @@ describe('the server process', () => {
       ['PUBLIC_BASE_URL', 'https://api.example.com/v2'],
       ['DATABASE_URL', 'mysql://localhost/pets'],
     ] as const) {
-      const { code, stdout, stderr } = await run(['src/server.ts'], { [name]: value });
+      const { code, stdout, stderr } = await run(['dist/server.js'], { [name]: value });
       expect(code).not.toBe(0);
       expect(stdout).toBe('');
       expect(stderr.trim().split('\n')).toHaveLength(1);
@@ -36,7 +36,7 @@ describe('the server process', () => {
       ['REDIS_URL', { REDIS_URL: 'redis://:s3cret@[redis' }],
       ['REDIS_URL', { REDIS_URL: 'http://pets:s3cret@redis:6379' }],
     ] as Array<[string, Record<string, string>]>) {
-      const { code, stdout, stderr } = await run(['src/server.ts'], { DATA_DIR: 'memory://', DATABASE_URL: '', REDIS_URL: '', ...env });
+      const { code, stdout, stderr } = await run(['dist/server.js'], { DATA_DIR: 'memory://', DATABASE_URL: '', REDIS_URL: '', ...env });
       expect(code).toBe(1);
       expect(stderr.trim().split('\n'), stderr).toHaveLength(1);
       expect(stderr).toContain(`Invalid ${name}=`);
@@ -54,7 +54,7 @@ describe('the server process', () => {
         ['ADMIN_PORT', { PORT: String(await freePort()), METRICS_PORT: '0', ADMIN_PORT: port }],
         ['PORT', { PORT: port, METRICS_PORT: '0' }],
       ] as const) {
-        const { code, stdout, stderr } = await run(['src/server.ts'], { DATA_DIR: 'memory://', DATABASE_URL: '', ...env });
+        const { code, stdout, stderr } = await run(['dist/server.js'], { DATA_DIR: 'memory://', DATABASE_URL: '', ...env });
         expect(code).toBe(1);
         expect(stderr.trim().split('\n'), stderr).toHaveLength(1);
         expect(stderr).toContain(`Set ${setting} to a free port`);

@@ -1,8 +1,12 @@
 import Postgrator from 'postgrator';
+import { createHash } from 'node:crypto';
+import { readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Database } from './database.js';
 
-const MIGRATIONS = fileURLToPath(new URL('../../../migrations/*.sql', import.meta.url));
+const MIGRATIONS_DIR = fileURLToPath(new URL('../../../migrations', import.meta.url));
+const MIGRATIONS = join(MIGRATIONS_DIR, '*.sql');
 // Any constant works; it only has to be the same for every instance of this service.
 const MIGRATION_LOCK = 7_310_042_015;
 
@@ -25,4 +29,19 @@ export async function migrate(db: Database): Promise<string[]> {
     const applied = await postgrator.migrate();
     return applied.map((migration) => `${migration.version} ${migration.name}`);
   });
+}
+
+/** Names the schema the migrations make: a digest of every file's name and contents. */
+export function migrationsDigest(): string {
+  const hash = createHash('sha256');
+  for (const file of readdirSync(MIGRATIONS_DIR)
+    .filter((name) => name.endsWith('.sql'))
+    .sort()) {
+    hash
+      .update(file)
+      .update('\0')
+      .update(readFileSync(join(MIGRATIONS_DIR, file)))
+      .update('\0');
+  }
+  return hash.digest('hex').slice(0, 12);
 }

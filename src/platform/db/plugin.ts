@@ -26,7 +26,7 @@ export default fp<DatabaseOptions>(
     const db = await openDatabase(config);
     try {
       const applied = await migrate(db);
-      if (applied.length > 0) app.log.info({ migrations: applied }, 'database schema brought up to date');
+      app.log.info({ migrations: applied }, applied.length > 0 ? 'database schema brought up to date' : 'database schema is current');
     } catch (error) {
       await db.close();
       throw error;

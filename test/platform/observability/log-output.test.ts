@@ -8,7 +8,7 @@ import type { SonicBoom } from 'sonic-boom';
 import { describe, expect, it } from 'vitest';
 import { logFormat, logOutput, roundMs } from '../../../src/platform/observability/log-output.js';
 import { appTest, tempDirTest } from '../../support/fixtures.js';
-import { ROOT, startServer, type ServerProcess } from '../../support/processes.js';
+import { ROOT, SERVICE_NODE_ARGS, startServer, type ServerProcess } from '../../support/processes.js';
 import { eventually } from '../../support/eventually.js';
 
 const test = appTest();
@@ -148,7 +148,7 @@ describe('the server loses no log line', { timeout: 120_000 }, () => {
   it('on a fatal error: the error line, and the lines of the requests before it, are written by the exit', async () => {
     const server = await startServer({
       env: { DATA_DIR: 'memory://' },
-      nodeArgs: ['--import', 'tsx', '--import', './test/support/uncaught-on-signal.ts', 'src/server.ts'],
+      nodeArgs: [...SERVICE_NODE_ARGS, '--import', 'tsx', '--import', './test/support/uncaught-on-signal.ts', 'dist/server.js'],
     });
     const ids = await requests(server, 30);
     expect(await server.stop('SIGUSR2')).toBe(1);
@@ -192,7 +192,7 @@ describe('durations', () => {
 
 /** Runs the server until it says it is ready, under a pseudo-terminal (script(1)) or with stdout piped; resolves with what it printed. */
 function runServer(tty: boolean): Promise<string> {
-  const node = [process.execPath, '--import', 'tsx', 'src/server.ts'];
+  const node = [process.execPath, ...SERVICE_NODE_ARGS, 'dist/server.js'];
   const [command, ...args] = tty ? ['script', '-qfec', node.map((arg) => `'${arg}'`).join(' '), '/dev/null'] : node;
   const child = spawn(command!, args, {
     cwd: ROOT,
@@ -237,7 +237,8 @@ describe('the server', () => {
         .filter((line) => line.startsWith('{'))
         .map((line) => JSON.parse(line));
       expect(lines.map((line) => line.msg)).toEqual(
-        expect.arrayContaining(['opening the embedded database', 'database schema brought up to date', 'pet store ready']),
+        // A new embedded database starts from the kept template, migrations included (src/platform/db/pglite.ts).
+        expect.arrayContaining(['opening the embedded database', 'database schema is current', 'pet store ready']),
       );
       expect(lines.find((line) => line.msg === 'pet store ready')).toMatchObject({
         docs: expect.stringMatching(/^http:\/\/127\.0\.0\.1:\d+\/docs$/),

@@ -10,7 +10,7 @@ import { cleanupStack } from '../../support/fixtures.js';
 import { createScratchDatabase, POSTGRES_URL } from '../../support/databases.js';
 import type { StartedSpans } from '../../support/count-spans.js';
 import { bearer } from '../../support/keys.js';
-import { developmentKey, run, startServer } from '../../support/processes.js';
+import { developmentKey, run, SERVICE_NODE_ARGS, startServer } from '../../support/processes.js';
 
 interface Attribute {
   key: string;
@@ -103,7 +103,10 @@ async function tracedServer(
   defer(() => server.stop());
   let key: string;
   if (scratch) {
-    const created = await run(['src/cli/keys.ts', 'create', '--plan', 'enterprise', '--per-minute', '100000', '--per-day', '1000000'], env);
+    const created = await run(
+      ['dist/cli/keys.js', 'create', '--plan', 'enterprise', '--per-minute', '100000', '--per-day', '1000000'],
+      env,
+    );
     key = created.stdout.trim().split('\n').at(-1)!;
   } else {
     key = await developmentKey(server);
@@ -149,7 +152,7 @@ const test = base
         tracedServer(defer, 'unsampled', {
           // The sampler an operator sets, at a ratio that samples no request.
           env: { OTEL_TRACES_SAMPLER: 'parentbased_traceidratio', OTEL_TRACES_SAMPLER_ARG: '0' },
-          nodeArgs: ['--import', 'tsx', '--import', './test/support/count-spans.ts', 'src/server.ts'],
+          nodeArgs: [...SERVICE_NODE_ARGS, '--import', 'tsx', '--import', './test/support/count-spans.ts', 'dist/server.js'],
         }),
       ),
   );
