@@ -405,12 +405,22 @@ export interface WebhookSettings {
 const invalid = (name: string, value: string, why: string) =>
   new ConfigError(`Invalid ${name}=${/_(SECRET|PASSWORD)$/.test(name) ? '***' : JSON.stringify(redactPasswords(value))}: ${why}`);
 
+/** `scheme:` and what follows it up to its URL's last `@` (an unescaped password may hold one), not into the next URL of a list. */
+const UP_TO_USERINFO_END = /([a-z][a-z0-9+.-]*:)((?:(?!:\/\/).)*)@/gi;
+
 /**
- * The text with the password of every `scheme://user:password@` masked (up to the URL's last `@`, since an unescaped
- * password may hold one) and every `password=` query parameter's.
+ * The text with the password of every `scheme://user:password@` masked, and every `password=` query parameter's. A URL
+ * of another shape (`redis:/user:password@host`, one slash: no URL, and no telling where its password is) has all
+ * between its `scheme:` and its last `@` masked; `scheme://user@` has no password to mask.
  */
 export function redactPasswords(text: string): string {
-  return text.replace(/([a-z][a-z0-9+.-]*:\/\/[^:@/\s]*:)(?:(?!:\/\/).)*@/gi, '$1***@').replace(/([?&]password=)[^&#\s]*/gi, '$1***');
+  return text
+    .replace(UP_TO_USERINFO_END, (whole, scheme: string, userinfo: string) => {
+      if (/^\/\/[^:@/\s]*$/.test(userinfo)) return whole;
+      const user = /^\/\/[^:@/\s]*(?=:)/.exec(userinfo)?.[0] ?? '';
+      return `${scheme}${user && `${user}:`}***@`;
+    })
+    .replace(/([?&]password=)[^&#\s]*/gi, '$1***');
 }
 
 /** TypeBox converts with parseInt, which reads `1e6` as 1 and `3.2e7` as 3: these take plain digits only. */
