@@ -187,7 +187,8 @@ export const ConfigSchema = Type.Object({
       pattern: '^https?://[^/\\s]+(/\\S*)?$',
       examples: ['https://billing.example.com/hooks/pet-store'],
       description:
-        'Where usage events are POSTed (`usage.threshold`, `key.banned`), signed with `WEBHOOK_SECRET`; unset, none are recorded or sent (docs/admin-api.md, "Usage events").',
+        'Where usage events are POSTed (`usage.threshold`, `key.banned`), signed with `WEBHOOK_SECRET`; unset, none are recorded or sent (docs/admin-api.md, "Usage events"). ' +
+        'A user and password in it (`https://user:password@host/path`, %-escaped) are sent as HTTP Basic authentication, never in the URL, and never shown.',
     }),
   ),
   WEBHOOK_SECRET: Type.Optional(
@@ -395,7 +396,10 @@ export type Config = Omit<Settings, (typeof PARSED_SETTINGS)[number]> & {
 };
 
 export interface WebhookSettings {
+  /** WEBHOOK_URL without its user and password. */
   url: string;
+  /** The Authorization header's value when WEBHOOK_URL holds a user or password: Basic with both. */
+  authorization: string | undefined;
   secret: string;
   /** WEBHOOK_USAGE_THRESHOLDS: percentages, ascending. */
   usageThresholds: number[];
@@ -510,12 +514,30 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       concurrency === 'off' ? {} : namedNumbers('RATE_LIMIT_CONCURRENCY', concurrency, { max: MAX_CONCURRENCY, what: 'a limit' }),
     webhooks: settings.WEBHOOK_URL
       ? {
-          url: settings.WEBHOOK_URL,
+          ...webhookTarget(settings.WEBHOOK_URL),
           secret: settings.WEBHOOK_SECRET!,
           usageThresholds,
         }
       : undefined,
   };
+}
+
+/**
+ * WEBHOOK_URL's user and password as Basic authentication, and the URL without them: fetch refuses a URL that holds
+ * them, with an error quoting it whole, which each attempt would record and log.
+ */
+function webhookTarget(written: string): Pick<WebhookSettings, 'url' | 'authorization'> {
+  const url = new URL(written);
+  if (!url.username && !url.password) return { url: url.href, authorization: undefined };
+  let credentials: string;
+  try {
+    credentials = `${decodeURIComponent(url.username)}:${decodeURIComponent(url.password)}`;
+  } catch {
+    throw invalid('WEBHOOK_URL', written, 'its user or password holds a % that starts no %-escape');
+  }
+  url.username = '';
+  url.password = '';
+  return { url: url.href, authorization: `Basic ${Buffer.from(credentials).toString('base64')}` };
 }
 
 /** `name=number,...` pairs (their syntax checked by the schema's pattern), each name once, each number from 1 to `max`. */

@@ -15,6 +15,8 @@ const MAX_RETRY_MS = 3_600_000;
 
 export interface SenderOptions {
   url: string;
+  /** Sent as the Authorization header: the receiver's own guard (WEBHOOK_URL's user and password). */
+  authorization: string | undefined;
   secret: string;
   /** The wait after the first failed attempt (FIRST_RETRY_MS; tests shorten it); each next one doubles, up to an hour. */
   firstRetryMs: number;
@@ -109,6 +111,7 @@ export class WebhookSender {
           'user-agent': 'pet-store-webhooks/1',
           [SIGNATURE_HEADER]: signed,
           [EVENT_ID_HEADER]: eventId,
+          ...(this.#options.authorization && { authorization: this.#options.authorization }),
         },
         body,
         redirect: 'manual',

@@ -78,6 +78,7 @@ describe('webhook settings', () => {
     expect(loadConfig({}).webhooks).toBeUndefined();
     expect(loadConfig(webhookEnv('https://hooks.example.test/x')).webhooks).toEqual({
       url: 'https://hooks.example.test/x',
+      authorization: undefined,
       secret: SECRET,
       usageThresholds: [100],
     });
@@ -90,6 +91,17 @@ describe('webhook settings', () => {
     expect(() => loadConfig({ WEBHOOK_URL: 'ftp://h.example.test', WEBHOOK_SECRET: SECRET })).toThrow('WEBHOOK_URL');
     expect(() => loadConfig({ WEBHOOK_URL: 'https://h[ooks.example.test', WEBHOOK_SECRET: SECRET })).toThrow(
       'Invalid WEBHOOK_URL="https://h[ooks.example.test": not a URL',
+    );
+    // A user and password become Basic authentication, %-escapes decoded, and leave the URL.
+    expect(loadConfig(webhookEnv('https://hooks:s3c%40ret@hooks.example.test/x?a=1')).webhooks).toMatchObject({
+      url: 'https://hooks.example.test/x?a=1',
+      authorization: `Basic ${Buffer.from('hooks:s3c@ret').toString('base64')}`,
+    });
+    expect(loadConfig(webhookEnv('https://:s3cret@hooks.example.test/')).webhooks?.authorization).toBe(
+      `Basic ${Buffer.from(':s3cret').toString('base64')}`,
+    );
+    expect(() => loadConfig(webhookEnv('https://hooks:s3c%ret@hooks.example.test/x'))).toThrow(
+      'Invalid WEBHOOK_URL="https://hooks:***@hooks.example.test/x": its user or password holds a % that starts no %-escape',
     );
     for (const thresholds of ['100,80', '0,50', '80,80', '101', '80;100']) {
       expect(() =>
@@ -156,6 +168,36 @@ describe('usage events', () => {
     expect(verified({ ...first, signature: first.signature.replace(/v1=(.)/, (_, c: string) => `v1=${c === '0' ? '1' : '0'}`) })).toBe(
       false,
     );
+  });
+
+  it('a user and password in WEBHOOK_URL reach the receiver as Basic authentication, and no error, listing or log line holds the password', async () => {
+    const password = 'hunter2 p@ss:wörd';
+    const receiver = await startReceiver((index) => (index === 0 ? 503 : 204));
+    closing.push(receiver.close);
+    const clock = testClock(T0);
+    const url = receiver.url.replace('//', `//billing:${encodeURIComponent(password)}@`);
+    const t = await open(webhookEnv(url), clock);
+    const admin = await openAdmin(t.app);
+    closing.push(admin.close);
+    const { headers } = await keyInFreshWindows(t.app, clock, { plan: 'enterprise', limits: { perMinute: 2, perDay: 100 } });
+    await crossMinute(t.app, headers);
+    // Delivered at the second attempt; a third means the second failed too.
+    await eventually(async () => {
+      const [delivery] = await deliveriesOf(t.app);
+      return delivery?.state === 'delivered' || (delivery?.attempts ?? 0) >= 3;
+    }, 10_000);
+
+    const listed = JSON.stringify((await admin.request('GET', '/admin/v1/webhook-deliveries')).body);
+    const logged = JSON.stringify(t.logs.entries());
+    expect(logged).toContain('webhooks: delivery attempt failed');
+    const credentials = Buffer.from(`billing:${password}`).toString('base64');
+    for (const secret of [password, encodeURIComponent(password), credentials]) {
+      expect(listed).not.toContain(secret);
+      expect(logged).not.toContain(secret);
+    }
+    expect(await deliveriesOf(t.app)).toEqual([expect.objectContaining({ state: 'delivered', attempts: 2, last_error: null })]);
+    expect(receiver.received.map((received) => received.headers.authorization)).toEqual([`Basic ${credentials}`, `Basic ${credentials}`]);
+    expect(receiver.received.every(verified)).toBe(true);
   });
 
   it('records an event once per dedupe key, whichever instance records it again', async () => {
