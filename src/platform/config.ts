@@ -204,6 +204,12 @@ export const ConfigSchema = Type.Object({
     examples: ['50,80,100'],
     description: "Percentages of a key's window (1 to 100, ascending): crossing each sends one `usage.threshold` event per window.",
   }),
+  WEBHOOK_RETENTION_DAYS: Type.Integer({
+    minimum: 1,
+    default: 30,
+    description:
+      'Delivered and failed usage events are deleted this many days after they were recorded (pending ones are kept, however old); with `WEBHOOK_URL`.',
+  }),
   KEY_CACHE_MAX_ENTRIES: Type.Integer({
     minimum: 1,
     default: 100_000,
