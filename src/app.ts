@@ -139,7 +139,13 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
     shadowPlans: config.rateLimitShadowPlans,
     concurrency: config.rateLimitConcurrency,
   });
-  if (config.webhooks) await app.register(webhooks, { ...config.webhooks, firstRetryMs: deps.webhookFirstRetryMs });
+  if (config.webhooks) {
+    await app.register(webhooks, {
+      ...config.webhooks,
+      retentionDays: config.WEBHOOK_RETENTION_DAYS,
+      firstRetryMs: deps.webhookFirstRetryMs,
+    });
+  }
   await app.register(v1, {
     prefix: API_PREFIX,
     idempotencyKeyRetentionHours: config.IDEMPOTENCY_KEY_RETENTION_HOURS,

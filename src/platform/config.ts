@@ -187,7 +187,8 @@ export const ConfigSchema = Type.Object({
       pattern: '^https?://[^/\\s]+(/\\S*)?$',
       examples: ['https://billing.example.com/hooks/pet-store'],
       description:
-        'Where usage events are POSTed (`usage.threshold`, `key.banned`), signed with `WEBHOOK_SECRET`; unset, none are recorded or sent (docs/admin-api.md, "Usage events").',
+        'Where usage events are POSTed (`usage.threshold`, `key.banned`), signed with `WEBHOOK_SECRET`; unset, none are recorded or sent (docs/admin-api.md, "Usage events"). ' +
+        'A user and password in it (`https://user:password@host/path`, %-escaped) are sent as HTTP Basic authentication, never in the URL, and never shown.',
     }),
   ),
   WEBHOOK_SECRET: Type.Optional(
@@ -202,6 +203,12 @@ export const ConfigSchema = Type.Object({
     pattern: '^[0-9]+(,[0-9]+)*$',
     examples: ['50,80,100'],
     description: "Percentages of a key's window (1 to 100, ascending): crossing each sends one `usage.threshold` event per window.",
+  }),
+  WEBHOOK_RETENTION_DAYS: Type.Integer({
+    minimum: 1,
+    default: 30,
+    description:
+      'Delivered and failed usage events are deleted this many days after they were recorded (pending ones are kept, however old); with `WEBHOOK_URL`.',
   }),
   KEY_CACHE_MAX_ENTRIES: Type.Integer({
     minimum: 1,
@@ -395,7 +402,10 @@ export type Config = Omit<Settings, (typeof PARSED_SETTINGS)[number]> & {
 };
 
 export interface WebhookSettings {
+  /** WEBHOOK_URL without its user and password. */
   url: string;
+  /** The Authorization header's value when WEBHOOK_URL holds a user or password: Basic with both. */
+  authorization: string | undefined;
   secret: string;
   /** WEBHOOK_USAGE_THRESHOLDS: percentages, ascending. */
   usageThresholds: number[];
@@ -405,12 +415,22 @@ export interface WebhookSettings {
 const invalid = (name: string, value: string, why: string) =>
   new ConfigError(`Invalid ${name}=${/_(SECRET|PASSWORD)$/.test(name) ? '***' : JSON.stringify(redactPasswords(value))}: ${why}`);
 
+/** `scheme:` and what follows it up to its URL's last `@` (an unescaped password may hold one), not into the next URL of a list. */
+const UP_TO_USERINFO_END = /([a-z][a-z0-9+.-]*:)((?:(?!:\/\/).)*)@/gi;
+
 /**
- * The text with the password of every `scheme://user:password@` masked (up to the URL's last `@`, since an unescaped
- * password may hold one) and every `password=` query parameter's.
+ * The text with the password of every `scheme://user:password@` masked, and every `password=` query parameter's. A URL
+ * of another shape (`redis:/user:password@host`, one slash: no URL, and no telling where its password is) has all
+ * between its `scheme:` and its last `@` masked; `scheme://user@` has no password to mask.
  */
 export function redactPasswords(text: string): string {
-  return text.replace(/([a-z][a-z0-9+.-]*:\/\/[^:@/\s]*:)(?:(?!:\/\/).)*@/gi, '$1***@').replace(/([?&]password=)[^&#\s]*/gi, '$1***');
+  return text
+    .replace(UP_TO_USERINFO_END, (whole, scheme: string, userinfo: string) => {
+      if (/^\/\/[^:@/\s]*$/.test(userinfo)) return whole;
+      const user = /^\/\/[^:@/\s]*(?=:)/.exec(userinfo)?.[0] ?? '';
+      return `${scheme}${user && `${user}:`}***@`;
+    })
+    .replace(/([?&]password=)[^&#\s]*/gi, '$1***');
 }
 
 /** TypeBox converts with parseInt, which reads `1e6` as 1 and `3.2e7` as 3: these take plain digits only. */
@@ -500,12 +520,30 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       concurrency === 'off' ? {} : namedNumbers('RATE_LIMIT_CONCURRENCY', concurrency, { max: MAX_CONCURRENCY, what: 'a limit' }),
     webhooks: settings.WEBHOOK_URL
       ? {
-          url: settings.WEBHOOK_URL,
+          ...webhookTarget(settings.WEBHOOK_URL),
           secret: settings.WEBHOOK_SECRET!,
           usageThresholds,
         }
       : undefined,
   };
+}
+
+/**
+ * WEBHOOK_URL's user and password as Basic authentication, and the URL without them: fetch refuses a URL that holds
+ * them, with an error quoting it whole, which each attempt would record and log.
+ */
+function webhookTarget(written: string): Pick<WebhookSettings, 'url' | 'authorization'> {
+  const url = new URL(written);
+  if (!url.username && !url.password) return { url: url.href, authorization: undefined };
+  let credentials: string;
+  try {
+    credentials = `${decodeURIComponent(url.username)}:${decodeURIComponent(url.password)}`;
+  } catch {
+    throw invalid('WEBHOOK_URL', written, 'its user or password holds a % that starts no %-escape');
+  }
+  url.username = '';
+  url.password = '';
+  return { url: url.href, authorization: `Basic ${Buffer.from(credentials).toString('base64')}` };
 }
 
 /** `name=number,...` pairs (their syntax checked by the schema's pattern), each name once, each number from 1 to `max`. */

@@ -11,8 +11,8 @@ import { FIRST_RETRY_MS, WebhookSender } from './sender.js';
  * them, once per quota, window and threshold across all instances, and delivered by every
  * instance's sender from there, so a restart loses none.
  */
-/** The settings, and the first retry's wait: FIRST_RETRY_MS unless a test shortens it. */
-export type WebhooksOptions = WebhookSettings & { firstRetryMs?: number | undefined };
+/** The settings, WEBHOOK_RETENTION_DAYS, and the first retry's wait: FIRST_RETRY_MS unless a test shortens it. */
+export type WebhooksOptions = WebhookSettings & { retentionDays: number; firstRetryMs?: number | undefined };
 
 export default fp<WebhooksOptions>(
   async function webhooks(app, settings) {
@@ -39,6 +39,7 @@ export default fp<WebhooksOptions>(
     const sender = new WebhookSender(deliveries, {
       ...settings,
       firstRetryMs: settings.firstRetryMs ?? FIRST_RETRY_MS,
+      now: app.now,
       log: app.log,
       onOutcome: (type, outcome) => outcomes.inc({ type, outcome }),
     });

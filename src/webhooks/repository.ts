@@ -124,6 +124,18 @@ const statements = {
              WHERE id = $1 AND state <> 'delivered' RETURNING ${COLUMNS})
            SELECT retried.*, pg_notify('${DUE_CHANNEL}', '') FROM retried`,
   },
+  // The oldest delivered and failed deliveries recorded before $1 (by the app's clock; created_at is the database's,
+  // the same time in production), at most $2. Rows another instance is deleting (or an operator retrying) are skipped,
+  // not waited for, and a row a retry made pending meanwhile is left (FOR UPDATE checks the state again).
+  prune: {
+    name: 'webhook_deliveries_prune',
+    text: `WITH pruned AS (
+             DELETE FROM webhook_deliveries WHERE id IN (
+               SELECT id FROM webhook_deliveries WHERE state <> 'pending' AND created_at < $1
+               ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED)
+             RETURNING 1)
+           SELECT count(*)::int AS count FROM pruned`,
+  },
   pending: { name: 'webhook_deliveries_pending', text: `SELECT count(*)::int AS count FROM webhook_deliveries WHERE state = 'pending'` },
 } as const;
 
@@ -182,6 +194,12 @@ export function createWebhookDeliveriesRepository(db: Database) {
       const rows = await db.query<DeliveryRow>(pageStatement(state !== undefined), params);
       const deliveries = rows.slice(0, limit).map(deliveryOf);
       return { deliveries, nextBeforeId: rows.length > limit ? deliveries.at(-1)!.id : undefined };
+    },
+
+    /** Deletes up to `limit` delivered and failed deliveries recorded before `recordedBefore`, oldest first; how many it deleted. */
+    async prune(recordedBefore: Date, limit: number): Promise<number> {
+      const [row] = await db.query<{ count: number }>(statements.prune, [recordedBefore, limit]);
+      return row!.count;
     },
 
     async countPending(): Promise<number> {

@@ -12,12 +12,23 @@ const POLL_MS = 1_000;
 export const FIRST_RETRY_MS = 5_000;
 /** The longest wait between two attempts. */
 const MAX_RETRY_MS = 3_600_000;
+/** How often, by the app's clock, a sender deletes the settled deliveries past their retention. */
+const PRUNE_EVERY_MS = 60_000;
+/** Deliveries one statement deletes at most, so that no prune holds many rows (or the database) for long. */
+const PRUNE_BATCH = 500;
+const DAY_MS = 86_400_000;
 
 export interface SenderOptions {
   url: string;
+  /** Sent as the Authorization header: the receiver's own guard (WEBHOOK_URL's user and password). */
+  authorization: string | undefined;
   secret: string;
   /** The wait after the first failed attempt (FIRST_RETRY_MS; tests shorten it); each next one doubles, up to an hour. */
   firstRetryMs: number;
+  /** Days a delivered or failed delivery is kept after it was recorded. */
+  retentionDays: number;
+  /** The app's clock, which the retention is counted on (tests move it). */
+  now: () => number;
   log: FastifyBaseLogger;
   /** Each attempt's outcome: delivered, retried (tried again later) or failed (given up). */
   onOutcome: (type: string, outcome: 'delivered' | 'retried' | 'failed') => void;
@@ -29,7 +40,8 @@ type Outcome = { delivered: true; status: number } | { delivered: false; status:
 /**
  * Delivers the outbox: claims due deliveries (each by one sender across all instances), POSTs
  * each signed, and records the outcome: 2xx delivered; anything else tried again after an
- * exponential wait with jitter, until the delivery's 24 hours are over.
+ * exponential wait with jitter, until the delivery's 24 hours are over. Once a minute it deletes the
+ * delivered and failed deliveries past their retention.
  */
 export class WebhookSender {
   readonly #deliveries: WebhookDeliveriesRepository;
@@ -38,6 +50,8 @@ export class WebhookSender {
   #poll: NodeJS.Timeout | undefined;
   #draining: Promise<void> | undefined;
   #again = false;
+  #pruning: Promise<void> | undefined;
+  #nextPruneAt = 0;
 
   constructor(deliveries: WebhookDeliveriesRepository, options: SenderOptions) {
     this.#deliveries = deliveries;
@@ -49,9 +63,13 @@ export class WebhookSender {
     this.wake();
   }
 
-  /** Looks for due deliveries now (one look at a time; a wake during one makes another follow it). */
+  /**
+   * Looks for due deliveries now (one look at a time; a wake during one makes another follow it), and
+   * for deliveries past their retention when a minute has passed since the last look.
+   */
   wake() {
     if (this.#stopping.signal.aborted) return;
+    this.#pruneWhenDue();
     if (this.#draining) {
       this.#again = true;
       return;
@@ -68,7 +86,38 @@ export class WebhookSender {
   async stop() {
     clearInterval(this.#poll);
     this.#stopping.abort();
-    await this.#draining;
+    await Promise.all([this.#draining, this.#pruning]);
+  }
+
+  /**
+   * Deletes the settled deliveries past their retention, once per PRUNE_EVERY_MS of the app's clock, beside
+   * the deliveries' drain, so that a long prune (the first after an upgrade) holds up no delivery.
+   */
+  #pruneWhenDue() {
+    const now = this.#options.now();
+    if (this.#pruning || now < this.#nextPruneAt) return;
+    this.#nextPruneAt = now + PRUNE_EVERY_MS;
+    const { log, retentionDays } = this.#options;
+    this.#pruning = this.#prune(new Date(now - retentionDays * DAY_MS))
+      .then(
+        (pruned) => {
+          if (pruned > 0) log.info({ pruned }, 'webhooks: deliveries past their retention deleted');
+        },
+        (error: unknown) =>
+          log.warn({ err: error }, 'webhooks: deleting the deliveries past their retention failed; trying again in a minute'),
+      )
+      .finally(() => (this.#pruning = undefined));
+  }
+
+  /** A batch at a time until none is left (or the sender stops); how many were deleted. */
+  async #prune(recordedBefore: Date): Promise<number> {
+    let pruned = 0;
+    let batch: number;
+    do {
+      batch = await this.#deliveries.prune(recordedBefore, PRUNE_BATCH);
+      pruned += batch;
+    } while (batch === PRUNE_BATCH && !this.#stopping.signal.aborted);
+    return pruned;
   }
 
   async #drain() {
@@ -109,6 +158,7 @@ export class WebhookSender {
           'user-agent': 'pet-store-webhooks/1',
           [SIGNATURE_HEADER]: signed,
           [EVENT_ID_HEADER]: eventId,
+          ...(this.#options.authorization && { authorization: this.#options.authorization }),
         },
         body,
         redirect: 'manual',

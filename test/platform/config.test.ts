@@ -103,6 +103,11 @@ describe('configuration', () => {
     ['postgres://pets:s3c@r/et@[bad/pets', 'postgres://pets:***@[bad/pets'],
     ['postgres://a:one@r1/pets, postgres://b:two@r2/pets', 'postgres://a:***@r1/pets, postgres://b:***@r2/pets'],
     ['postgres://db/pets?user=pets&password=s3cret&sslmode=require', 'postgres://db/pets?user=pets&password=***&sslmode=require'],
+    // No URL: all between the scheme and the last `@` is masked, wherever the password would be.
+    ['redis:/default:s3cret@redis:6379', 'redis:***@redis:6379'],
+    ['postgres:pets:s3c@ret@db/pets', 'postgres:***@db/pets'],
+    ['postgres:///pets:s3cret@db/pets', 'postgres:***@db/pets'],
+    ['postgres:/a:one@r1/pets, postgres://b:two@r2/pets', 'postgres:***@r1/pets, postgres://b:***@r2/pets'],
     ['postgres://pets@db:5432/pets', 'postgres://pets@db:5432/pets'],
     ['redis://redis:6379', 'redis://redis:6379'],
   ])('masks the password of %s', (text, redacted) => {
@@ -118,6 +123,15 @@ describe('configuration', () => {
     expect(() => loadConfig({ DATABASE_URL: 'postgres://pets@db/pets', [name]: 'ftp://pets:s3cret@host/pets' })).toThrow(
       new RegExp(`^Invalid ${name}="ftp://pets:\\*\\*\\*@host/pets": `),
     );
+  });
+
+  it.each(urlSettings)('refuses %s that is no URL (one slash), naming it, with the password in it masked', (name) => {
+    const scheme = /^\w+:/.exec((ConfigSchema.properties as Record<string, TSchema>)[name]!.examples[0])![0];
+    const written = `${scheme}/default:s3cret@host:6379/v1`;
+    expect(() => loadConfig({ DATABASE_URL: 'postgres://pets@db/pets', [name]: written })).toThrow(
+      new RegExp(`^Invalid ${name}="${scheme}\\*\\*\\*@host:6379/v1": `),
+    );
+    expect(() => loadConfig({ DATABASE_URL: 'postgres://pets@db/pets', [name]: written })).not.toThrow('s3cret');
   });
 
   it('refuses a REDIS_URL or a replica URL that is no URL, naming it, with the password in it masked', () => {

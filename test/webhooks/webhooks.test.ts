@@ -68,6 +68,31 @@ async function crossMinute(app: FastifyInstance, headers: { authorization: strin
   for (let i = 0; i < 2; i++) expect((await app.inject({ url: '/v1/pets?limit=1', headers })).statusCode).toBe(200);
 }
 
+/** Adds `count` deliveries in `state`, recorded at `recordedAt` (the outbox's own clock is the database's), labelled in their dedupe keys. */
+async function addDeliveries(
+  app: FastifyInstance,
+  { state, count, recordedAt, label }: { state: string; count: number; recordedAt: number; label: string },
+) {
+  // A pending one's next attempt is far off, so that no sender attempts it meanwhile.
+  await app.db.query(
+    `INSERT INTO webhook_deliveries (event_id, type, dedupe_key, body, state, created_at, next_attempt_at)
+     SELECT gen_random_uuid(), 'usage.threshold', $1 || i, '{}', $2, $3, now() + interval '1 day' FROM generate_series(1, $4::int) AS i`,
+    [`${label} `, state, new Date(recordedAt), count],
+  );
+}
+
+const dedupeKeysOf = async (app: FastifyInstance) =>
+  (await app.db.query<{ dedupe_key: string }>('SELECT dedupe_key FROM webhook_deliveries ORDER BY dedupe_key')).map(
+    (row) => row.dedupe_key,
+  );
+
+/** The deliveries each prune deleted, as the app logged them. */
+const prunedOf = (t: TestApp) =>
+  t.logs
+    .entries()
+    .filter((entry) => entry.msg === 'webhooks: deliveries past their retention deleted')
+    .map((entry) => entry.pruned as number);
+
 const deliveriesOf = async (app: FastifyInstance) =>
   app.db.query<{ id: number; state: string; attempts: number; event_id: string; last_error: string | null }>(
     'SELECT id, state, attempts, event_id, last_error FROM webhook_deliveries ORDER BY id',
@@ -78,10 +103,12 @@ describe('webhook settings', () => {
     expect(loadConfig({}).webhooks).toBeUndefined();
     expect(loadConfig(webhookEnv('https://hooks.example.test/x')).webhooks).toEqual({
       url: 'https://hooks.example.test/x',
+      authorization: undefined,
       secret: SECRET,
       usageThresholds: [100],
     });
     expect(loadConfig({ WEBHOOK_URL: 'https://h.example.test', WEBHOOK_SECRET: SECRET }).webhooks?.usageThresholds).toEqual([80, 100]);
+    expect(() => loadConfig(webhookEnv('https://h.example.test', { WEBHOOK_RETENTION_DAYS: '0' }))).toThrow('WEBHOOK_RETENTION_DAYS');
     expect(() => loadConfig({ WEBHOOK_URL: 'https://hooks.example.test/x' })).toThrow('WEBHOOK_URL and WEBHOOK_SECRET go together');
     expect(() => loadConfig({ WEBHOOK_SECRET: SECRET })).toThrow('WEBHOOK_URL and WEBHOOK_SECRET go together');
     const short = 'too-short-a-secret';
@@ -90,6 +117,17 @@ describe('webhook settings', () => {
     expect(() => loadConfig({ WEBHOOK_URL: 'ftp://h.example.test', WEBHOOK_SECRET: SECRET })).toThrow('WEBHOOK_URL');
     expect(() => loadConfig({ WEBHOOK_URL: 'https://h[ooks.example.test', WEBHOOK_SECRET: SECRET })).toThrow(
       'Invalid WEBHOOK_URL="https://h[ooks.example.test": not a URL',
+    );
+    // A user and password become Basic authentication, %-escapes decoded, and leave the URL.
+    expect(loadConfig(webhookEnv('https://hooks:s3c%40ret@hooks.example.test/x?a=1')).webhooks).toMatchObject({
+      url: 'https://hooks.example.test/x?a=1',
+      authorization: `Basic ${Buffer.from('hooks:s3c@ret').toString('base64')}`,
+    });
+    expect(loadConfig(webhookEnv('https://:s3cret@hooks.example.test/')).webhooks?.authorization).toBe(
+      `Basic ${Buffer.from(':s3cret').toString('base64')}`,
+    );
+    expect(() => loadConfig(webhookEnv('https://hooks:s3c%ret@hooks.example.test/x'))).toThrow(
+      'Invalid WEBHOOK_URL="https://hooks:***@hooks.example.test/x": its user or password holds a % that starts no %-escape',
     );
     for (const thresholds of ['100,80', '0,50', '80,80', '101', '80;100']) {
       expect(() =>
@@ -156,6 +194,36 @@ describe('usage events', () => {
     expect(verified({ ...first, signature: first.signature.replace(/v1=(.)/, (_, c: string) => `v1=${c === '0' ? '1' : '0'}`) })).toBe(
       false,
     );
+  });
+
+  it('a user and password in WEBHOOK_URL reach the receiver as Basic authentication, and no error, listing or log line holds the password', async () => {
+    const password = 'hunter2 p@ss:wörd';
+    const receiver = await startReceiver((index) => (index === 0 ? 503 : 204));
+    closing.push(receiver.close);
+    const clock = testClock(T0);
+    const url = receiver.url.replace('//', `//billing:${encodeURIComponent(password)}@`);
+    const t = await open(webhookEnv(url), clock);
+    const admin = await openAdmin(t.app);
+    closing.push(admin.close);
+    const { headers } = await keyInFreshWindows(t.app, clock, { plan: 'enterprise', limits: { perMinute: 2, perDay: 100 } });
+    await crossMinute(t.app, headers);
+    // Delivered at the second attempt; a third means the second failed too.
+    await eventually(async () => {
+      const [delivery] = await deliveriesOf(t.app);
+      return delivery?.state === 'delivered' || (delivery?.attempts ?? 0) >= 3;
+    }, 10_000);
+
+    const listed = JSON.stringify((await admin.request('GET', '/admin/v1/webhook-deliveries')).body);
+    const logged = JSON.stringify(t.logs.entries());
+    expect(logged).toContain('webhooks: delivery attempt failed');
+    const credentials = Buffer.from(`billing:${password}`).toString('base64');
+    for (const secret of [password, encodeURIComponent(password), credentials]) {
+      expect(listed).not.toContain(secret);
+      expect(logged).not.toContain(secret);
+    }
+    expect(await deliveriesOf(t.app)).toEqual([expect.objectContaining({ state: 'delivered', attempts: 2, last_error: null })]);
+    expect(receiver.received.map((received) => received.headers.authorization)).toEqual([`Basic ${credentials}`, `Basic ${credentials}`]);
+    expect(receiver.received.every(verified)).toBe(true);
   });
 
   it('records an event once per dedupe key, whichever instance records it again', async () => {
@@ -328,6 +396,41 @@ describe('usage events', () => {
     release(200);
     await eventually(async () => (await deliveriesOf(t.app))[1]?.state === 'delivered');
     expect(receiver.received).toHaveLength(attempted + 2);
+  });
+
+  it('delivered and failed deliveries are deleted once WEBHOOK_RETENTION_DAYS have passed on the clock, in batches; pending ones never', async () => {
+    const clock = testClock(T0);
+    const t = await open(webhookEnv(`http://127.0.0.1:${await freePort()}/hooks`, { WEBHOOK_RETENTION_DAYS: '7' }), clock);
+    // More than one batch settled a minute before T0; beside them an old pending one, and one delivered a minute after T0.
+    await addDeliveries(t.app, { state: 'delivered', count: 700, recordedAt: T0 - MINUTE, label: 'old delivered' });
+    await addDeliveries(t.app, { state: 'failed', count: 500, recordedAt: T0 - MINUTE, label: 'old failed' });
+    await addDeliveries(t.app, { state: 'pending', count: 1, recordedAt: T0 - MINUTE, label: 'old pending' });
+    await addDeliveries(t.app, { state: 'delivered', count: 1, recordedAt: T0 + MINUTE, label: 'young delivered' });
+
+    clock.advance(7 * DAY);
+    await eventually(async () => prunedOf(t).length === 1, 10_000);
+    expect(prunedOf(t)).toEqual([1_200]);
+    expect(await dedupeKeysOf(t.app)).toEqual(['old pending 1', 'young delivered 1']);
+
+    // A minute on (the next prune), the young one's seven days are over too.
+    clock.advance(2 * MINUTE);
+    await eventually(async () => prunedOf(t).length === 2, 10_000);
+    expect(prunedOf(t)).toEqual([1_200, 1]);
+    expect(await dedupeKeysOf(t.app)).toEqual(['old pending 1']);
+  });
+
+  it('two instances deleting past the retention at once delete each delivery once', { skip: !POSTGRES_URL }, async () => {
+    const clock = testClock(T0);
+    const url = `http://127.0.0.1:${await freePort()}/hooks`;
+    const a = await open(webhookEnv(url), clock);
+    const b = await open({ ...webhookEnv(url), DATABASE_URL: a.databaseUrl! }, clock);
+    await addDeliveries(a.app, { state: 'delivered', count: 3_000, recordedAt: T0 - MINUTE, label: 'old delivered' });
+    await addDeliveries(a.app, { state: 'pending', count: 1, recordedAt: T0 - MINUTE, label: 'old pending' });
+
+    clock.advance(30 * DAY);
+    await eventually(async () => [...prunedOf(a), ...prunedOf(b)].reduce((sum, pruned) => sum + pruned, 0) === 3_000, 10_000);
+    expect(await dedupeKeysOf(a.app)).toEqual(['old pending 1']);
+    expect([...a.logs.entries(), ...b.logs.entries()].filter((entry) => Number(entry.level) >= 40)).toEqual([]);
   });
 
   it('the pending count keeps its last value, and the scrape its other metrics, while the count cannot be read', async () => {
