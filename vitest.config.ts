@@ -12,6 +12,8 @@ export default defineConfig({
     // compiler of its WASM cost more CPU than it saved (as for the keys command, docs/api-keys.md).
     execArgv: ['--expose-gc', '--liftoff-only'],
     globalSetup: ['test/support/global-setup.ts'],
+    // Each test file is a process of its own that transforms the same sources: kept on disk once.
+    experimental: { fsModuleCache: true },
     testTimeout: 60_000,
     hookTimeout: 60_000,
     projects: [
