@@ -115,7 +115,8 @@ export interface RateLimiter {
    * its 429. A request sure to be a free revalidation, or of an operation that costs 0 (the quota
    * lookup), is only checked against the limits. A key spends its operation's `cost` (costOf) and
    * holds a slot of its concurrency limit while in flight (unless the operation costs 0); an
-   * address, whose requests never reach an operation, spends 1.
+   * address, whose requests never reach an operation, spends 1. The slot is given back when the
+   * response is sent or the connection closes, before admit too (a client gone during the key lookup).
    */
   admit(
     request: FastifyRequest,
@@ -214,22 +215,17 @@ export default fp<RateLimitOptions>(
     async function holdSlot(reply: FastifyReply, key: ApiKeyIdentity, limit: number, now: number) {
       const subject = keySubject(key.quotaId);
       const lease = `${leasePrefix}:${++leases}`;
-      const release = () => {
-        store.release(subject, lease).catch((error: unknown) => app.log.warn({ err: error }, 'rate limiting: releasing a slot failed'));
-      };
-      // Listened for before the slot is asked for: the connection may close while Redis answers.
-      let closed = false;
-      let held = false;
-      reply.raw.once('close', () => {
-        closed = true;
-        if (held) release();
-      });
-      held = await store.acquire(subject, limit, lease, now);
-      if (!held) {
+      if (!(await store.acquire(subject, limit, lease, now))) {
         decisions.inc({ outcome: 'concurrency_limited' });
         throw errors.concurrencyLimited(limit);
       }
-      if (closed) release();
+      const release = () => {
+        store.release(subject, lease).catch((error: unknown) => app.log.warn({ err: error }, 'rate limiting: releasing a slot failed'));
+      };
+      // A connection that closed before now (while the key was looked up, or Redis answered) has
+      // emitted its 'close' already: its slot is given back at once.
+      if (reply.raw.destroyed) return release();
+      reply.raw.once('close', release);
     }
 
     const clientOfAddress = (address: string) => clientOf(address, options.ipv6Prefix);

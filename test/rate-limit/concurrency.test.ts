@@ -8,7 +8,8 @@ import { POSTGRES_URL } from '../support/databases.js';
 import { eventually } from '../support/eventually.js';
 import { describeAppTest } from '../support/fixtures.js';
 import { portOf } from '../support/http.js';
-import { bearer, waitForKeyOnApp } from '../support/keys.js';
+import { hangUpOnceReceived, holdKeyLookups, rawGet } from '../support/hang-up.js';
+import { bearer, metricTotal, waitForKeyOnApp } from '../support/keys.js';
 import { openSocket, type RawClient } from '../support/raw-socket.js';
 import { startHoldingProxy } from '../support/holding-proxy.js';
 import { deleteKeys, RATE_LIMIT_STORES, REDIS_URL, redisStoreEnv } from '../support/redis.js';
@@ -77,6 +78,26 @@ describe.each(RATE_LIMIT_STORES)('concurrency limits with the $name store', (sto
       await eventually(async () => slow[1]!.received.startsWith('HTTP/1.1 201'));
       await inFlight(t.app, record.quotaId, 0);
       slow[1]!.socket.destroy();
+    });
+
+    test('a client that hangs up while its key is looked up holds no slot once its request is decided (issue 45: held for good)', async ({
+      t,
+      port,
+    }) => {
+      const { key, record } = await t.app.apiKeysRepository.create({ plan: 'free' });
+      const headers = bearer(key);
+      const decided = await metricTotal(t.app, 'rate_limit_decisions_total');
+      // The key's first use here, on a slow database: both clients are gone before it is found.
+      const lookups = await holdKeyLookups(t.app.db);
+      await hangUpOnceReceived(t.app, port, rawGet(headers));
+      await hangUpOnceReceived(t.app, port, rawGet(headers));
+      await lookups.release();
+      await eventually(async () => (await metricTotal(t.app, 'rate_limit_decisions_total')) === decided + 2);
+
+      await inFlight(t.app, record.quotaId, 0);
+      const standing = await t.app.inject({ url: '/v1/rate_limit', headers });
+      expect(standing.json().concurrency).toEqual({ limit: 2, inFlight: 0 });
+      expect((await get(t.app, headers)).statusCode).toBe(200);
     });
 
     test("a key's own concurrency (the admin API's) takes the place of its plan's", async ({ t }) => {
