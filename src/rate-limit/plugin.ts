@@ -81,7 +81,9 @@ const SETTLED = 0;
  * WeakMap entry.
  */
 const CHARGE = Symbol('rateLimitCharge');
-type Charged = FastifyRequest & { [CHARGE]?: Charge | typeof SETTLED };
+/** Where a request that holds a slot of its key's concurrency limit keeps the way to give it back: as CHARGE, this module's alone. */
+const SLOT = Symbol('rateLimitSlot');
+type Charged = FastifyRequest & { [CHARGE]?: Charge | typeof SETTLED; [SLOT]?: () => Promise<void> };
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -115,7 +117,8 @@ export interface RateLimiter {
    * its 429. A request sure to be a free revalidation, or of an operation that costs 0 (the quota
    * lookup), is only checked against the limits. A key spends its operation's `cost` (costOf) and
    * holds a slot of its concurrency limit while in flight (unless the operation costs 0); an
-   * address, whose requests never reach an operation, spends 1.
+   * address, whose requests never reach an operation, spends 1. The slot is given back by settle,
+   * or when the connection closes first (before admit too: a client gone during the key lookup).
    */
   admit(
     request: FastifyRequest,
@@ -124,7 +127,8 @@ export interface RateLimiter {
   ): Promise<void>;
   /**
    * Once answered: takes back a counted request that turned out free, or counts an uncounted one
-   * that did not. The response waits for it, so the caller's next request, on any instance, sees it.
+   * that did not, and gives back the request's slot of its key's concurrency limit. The response
+   * waits for both, so the caller's next request, on any instance, sees them.
    * A request answered before it was decided (load shedding, shutdown, a key lookup that failed)
    * counts nothing and gets the headers of its caller as they stand: of its key, else of its address.
    */
@@ -203,6 +207,7 @@ export default fp<RateLimitOptions>(
     });
 
     app.decorateRequest(CHARGE, undefined);
+    app.decorateRequest(SLOT, undefined);
     /** Leases name their instance, so that no two instances' leases on one Redis are the same. */
     const leasePrefix = randomBytes(6).toString('hex');
     let leases = 0;
@@ -210,26 +215,27 @@ export default fp<RateLimitOptions>(
     /** The key's limit of requests in flight: its own, else its plan's; undefined for none. */
     const concurrencyOf = (key: ApiKeyIdentity): number | undefined => key.concurrency ?? options.concurrency[key.plan];
 
-    /** Holds one of the key's `limit` slots for requests in flight until the response is sent or the connection closes; 429 when none is free. */
-    async function holdSlot(reply: FastifyReply, key: ApiKeyIdentity, limit: number, now: number) {
+    /**
+     * Holds one of the key's `limit` slots for the request in flight (429 when none is free) until
+     * its answer is about to leave (settle) or its connection closes, whichever comes first.
+     */
+    async function holdSlot(request: FastifyRequest, reply: FastifyReply, key: ApiKeyIdentity, limit: number, now: number) {
       const subject = keySubject(key.quotaId);
       const lease = `${leasePrefix}:${++leases}`;
-      const release = () => {
-        store.release(subject, lease).catch((error: unknown) => app.log.warn({ err: error }, 'rate limiting: releasing a slot failed'));
-      };
-      // Listened for before the slot is asked for: the connection may close while Redis answers.
-      let closed = false;
-      let held = false;
-      reply.raw.once('close', () => {
-        closed = true;
-        if (held) release();
-      });
-      held = await store.acquire(subject, limit, lease, now);
-      if (!held) {
+      if (!(await store.acquire(subject, limit, lease, now))) {
         decisions.inc({ outcome: 'concurrency_limited' });
         throw errors.concurrencyLimited(limit);
       }
-      if (closed) release();
+      let released: Promise<void> | undefined;
+      const release = () =>
+        (released ??= store
+          .release(subject, lease)
+          .catch((error: unknown) => app.log.warn({ err: error }, 'rate limiting: releasing a slot failed')));
+      // A connection that closed before now (while the key was looked up, or Redis answered) has
+      // emitted its 'close' already: its slot is given back at once.
+      if (reply.raw.destroyed) return void release();
+      reply.raw.once('close', () => void release());
+      (request as Charged)[SLOT] = release;
     }
 
     const clientOfAddress = (address: string) => clientOf(address, options.ipv6Prefix);
@@ -242,6 +248,30 @@ export default fp<RateLimitOptions>(
         await store.check(key ? keySubject(key.quotaId) : addressSubject(clientOfAddress(request.ip)), key ?? ANONYMOUS, now, 1),
         now,
       );
+    }
+
+    // GitHub's rule: a revalidation that finds the client's copy current (304 for a tag it sent)
+    // costs nothing. The request was admitted like any other, so a caller over its limit still got its 429.
+    function settleCharge(request: FastifyRequest, reply: FastifyReply, key: ApiKeyIdentity | undefined, free: boolean) {
+      const charge = (request as Charged)[CHARGE];
+      if (charge === undefined) {
+        (request as Charged)[CHARGE] = SETTLED;
+        return describeUndecided(request, reply, key);
+      }
+      if (charge === SETTLED || free !== charge.counted) return undefined;
+      (request as Charged)[CHARGE] = SETTLED;
+      if (charge.counted) {
+        const uncount = (window: WindowUsage) => ({ ...window, used: Math.max(0, window.used - charge.cost) });
+        setHeaders(
+          reply,
+          { ...charge.decision, minute: uncount(charge.decision.minute), day: uncount(charge.decision.day) },
+          charge.now,
+          charge.cost,
+        );
+        return store.refund(charge.subject, charge.decision, charge.cost);
+      }
+      // Admitted uncounted as a sure 304, it was refused further on (a sunset meanwhile): it counts.
+      return store.consume(charge.subject, charge.limits, charge.now, charge.cost, charge.bans);
     }
 
     const watchers: UsageWatcher[] = [];
@@ -270,7 +300,7 @@ export default fp<RateLimitOptions>(
       async admit(request, reply, { key, now, free, cost: operationCost }) {
         // Synchronous when the key has no concurrency limit: no await on the hot path for nothing.
         const concurrency = key && operationCost > 0 ? concurrencyOf(key) : undefined;
-        if (concurrency !== undefined) await holdSlot(reply, key!, concurrency, now);
+        if (concurrency !== undefined) await holdSlot(request, reply, key!, concurrency, now);
         const client = key ? undefined : clientOfAddress(request.ip);
         const subject = client === undefined ? keySubject(key!.quotaId) : addressSubject(client);
         const limits = key ?? ANONYMOUS;
@@ -310,28 +340,12 @@ export default fp<RateLimitOptions>(
         }
       },
 
-      // GitHub's rule: a revalidation that finds the client's copy current (304 for a tag it sent)
-      // costs nothing. The request was admitted like any other, so a caller over its limit still got its 429.
       settle(request, reply, { key, free }) {
-        const charge = (request as Charged)[CHARGE];
-        if (charge === undefined) {
-          (request as Charged)[CHARGE] = SETTLED;
-          return describeUndecided(request, reply, key);
-        }
-        if (charge === SETTLED || free !== charge.counted) return undefined;
-        (request as Charged)[CHARGE] = SETTLED;
-        if (charge.counted) {
-          const uncount = (window: WindowUsage) => ({ ...window, used: Math.max(0, window.used - charge.cost) });
-          setHeaders(
-            reply,
-            { ...charge.decision, minute: uncount(charge.decision.minute), day: uncount(charge.decision.day) },
-            charge.now,
-            charge.cost,
-          );
-          return store.refund(charge.subject, charge.decision, charge.cost);
-        }
-        // Admitted uncounted as a sure 304, it was refused further on (a sunset meanwhile): it counts.
-        return store.consume(charge.subject, charge.limits, charge.now, charge.cost, charge.bans);
+        const settling = settleCharge(request, reply, key, free);
+        const releaseSlot = (request as Charged)[SLOT];
+        if (releaseSlot === undefined) return settling;
+        // Given back before the answer leaves: the caller's next request, on any instance, finds it free.
+        return settling ? Promise.all([releaseSlot(), settling]) : releaseSlot();
       },
 
       async standing(key, now) {

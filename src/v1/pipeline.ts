@@ -28,9 +28,10 @@ export interface V1Options {
  *   validation  the operation's schemas (400); a deprecated operation past its sunset is a 410
  *   preHandler  a revalidation of a tag known current is answered 304 here, before the handler
  *   handler     pets/routes.ts
- *   onSend      ETag and 304; the limiter takes back a free revalidation, and gives a response
- *               answered before it decided (load shedding, shutdown, a failed key lookup) the
- *               headers of its caller as they stand
+ *   onSend      ETag and 304; the limiter takes back a free revalidation, gives back the
+ *               request's slot of its key's concurrency limit before the answer leaves, and gives
+ *               a response answered before it decided (load shedding, shutdown, a failed key
+ *               lookup) the headers of its caller as they stand
  *
  * Unknown paths pass the same pipeline through this context's own not-found handler.
  */

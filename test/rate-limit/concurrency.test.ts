@@ -8,9 +8,10 @@ import { POSTGRES_URL } from '../support/databases.js';
 import { eventually } from '../support/eventually.js';
 import { describeAppTest } from '../support/fixtures.js';
 import { portOf } from '../support/http.js';
-import { bearer, waitForKeyOnApp } from '../support/keys.js';
+import { hangUpOnceReceived, holdKeyLookups, rawGet } from '../support/hang-up.js';
+import { bearer, metricTotal, waitForKeyOnApp } from '../support/keys.js';
 import { openSocket, type RawClient } from '../support/raw-socket.js';
-import { startHoldingProxy } from '../support/holding-proxy.js';
+import { startCommandHoldingProxy, startHoldingProxy } from '../support/holding-proxy.js';
 import { deleteKeys, RATE_LIMIT_STORES, REDIS_URL, redisStoreEnv } from '../support/redis.js';
 import { testClock, T0 } from '../support/time.js';
 
@@ -79,6 +80,26 @@ describe.each(RATE_LIMIT_STORES)('concurrency limits with the $name store', (sto
       slow[1]!.socket.destroy();
     });
 
+    test('a client that hangs up while its key is looked up holds no slot once its request is decided (issue 45: held for good)', async ({
+      t,
+      port,
+    }) => {
+      const { key, record } = await t.app.apiKeysRepository.create({ plan: 'free' });
+      const headers = bearer(key);
+      const decided = await metricTotal(t.app, 'rate_limit_decisions_total');
+      // The key's first use here, on a slow database: both clients are gone before it is found.
+      const lookups = await holdKeyLookups(t.app.db);
+      await hangUpOnceReceived(t.app, port, rawGet(headers));
+      await hangUpOnceReceived(t.app, port, rawGet(headers));
+      await lookups.release();
+      await eventually(async () => (await metricTotal(t.app, 'rate_limit_decisions_total')) === decided + 2);
+
+      await inFlight(t.app, record.quotaId, 0);
+      const standing = await t.app.inject({ url: '/v1/rate_limit', headers });
+      expect(standing.json().concurrency).toEqual({ limit: 2, inFlight: 0 });
+      expect((await get(t.app, headers)).statusCode).toBe(200);
+    });
+
     test("a key's own concurrency (the admin API's) takes the place of its plan's", async ({ t }) => {
       const { key } = await t.app.apiKeysRepository.create({ plan: 'free', concurrency: 30 });
       const headers = bearer(key);
@@ -143,6 +164,41 @@ describe.skipIf(!REDIS_URL || !POSTGRES_URL)('concurrency limits across two inst
       slow.socket.destroy();
     }
     await inFlight(b.app, record.quotaId, 0);
+  });
+
+  it('a slot is given back before its answer leaves: one request at a time, alternating between the instances, is never refused (issue 45: 10 of 400 were)', async () => {
+    // A third instance (on the same Redis and database as b) whose link to Redis holds every slot given back on its way.
+    const releases = await startCommandHoldingProxy(REDIS_URL!, 'zrem');
+    const c = await buildTestApp(
+      { ...env, REDIS_URL: releases.url, RATE_LIMIT_CONCURRENCY: 'free=2', DATABASE_URL: a.databaseUrl! },
+      { now: clock.now },
+    );
+    try {
+      const { key, record } = await b.app.apiKeysRepository.create({
+        plan: 'enterprise',
+        limits: { perMinute: 1e6, perDay: 1e7 },
+        concurrency: 1,
+      });
+      const headers = bearer(key);
+      await waitForKeyOnApp(b.app, headers);
+      await waitForKeyOnApp(c.app, headers);
+      await inFlight(b.app, record.quotaId, 0);
+      for (let i = 0; i < 20; i++) {
+        releases.hold();
+        const onC = get(c.app, headers);
+        // A caller sends its next request once it has its answer: the slot must be free in Redis by then.
+        const first = await Promise.race([onC.then(() => 'answer'), releases.held().then(() => 'slot given back')]);
+        expect(first).toBe('slot given back');
+        releases.release();
+        expect((await onC).statusCode).toBe(200);
+        expect((await get(b.app, headers)).statusCode).toBe(200);
+      }
+      await inFlight(b.app, record.quotaId, 0);
+    } finally {
+      releases.release();
+      await c.close();
+      await releases.close();
+    }
   });
 
   it('an instance that stops without giving its slots back holds them for a lease (5 s) at most', async () => {

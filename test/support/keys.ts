@@ -24,7 +24,8 @@ export const waitForKeyOnApp = (app: FastifyInstance, headers: { authorization: 
 export const waitForKeyAt = (origin: string, headers: { authorization: string }, timeoutMs?: number) =>
   waitForKey(async () => (await fetch(`${origin}/v1/pets?limit=1`, { headers })).status, timeoutMs);
 
-const metricTotal = async (app: FastifyInstance, name: string) =>
+/** The sum of a metric of the app over its labels. */
+export const metricTotal = async (app: FastifyInstance, name: string) =>
   (await app.metricsRegistry.getSingleMetric(name)!.get()).values.reduce((sum, { value }) => sum + value, 0);
 
 /** How many times the app has looked a key up in the database so far (api_key_lookups_total). */

@@ -10,6 +10,9 @@ import { logFormat, logOutput, roundMs } from '../../../src/platform/observabili
 import { appTest, tempDirTest } from '../../support/fixtures.js';
 import { ROOT, SERVICE_NODE_ARGS, startServer, type ServerProcess } from '../../support/processes.js';
 import { eventually } from '../../support/eventually.js';
+import type { TestApp } from '../../support/app.js';
+import { hangUpOnceReceived, holdKeyLookups, rawGet } from '../../support/hang-up.js';
+import { bearer, metricTotal } from '../../support/keys.js';
 
 const test = appTest();
 const fifoTest = tempDirTest('pets-log-');
@@ -167,6 +170,35 @@ describe('the server loses no log line', { timeout: 120_000 }, () => {
       if (ids.length > 1) expect(loggedRequests(server).has(ids.at(-2))).toBe(true);
     });
     expect(await server.stop('SIGTERM')).toBe(0);
+  });
+});
+
+describe('a request whose client goes away before its answer', () => {
+  const clientClosedLines = (t: TestApp, method: string) =>
+    t.logs.entries().filter((entry) => entry.msg === 'request' && entry.method === method && entry.clientClosed === true);
+
+  test('is one line all the same, with clientClosed and no status: a POST aborted mid-body', async ({ t, port }) => {
+    await hangUpOnceReceived(
+      t.app,
+      port,
+      `POST /v1/pets HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: ${t.auth.authorization}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"name":`,
+    );
+    await eventually(async () => clientClosedLines(t, 'POST').length === 1);
+    const [line] = clientClosedLines(t, 'POST');
+    expect(line).toMatchObject({ level: 30, route: '/v1/pets', clientClosed: true, keyId: expect.any(Number) });
+    expect(line).not.toHaveProperty('status');
+    expect(typeof line!.ms).toBe('number');
+  });
+
+  test('a GET whose client hangs up while its key is looked up (issue 45: no line at all)', async ({ t, port }) => {
+    const { key } = await t.app.apiKeysRepository.create({ plan: 'free' });
+    const decided = await metricTotal(t.app, 'rate_limit_decisions_total');
+    const lookups = await holdKeyLookups(t.app.db);
+    await hangUpOnceReceived(t.app, port, rawGet(bearer(key)));
+    await lookups.release();
+    // Looked up and decided once it was gone: still its one line.
+    await eventually(async () => (await metricTotal(t.app, 'rate_limit_decisions_total')) === decided + 1);
+    expect(clientClosedLines(t, 'GET')).toEqual([expect.objectContaining({ route: '/v1/pets', clientClosed: true })]);
   });
 });
 
