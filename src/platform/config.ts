@@ -166,7 +166,8 @@ export const ConfigSchema = Type.Object({
     examples: ['createPet=5,listPets=1'],
     description:
       "The units an operation spends of a key's quota in both windows, as `operationId=units` pairs (1 to 1000); every other " +
-      'operation costs 1, so unset the limits count requests. A request with fewer units left than its cost is refused.',
+      'operation costs 1, so unset the limits count requests. A request with fewer units left than its cost is refused. ' +
+      "A cost above a plan's per-minute or per-day limit stops the start (its keys could never call the operation).",
   }),
   RATE_LIMIT_SHADOW_PLANS: Type.String({
     default: '',
