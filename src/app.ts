@@ -100,7 +100,7 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
   await app.register(database, config);
   await app.register(metrics);
   await app.register(pets, { cacheMaxBytes: config.PETS_CACHE_MAX_BYTES });
-  await app.register(apiKeys, { cacheMaxEntries: config.KEY_CACHE_MAX_ENTRIES });
+  await app.register(apiKeys, { cacheMaxEntries: config.KEY_CACHE_MAX_ENTRIES, costs: config.rateLimitCosts });
   await app.register(loadShedding, {
     maxEventLoopDelayMs: config.LOAD_SHED_EVENT_LOOP_DELAY_MS,
     maxPoolWaiting: config.LOAD_SHED_POOL_WAITING,

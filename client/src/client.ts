@@ -185,8 +185,8 @@ export class PetStoreClient {
   }
 
   /**
-   * One page of animals with the cursor of the next. A next link to another address than the
-   * client's `baseUrl` (or none that is a URL) is refused: `unexpected_response`.
+   * One page of animals with the cursor of the next. A next link that is not a URL, or has no
+   * cursor, is refused: `unexpected_response`.
    */
   async listPetsPage(options: ListOptions = {}): Promise<Page> {
     const url = this.#listUrl(options);
@@ -197,7 +197,7 @@ export class PetStoreClient {
   /**
    * Every animal, in id order (after `cursor` when given), page after page as the service links
    * them (Link rel="next"). A walk returns each animal that existed when it began exactly once. A
-   * page's animals are yielded before its next link is judged: a link to another address, or to a
+   * page's animals are yielded before its next link is judged: a link without a cursor, or to a
    * cursor the walk was already given, ends the walk with `unexpected_response`.
    */
   async *allPets(options: ListOptions = {}): AsyncGenerator<Pet, void, undefined> {
@@ -273,17 +273,15 @@ export class PetStoreClient {
   }
 
   /**
-   * The cursor of the answer's next link, refused unless the link is to this client's listing (so
-   * the key is never sent to a host or path the caller did not give).
+   * The cursor of the answer's next link: only the cursor, asked of this client's own listing
+   * whatever address the link names (behind a proxy that rewrites Host, a service without
+   * PUBLIC_BASE_URL names its upstream's), so the walk works and the key never leaves `baseUrl`.
    */
   #nextCursor(headers: Headers, requestUrl: string): string | undefined {
     const target = linksOf(headers).get('next');
     if (target === undefined) return undefined;
     const next = urlOf(target, requestUrl);
-    const listing = new URL(`${this.#baseUrl}/pets`);
-    if (!next || next.origin !== listing.origin || next.pathname !== listing.pathname) {
-      throw refusedLink(headers, 'a next link to another address than the client’s baseUrl');
-    }
+    if (!next) throw refusedLink(headers, 'a next link that is not a URL');
     const cursor = next.searchParams.get('cursor');
     if (!cursor) throw refusedLink(headers, 'a next link without a cursor');
     return cursor;

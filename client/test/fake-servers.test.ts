@@ -266,9 +266,21 @@ describe('5. pages', () => {
   it.each([
     ['another origin', '<https://pets.attacker.example/v1/pets?cursor=Mg>; rel="next"'],
     ['another path', '</v2/pets?cursor=Mg>; rel="next"'],
-    ['no URL', '<http://[::1>; rel="next"'],
-    ['no cursor', '</v1/pets?limit=1>; rel="next"'],
-  ])('a next link to %s ends the walk after its page with unexpected_response, and is never followed', async (_what, link) => {
+  ])('a next link to %s: only its cursor is taken, asked of the client’s own baseUrl, which the key never leaves', async (_what, link) => {
+    const { client, requests } = await clientOf((request, response) =>
+      page(request.url.includes('cursor=') ? undefined : link)(request, response, 0),
+    );
+    const walked: number[] = [];
+    for await (const pet of client.allPets({ limit: 1 })) walked.push(pet.id);
+    expect(walked).toEqual([1, 1]);
+    expect(requests.map((request) => request.url)).toEqual(['/v1/pets?limit=1', '/v1/pets?limit=1&cursor=Mg']);
+    expect(await client.listPetsPage()).toMatchObject({ nextCursor: 'Mg' });
+  });
+
+  it.each([
+    ['that is not a URL', '<http://[::1>; rel="next"'],
+    ['without a cursor', '</v1/pets?limit=1>; rel="next"'],
+  ])('a next link %s ends the walk after its page with unexpected_response, and is never followed', async (_what, link) => {
     const { client, requests } = await clientOf(page(link));
     const walked: number[] = [];
     const error = await (async () => {

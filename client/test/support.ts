@@ -1,7 +1,7 @@
 // What the client's tests put around a real server: a fetch that records what went over the wire,
 // a TCP proxy that loses one answer, and a server that never answers; and, for what the real service
 // cannot be made to answer (a gateway's HTML page, a hostile Link, a minute's Retry-After), a fake one.
-import { createServer as createHttpServer, type IncomingHttpHeaders, type ServerResponse } from 'node:http';
+import { createServer as createHttpServer, request as httpRequest, type IncomingHttpHeaders, type ServerResponse } from 'node:http';
 import { createServer, connect, type AddressInfo, type Server, type Socket } from 'node:net';
 
 export interface Exchange {
@@ -96,6 +96,26 @@ export async function answerLosingProxy(targetPort: number) {
     loseNextCreateAnswer: () => void (armed = true),
     lostAnswers: () => lost,
   };
+}
+
+/**
+ * An HTTP reverse proxy to a loopback port that sends each request on with `Host` set to its
+ * upstream's address, as nginx does by default (`proxy_set_header Host $proxy_host`): a service
+ * behind it without PUBLIC_BASE_URL names its own address in its links, not the proxy's.
+ */
+export async function hostRewritingProxy(targetPort: number) {
+  const forwarded: Array<{ url: string; host: string | undefined }> = [];
+  const server = createHttpServer((request, response) => {
+    const headers = { ...request.headers, host: `127.0.0.1:${targetPort}` };
+    const upstream = httpRequest({ host: '127.0.0.1', port: targetPort, method: request.method, path: request.url, headers }, (answer) => {
+      forwarded.push({ url: request.url!, host: headers.host });
+      response.writeHead(answer.statusCode!, answer.headers);
+      answer.pipe(response);
+    });
+    upstream.on('error', () => response.destroy());
+    request.pipe(upstream);
+  });
+  return { ...(await listening(server)), forwarded };
 }
 
 /** A server that reads requests but never answers; counts the requests it received. */

@@ -28,3 +28,21 @@ export function ownLimits(plan: Plan, perMinute: number | undefined, perDay: num
   if (perMinute === undefined || perDay === undefined) throw new LimitsError('enterprise keys need per-minute and per-day limits');
   return { perMinute, perDay };
 }
+
+/** Which of a key's limits the dearest operation (by RATE_LIMIT_COSTS) costs more than: a key with them could never be admitted to it. */
+export function limitBelowCost(limits: Limits, costs: Record<string, number>) {
+  const [operation, cost] = Object.entries(costs).reduce((dearest, priced) => (priced[1] > dearest[1] ? priced : dearest), ['', 0]);
+  const field = (['perMinute', 'perDay'] as const).find((name) => limits[name] < cost);
+  return field && { field, limit: limits[field], operation, cost };
+}
+
+/** A LimitsError, its `field` the limit named, unless every operation's cost fits within the limits. */
+export function checkCostsFit(limits: Limits, costs: Record<string, number>): void {
+  const below = limitBelowCost(limits, costs);
+  if (!below) return;
+  const { field, limit, operation, cost } = below;
+  throw Object.assign(
+    new LimitsError(`is ${limit}, less than the ${cost} units ${operation} costs (RATE_LIMIT_COSTS): the key could never call it`),
+    { field },
+  );
+}

@@ -35,6 +35,8 @@ const CATCH_UP_INTERVAL_MS = 100;
 export interface ApiKeysOptions {
   /** Keys (and unknown hashes) the key cache holds at most. */
   cacheMaxEntries: number;
+  /** RATE_LIMIT_COSTS, which a key's own limits must fit (the key rules). */
+  costs: Record<string, number>;
 }
 
 /**
@@ -47,7 +49,7 @@ export interface ApiKeysOptions {
  * been lost meanwhile.
  */
 export default fp<ApiKeysOptions>(
-  async function apiKeys(app, { cacheMaxEntries }) {
+  async function apiKeys(app, { cacheMaxEntries, costs }) {
     const repository = createApiKeysRepository(app.db);
     const cache = new KeyCache(repository, { maxEntries: cacheMaxEntries, now: app.now });
     const filter = new KeyFilter(repository, {
@@ -101,7 +103,7 @@ export default fp<ApiKeysOptions>(
     );
     app.addHook('onClose', stopListening);
     app.decorate('apiKeysRepository', repository);
-    app.decorate('keyRules', createKeyRules(app.db, repository));
+    app.decorate('keyRules', createKeyRules(app.db, repository, costs));
     app.decorate('keyCache', cache);
     app.decorate('keyFilter', filter);
     app.decorate('keyNotices', { catchUp: () => barrier.pass() });

@@ -3,7 +3,7 @@ import type { Database, Queryable } from '../platform/db/database.js';
 import { KeyStateError } from '../platform/domain-errors.js';
 import { parseExpiry } from './expiry.js';
 import { DEFAULT_OVERLAP_SECONDS } from './lifecycle.js';
-import { ownLimits, PLAN_LIMITS, type Plan } from './plans.js';
+import { checkCostsFit, ownLimits, PLAN_LIMITS, type Plan } from './plans.js';
 import type { ApiKeyRecord, ApiKeysRepository, IssuedApiKey, NewApiKey } from './repository.js';
 
 /** A key as the admin API's createKey and the keys command's create take it, before the rules checked it. */
@@ -60,8 +60,9 @@ const ascending = (ids: number[]) => ids.sort((a, b) => a - b);
  * What may be done to a key, and the audit entry of each change, in one transaction with it: the
  * one place the admin API and the keys command change keys through, so the two cannot drift.
  * The repository holds the statements; changes reach every instance through the api_keys notices.
+ * `costs` are RATE_LIMIT_COSTS: a key's own limits must fit every operation's cost.
  */
-export function createKeyRules(db: Database, keys: ApiKeysRepository) {
+export function createKeyRules(db: Database, keys: ApiKeysRepository, costs: Record<string, number>) {
   /** Runs a change and its audit entry together: in the caller's transaction, or in one of their own. */
   const atomically = <T>(tx: Queryable | undefined, work: (target: Queryable) => Promise<T>) => (tx ? work(tx) : db.transaction(work));
 
@@ -75,9 +76,10 @@ export function createKeyRules(db: Database, keys: ApiKeysRepository) {
   }
 
   return {
-    /** Creates a key newKey checked, and returns it with its secret. */
+    /** Creates a key newKey checked, and returns it with its secret; a LimitsError when an operation costs more than its limits. */
     create: (key: NewApiKey, { tx, actor }: ChangeOptions = {}): Promise<IssuedApiKey> =>
       atomically(tx, async (target) => {
+        if (key.limits) checkCostsFit(key.limits, costs);
         const issued = await keys.create(key, { tx: target });
         if (actor) {
           const { plan, name, perMinute, perDay, expiresAt, readOnly, enforceLimits, concurrency } = issued.record;
@@ -126,8 +128,8 @@ export function createKeyRules(db: Database, keys: ApiKeysRepository) {
      * Changes a key's plan, limits, name or enforcement (shadow mode, concurrency), effective wherever the key is cached as soon as the
      * change notice arrives. The plan and limits are the quota's: the keys rotated into this one
      * and still in their overlap take them too, so a cut binds every key counting in the quota.
-     * Undefined when there is no such key; a LimitsError when the limits do not go with the plan;
-     * a KeyStateError for a revoked or rotated key.
+     * Undefined when there is no such key; a LimitsError when the limits do not go with the plan,
+     * or an operation costs more than them; a KeyStateError for a revoked or rotated key.
      */
     update(id: number, change: ApiKeyChange, { actor }: Pick<ChangeOptions, 'actor'> = {}) {
       return db.transaction(async (tx): Promise<ApiKeyRecord | undefined> => {
@@ -137,6 +139,8 @@ export function createKeyRules(db: Database, keys: ApiKeysRepository) {
         // An enterprise key keeps the limits it has unless given new ones; another plan's come from its table.
         const kept = plan === 'enterprise' && before.plan === 'enterprise' ? before : undefined;
         const limits = ownLimits(plan, change.perMinute ?? kept?.perMinute, change.perDay ?? kept?.perDay);
+        // New limits must fit; a key's limits stored before a cost rose do not stop a change of its name.
+        if (limits && (limits.perMinute !== before.perMinute || limits.perDay !== before.perDay)) checkCostsFit(limits, costs);
         const name = change.name ?? before.name;
         const enforceLimits = change.enforceLimits ?? before.enforceLimits;
         const concurrency = change.concurrency === undefined ? before.concurrency : change.concurrency;

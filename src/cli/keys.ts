@@ -32,7 +32,7 @@ try {
     try {
       await migrate(db);
       const keys = createApiKeysRepository(db);
-      const repositories = { keys, rules: createKeyRules(db, keys), tokens: createAdminTokensRepository(db) };
+      const repositories = { keys, rules: createKeyRules(db, keys, config.rateLimitCosts), tokens: createAdminTokensRepository(db) };
       process.exitCode = await runKeysCommand(argv, repositories, terminal);
     } finally {
       await db.close();

@@ -2,7 +2,7 @@ import type { ParseArgsOptionsConfig } from 'node:util';
 import type { Static, TObject, TSchema } from '@sinclair/typebox';
 import { ValueErrorType, type ValueError } from '@sinclair/typebox/errors';
 import { Value } from '@sinclair/typebox/value';
-import { byCode, DOMAIN_CODES, UsageError, type DomainCode } from '../platform/domain-errors.js';
+import { byCode, DOMAIN_CODES, fieldOf, UsageError, type DomainCode } from '../platform/domain-errors.js';
 import type { Actor } from '../audit/repository.js';
 import type { AdminTokensRepository } from '../admin/tokens-repository.js';
 import type { ApiKeysRepository } from '../api-keys/repository.js';
@@ -106,18 +106,23 @@ export function noArguments(positionals: string[]): void {
 }
 
 /** The refusals of the rules shared with the admin API, by their code, as bad arguments say them. */
-const USAGE_REFUSALS: Partial<Record<DomainCode, (message: string) => string>> = {
-  [DOMAIN_CODES.limits]: (message) => message,
+const USAGE_REFUSALS: Partial<Record<DomainCode, (message: string, field: string | undefined) => string>> = {
+  [DOMAIN_CODES.limits]: (message, field) => (field ? `--${optionOf(field)} ${message}` : message),
   [DOMAIN_CODES.expiry]: (message) => `--expires-at ${message}`,
 };
+
+/** A refusal of the rules shared with the admin API as the UsageError of bad arguments; undefined for any other error. */
+export function usageRefusalOf(error: unknown): InstanceType<typeof UsageError> | undefined {
+  const usage = byCode(USAGE_REFUSALS, error);
+  return usage && new UsageError(usage((error as Error).message, fieldOf(error)));
+}
 
 /** The refusals of the rules shared with the admin API, as bad arguments: limits that do not go with the plan, an expiry that is no future date. */
 export function sharedRule<T>(work: () => T): T {
   try {
     return work();
   } catch (error) {
-    const usage = byCode(USAGE_REFUSALS, error);
-    throw usage ? new UsageError(usage((error as Error).message)) : error;
+    throw usageRefusalOf(error) ?? error;
   }
 }
 

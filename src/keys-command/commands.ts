@@ -3,7 +3,7 @@ import { createAdminToken } from './admin-token/create.js';
 import { listAdminTokens } from './admin-token/list.js';
 import { revokeAdminToken } from './admin-token/revoke.js';
 import { DOMAIN_CODES, hasCode, UsageError } from '../platform/domain-errors.js';
-import { quoted, type KeysCommand, type OptionValues, type Output, type Repositories, type Run } from './command.js';
+import { quoted, usageRefusalOf, type KeysCommand, type OptionValues, type Output, type Repositories, type Run } from './command.js';
 import { create } from './create.js';
 import { list } from './list.js';
 import { revoke } from './revoke.js';
@@ -68,18 +68,28 @@ export function parseCommandLine(argv: string[], { out, err }: Output): Run | nu
     return parse(argv);
   } catch (error) {
     if (!hasCode(error, DOMAIN_CODES.usage)) throw error;
-    err(`keys: ${error.message}. ${USAGE}`);
-    return 2;
+    return badArguments(error, err);
   }
 }
 
-/** Runs one command line; its exit code: 0, 1 when refused (no such key, a key whose state forbids it), 2 for bad arguments. */
+function badArguments(error: Error, err: Output['err']): number {
+  err(`keys: ${error.message}. ${USAGE}`);
+  return 2;
+}
+
+/**
+ * Runs one command line; its exit code: 0, 1 when refused (no such key, a key whose state forbids
+ * it), 2 for bad arguments (also those only the service's settings refuse: limits below an
+ * operation's cost, checked where the key is written, nothing written).
+ */
 export async function runKeysCommand(argv: string[], repositories: Repositories, output: Output): Promise<number> {
   const run = parseCommandLine(argv, output);
   if (typeof run === 'number') return run;
   try {
     return await run(repositories, output);
   } catch (error) {
+    const usage = usageRefusalOf(error);
+    if (usage) return badArguments(usage, output.err);
     if (!hasCode(error, DOMAIN_CODES.keyState)) throw error;
     output.err(`keys: ${error.message}`);
     return 1;

@@ -166,7 +166,8 @@ export const ConfigSchema = Type.Object({
     examples: ['createPet=5,listPets=1'],
     description:
       "The units an operation spends of a key's quota in both windows, as `operationId=units` pairs (1 to 1000); every other " +
-      'operation costs 1, so unset the limits count requests. A request with fewer units left than its cost is refused.',
+      'operation costs 1, so unset the limits count requests. A request with fewer units left than its cost is refused. ' +
+      "A cost above a plan's per-minute or per-day limit stops the start (its keys could never call the operation).",
   }),
   RATE_LIMIT_SHADOW_PLANS: Type.String({
     default: '',
@@ -305,8 +306,9 @@ export const ConfigSchema = Type.Object({
     {
       default: 'parentbased_always_on',
       description:
-        "Tracing: which requests are traced, by the OpenTelemetry SDK's names: `parentbased_*` follow an incoming `traceparent`'s " +
-        'decision; `*traceidratio` trace the share `OTEL_TRACES_SAMPLER_ARG` of the others.',
+        "Tracing: which requests are traced, by the OpenTelemetry SDK's names: `*traceidratio` trace the share `OTEL_TRACES_SAMPLER_ARG`, " +
+        "`*always_on` all, `*always_off` none. A caller's `traceparent` continues its trace but does not decide: `parentbased_*` follow its " +
+        'sampled flag only from `TRACING_TRUSTED_PARENTS`.',
     },
   ),
   OTEL_TRACES_SAMPLER_ARG: Type.Number({
@@ -314,6 +316,14 @@ export const ConfigSchema = Type.Object({
     maximum: 1,
     default: 1,
     description: 'For the `*traceidratio` samplers: the share of requests traced, from 0 to 1.',
+  }),
+  TRACING_TRUSTED_PARENTS: Type.String({
+    default: '',
+    examples: ['10.0.0.7, 10.2.0.0/16'],
+    description:
+      "Tracing: comma-separated addresses or CIDRs of the callers (the connection's peer) whose `traceparent` decides whether a request is " +
+      'traced, as `OTEL_TRACES_SAMPLER` says (`parentbased_*` follow its sampled flag; `traceidratio` decides by its trace id): a traced ' +
+      "proxy or service of yours that sets its own. Empty: none; every other request is drawn at the sampler's ratio, its caller's trace id kept.",
   }),
   OTEL_SERVICE_NAME: Type.String({ minLength: 1, default: 'pet-store', description: 'The `service.name` of every span.' }),
   DB_POOL_SIZE: Type.Integer({ minimum: 1, default: 10, description: 'Connections each instance opens to PostgreSQL at most.' }),
@@ -364,6 +374,7 @@ const PARSED_SETTINGS = [
   'PUBLIC_BASE_URL',
   'DATABASE_REPLICA_URLS',
   'TRUST_PROXY',
+  'TRACING_TRUSTED_PARENTS',
   'REDIS_URL',
   'REDIS_CLUSTER_NODES',
   'REDIS_SENTINELS',
@@ -388,6 +399,8 @@ export type Config = Omit<Settings, (typeof PARSED_SETTINGS)[number]> & {
   databaseReplicaUrls: string[];
   /** TRUST_PROXY's addresses and CIDRs: Fastify's trustProxy, and the proxies whose X-Request-Id is kept. */
   trustedProxies: string[];
+  /** TRACING_TRUSTED_PARENTS' addresses and CIDRs: the callers whose `traceparent` decides sampling. */
+  tracingTrustedParents: string[];
   /** Where the shared rate-limit counters live, if anywhere. */
   redisTarget: RedisTarget | undefined;
   redisCredentials: RedisCredentials;
@@ -454,13 +467,8 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     throw invalid(name, env[name] ?? '', allowedValues(error.schema) ?? error.message);
   }
   const settings = values as Settings;
-  const trustedProxies = settings.TRUST_PROXY.split(',')
-    .map((entry) => entry.trim())
-    .filter(Boolean);
-  const badProxy = trustedProxies.find((entry) => !isAddressOrCidr(entry));
-  if (badProxy !== undefined) {
-    throw invalid('TRUST_PROXY', settings.TRUST_PROXY, `${JSON.stringify(badProxy)} is not an IP address or CIDR`);
-  }
+  const trustedProxies = addressesOf('TRUST_PROXY', settings.TRUST_PROXY);
+  const tracingTrustedParents = addressesOf('TRACING_TRUSTED_PARENTS', settings.TRACING_TRUSTED_PARENTS);
   if (settings.ADMIN_PORT !== undefined && settings.ADMIN_PORT !== 0 && settings.ADMIN_PORT === settings.PORT) {
     throw invalid('ADMIN_PORT', String(settings.ADMIN_PORT), "it is the API's PORT; the admin API is never served on the public port");
   }
@@ -507,6 +515,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     PUBLIC_BASE_URL: settings.PUBLIC_BASE_URL ?? defaultBaseUrl(settings.HOST, settings.PORT),
     databaseReplicaUrls,
     trustedProxies,
+    tracingTrustedParents,
     redisTarget: redisTarget(settings),
     redisCredentials: {
       username: settings.REDIS_USERNAME,
@@ -544,6 +553,17 @@ function webhookTarget(written: string): Pick<WebhookSettings, 'url' | 'authoriz
   url.username = '';
   url.password = '';
   return { url: url.href, authorization: `Basic ${Buffer.from(credentials).toString('base64')}` };
+}
+
+/** Comma-separated addresses and CIDRs, each checked. */
+function addressesOf(setting: string, value: string): string[] {
+  const entries = value
+    .split(',')
+    .map((entry) => entry.trim())
+    .filter(Boolean);
+  const bad = entries.find((entry) => !isAddressOrCidr(entry));
+  if (bad !== undefined) throw invalid(setting, value, `${JSON.stringify(bad)} is not an IP address or CIDR`);
+  return entries;
 }
 
 /** `name=number,...` pairs (their syntax checked by the schema's pattern), each name once, each number from 1 to `max`. */

@@ -12,7 +12,7 @@ const coded = <C extends string>(code: C) => createError<C, Arguments>(code, '%s
  * and what stops a process. Thrown as `new LimitsError(message)`; told apart by their code (DOMAIN_CODES).
  */
 export const DOMAIN_CODES = {
-  /** Limits that do not go with a key's plan (src/api-keys/plans.ts). */
+  /** Limits that do not go with a key's plan, or below an operation's cost; `field`, when set, names the limit (src/api-keys/plans.ts). */
   limits: 'PETSTORE_LIMITS',
   /** An expiry that is no date-time on the calendar, not in the future, or too far in it (src/api-keys/expiry.ts). */
   expiry: 'PETSTORE_EXPIRY',
@@ -46,6 +46,9 @@ export const UsageError = coded(DOMAIN_CODES.usage);
 
 const codeOf = (error: unknown) => (error as { code?: unknown } | null | undefined)?.code;
 
+/** The field of the input a domain error names, when it names one (a LimitsError's `perMinute`). */
+export const fieldOf = (error: unknown): string | undefined => (error as { field?: string } | null | undefined)?.field;
+
 /** Whether `error` is the domain error of one of these codes: a check of its code, never of its class. */
 export function hasCode<C extends DomainCode>(error: unknown, ...codes: C[]): error is FastifyError & { code: C } {
   return codes.includes(codeOf(error) as C);
@@ -69,7 +72,7 @@ interface ApiAnswer {
  * errors or refusals) and the database out of reach. The others stop a process before it serves.
  */
 const API_ANSWERS: Partial<Record<DomainCode, ApiAnswer>> = {
-  [DOMAIN_CODES.limits]: { error: ({ message }) => errors.badRequest(`body ${message}`) },
+  [DOMAIN_CODES.limits]: { error: (domain) => errors.badRequest(`body${fieldOf(domain) ? `/${fieldOf(domain)}` : ''} ${domain.message}`) },
   [DOMAIN_CODES.expiry]: { error: ({ message }) => errors.badRequest(`body/expiresAt ${message}`) },
   [DOMAIN_CODES.keyState]: { error: ({ message }) => errors.conflict(message) },
   [DOMAIN_CODES.databaseUnavailable]: {

@@ -77,6 +77,13 @@ export const errors = {
       'www-authenticate': `${REALM}, error="invalid_token"`,
     }),
   readOnlyKey: () => new ApiError(403, 'forbidden', 'This API key is read-only; use a key with write access to change data'),
+  /** An operation RATE_LIMIT_COSTS prices above a window of the key: no wait would let it through, so no Retry-After. */
+  costExceedsLimit: (cost: number, limit: number, window: 'minute' | 'day') =>
+    new ApiError(
+      403,
+      'cost_exceeds_limit',
+      `This operation costs ${cost} units, more than this API key's limit of ${limit} per ${window}: it is never admitted; ask for higher limits`,
+    ),
   adminTokenMissing: () =>
     new ApiError(401, 'unauthorized', 'Authentication required: send Authorization: Bearer <admin token>', {
       'www-authenticate': ADMIN_REALM,

@@ -4,7 +4,7 @@ import { Counter, Gauge } from 'prom-client';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { errors, secondsUntil } from '../platform/errors.js';
 import { ConfigError } from '../platform/domain-errors.js';
-import { PLAN_LIMITS, PLANS, type Limits } from '../api-keys/plans.js';
+import { limitBelowCost, PLAN_LIMITS, PLANS, type Limits } from '../api-keys/plans.js';
 import type { ApiKeyIdentity } from '../api-keys/repository.js';
 import { clientOf } from './address.js';
 import { FallbackStore } from './fallback-store.js';
@@ -170,6 +170,15 @@ export default fp<RateLimitOptions>(
       const unknown = plans.filter((plan) => !(PLANS as readonly string[]).includes(plan));
       if (unknown.length > 0) throw new ConfigError(`Invalid ${setting}: no plan ${unknown.join(', ')}; the plans are ${PLANS.join(', ')}`);
     }
+    for (const [plan, limits] of Object.entries(PLAN_LIMITS)) {
+      const below = limitBelowCost(limits, options.costs);
+      if (below) {
+        const window = below.field === 'perMinute' ? 'minute' : 'day';
+        throw new ConfigError(
+          `Invalid RATE_LIMIT_COSTS: ${below.operation} costs ${below.cost}, more than the ${plan} plan's ${below.limit} a ${window}; its keys could never call it`,
+        );
+      }
+    }
     const shadowPlans = new Set(options.shadowPlans);
     const memory = new MemoryStore(options.ban, { now: app.now });
     let store: RateLimitStore = memory;
@@ -181,7 +190,7 @@ export default fp<RateLimitOptions>(
     }
     const decisions = new Counter({
       name: 'rate_limit_decisions_total',
-      help: 'Rate-limit decisions: allowed, limited (429 rate_limited), banned (429 api_key_banned) and concurrency_limited (429 concurrency_limited)',
+      help: 'Rate-limit decisions: allowed, limited (429 rate_limited), banned (429 api_key_banned), concurrency_limited (429 concurrency_limited) and cost_exceeds_limit (403)',
       labelNames: ['outcome'] as const,
       registers: [app.metricsRegistry],
     });
@@ -298,6 +307,13 @@ export default fp<RateLimitOptions>(
       },
 
       async admit(request, reply, { key, now, free, cost: operationCost }) {
+        const shadow = key !== undefined && (!key.enforceLimits || shadowPlans.has(key.plan));
+        // Dearer than a window of the key (limits stored before RATE_LIMIT_COSTS rose): no wait would let it through.
+        if (key && !shadow && !free && operationCost > Math.min(key.perMinute, key.perDay)) {
+          decisions.inc({ outcome: 'cost_exceeds_limit' });
+          const [limit, window] = operationCost > key.perMinute ? [key.perMinute, 'minute' as const] : [key.perDay, 'day' as const];
+          throw errors.costExceedsLimit(operationCost, limit, window);
+        }
         // Synchronous when the key has no concurrency limit: no await on the hot path for nothing.
         const concurrency = key && operationCost > 0 ? concurrencyOf(key) : undefined;
         if (concurrency !== undefined) await holdSlot(request, reply, key!, concurrency, now);
@@ -305,7 +321,6 @@ export default fp<RateLimitOptions>(
         const subject = client === undefined ? keySubject(key!.quotaId) : addressSubject(client);
         const limits = key ?? ANONYMOUS;
         const cost = key ? operationCost : 1;
-        const shadow = key !== undefined && (!key.enforceLimits || shadowPlans.has(key.plan));
         const checked = free || cost === 0 ? await store.check(subject, limits, now, cost) : undefined;
         const decision = checked?.outcome === 'allowed' ? checked : await store.consume(subject, limits, now, cost, !shadow);
         const binding = setHeaders(reply, decision, now, cost);

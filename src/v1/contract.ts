@@ -24,7 +24,7 @@ export function documentOperation(route: RouteOptions, { idempotencyKeyRetention
   let responses = schema.response as ResponseSchemas;
   let headers = schema.headers as TSchema | undefined;
 
-  // Authentication: a bearer key, unless public; read-only keys may not write.
+  // Authentication: a bearer key, unless public; read-only keys may not write, nor a key call what costs more than its windows hold.
   if (!config.public) {
     schema.security = [{ [SECURITY_SCHEME]: [] }];
     responses = {
@@ -34,8 +34,14 @@ export function documentOperation(route: RouteOptions, { idempotencyKeyRetention
         description: 'API key missing, invalid, revoked or expired',
         headers: { 'www-authenticate': { type: 'string', description: 'Bearer realm="pets" (RFC 6750)' } },
       },
-      ...(config.writes && { 403: { ...ErrorBody, description: 'The API key is read-only (`forbidden`)' } }),
     };
+    const cost = config.cost ?? 1;
+    const refusals = [
+      config.writes && 'The API key is read-only (`forbidden`)',
+      cost > 1 &&
+        `The operation costs ${cost} units, more than a window of the API key holds (\`cost_exceeds_limit\`): no wait lets it through, so no Retry-After`,
+    ].filter((refusal) => typeof refusal === 'string');
+    if (refusals.length > 0) responses = { ...responses, 403: { ...ErrorBody, description: refusals.join('. ') } };
   }
 
   // Safe retries: the Idempotency-Key, its replay, and the two ways a key is refused.

@@ -57,11 +57,12 @@ const v1: FastifyPluginAsync<V1Options> = async (app, options) => {
 
   const operations = new Set<string>();
   app.addHook('onRoute', (route) => {
-    documentOperation(route, options);
     const operationId = route.schema?.operationId;
-    if (route.config?.cost !== undefined) return;
-    if (operationId) operations.add(operationId);
-    route.config = { ...route.config, cost: app.rateLimit.costOf(operationId) };
+    if (route.config?.cost === undefined) {
+      if (operationId) operations.add(operationId);
+      route.config = { ...route.config, cost: app.rateLimit.costOf(operationId) };
+    }
+    documentOperation(route, options);
   });
 
   app.addHook('onRequest', async (request, reply) => {

@@ -3,7 +3,8 @@ import { createAdminTokensRepository } from '../../src/admin/tokens-repository.j
 import { adminTest, createKey, expectError, KEYS_COMMAND } from '../support/admin.js';
 import { bearer, KEY, waitForKeyOnApp } from '../support/keys.js';
 
-const test = adminTest();
+// A create costs 5 units: a key's own limits must hold that much.
+const test = adminTest({ env: { RATE_LIMIT_COSTS: 'createPet=5' } });
 
 describe('create', () => {
   test('201 with the secret shown once, a Location, and a key that works on /v1', async ({ t, admin }) => {
@@ -195,6 +196,37 @@ describe('create', () => {
     });
     expect([first.status, second.status]).toEqual([201, 201]);
     expect(second.body.id).not.toBe(first.body.id);
+  });
+});
+
+describe('limits below an operation’s cost', () => {
+  test('create and PATCH: 400 naming the limit an operation costs more than; nothing is created or changed', async ({ t, admin }) => {
+    const before = (await t.app.apiKeysRepository.list()).length;
+    for (const [json, field, limit] of [
+      [{ plan: 'enterprise', perMinute: 4, perDay: 100 }, 'perMinute', 4],
+      [{ plan: 'enterprise', perMinute: 10, perDay: 3 }, 'perDay', 3],
+    ] as const) {
+      const refused = await admin.request('POST', '/admin/v1/keys', { json });
+      expectError(refused, 400, 'bad_request');
+      expect(refused.body.message).toBe(
+        `body/${field} is ${limit}, less than the 5 units createPet costs (RATE_LIMIT_COSTS): the key could never call it`,
+      );
+    }
+    expect((await t.app.apiKeysRepository.list()).length).toBe(before);
+
+    const { id } = await createKey(admin, { plan: 'enterprise', perMinute: 5, perDay: 100 });
+    for (const [json, field] of [
+      [{ perMinute: 4 }, 'perMinute'],
+      [{ perDay: 4 }, 'perDay'],
+    ] as const) {
+      const refused = await admin.request('PATCH', `/admin/v1/keys/${id}`, { json });
+      expectError(refused, 400, 'bad_request');
+      expect(refused.body.message).toContain(`body/${field} is 4, less than the 5 units createPet costs`);
+    }
+    expect((await admin.request('GET', `/admin/v1/keys/${id}`)).body).toMatchObject({ perMinute: 5, perDay: 100 });
+    // Limits that fit, and the plans' own (checked at start), are taken.
+    expect((await admin.request('PATCH', `/admin/v1/keys/${id}`, { json: { perMinute: 6 } })).body).toMatchObject({ perMinute: 6 });
+    expect((await admin.request('PATCH', `/admin/v1/keys/${id}`, { json: { plan: 'free' } })).body).toMatchObject({ perMinute: 60 });
   });
 });
 

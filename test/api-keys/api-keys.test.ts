@@ -309,7 +309,7 @@ describe.runIf(POSTGRES_URL)('a bulk import of keys while instances run', () => 
       const repository = (await import('../../src/api-keys/repository.js')).createApiKeysRepository(database.db);
       const { id, key } = await repository.create({ plan: 'pro' });
       for (const server of servers) await waitForKeyAt(server.origin, bearer(key), 1_000);
-      await (await import('../../src/api-keys/rules.js')).createKeyRules(database.db, repository).revoke(id);
+      await (await import('../../src/api-keys/rules.js')).createKeyRules(database.db, repository, {}).revoke(id);
       for (const server of servers)
         await eventually(async () => (await fetch(`${server.origin}/v1/pets`, { headers: bearer(key) })).status === 401, 1_000);
       expect((await fetch(`${servers[0].origin}/v1/pets`, { headers: bearer(known) })).status).toBe(200);

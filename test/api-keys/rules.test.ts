@@ -17,7 +17,7 @@ function rulesOn(db: Database) {
   const audit = createAdminAuditRepository(db);
   /** The audit entries of a key, oldest first. */
   const trailOf = async (keyId: number) => (await audit.page({ limit: 1_000 })).entries.filter((entry) => entry.keyId === keyId).reverse();
-  return { keys, rules: createKeyRules(db, keys), trailOf };
+  return { keys, rules: createKeyRules(db, keys, {}), trailOf };
 }
 
 test('newKey checks the limits against the plan, then the expiry, and touches no database', () => {

@@ -44,15 +44,17 @@ const test = base
   .extend('database', { scope: 'file' }, async ({}, { onCleanup }): Promise<Record<string, string>> => {
     // The command runs the compiled code: build what is being tested, when src/ is newer (as the script does).
     expect((await runCommand('npm', ['run', '--silent', 'build:stale'])).code).toBe(0);
+    // A create costs 5 units: a key's own limits must hold that much (the server's setting, or the command's own).
+    const costs = { RATE_LIMIT_COSTS: 'createPet=5' };
     if (POSTGRES_URL) {
       const database = await createTestDatabase();
       await database.db.close();
       onCleanup(database.drop);
-      return { DATABASE_URL: database.url! };
+      return { DATABASE_URL: database.url!, ...costs };
     }
     const dataDir = await mkdtemp(join(tmpdir(), 'pets-keys-'));
     onCleanup(() => rm(dataDir, { recursive: true, force: true }));
-    return { DATABASE_URL: '', DATA_DIR: dataDir };
+    return { DATABASE_URL: '', DATA_DIR: dataDir, ...costs };
   })
   .extend('server', { scope: 'file' }, async ({ database }, { onCleanup }): Promise<Running | undefined> => {
     if (POSTGRES_URL) return undefined;
@@ -301,6 +303,17 @@ describe('npm run --silent keys', () => {
       expect(result.stderr.split('. usage: ')[0], message).toBe(`keys: ${message}`);
     }
   });
+  test('limits below what an operation costs: one line naming the option, exit 2, nothing written', MANY_RUNS, async ({ env }) => {
+    const before = await listJson(env);
+    const result = await keys(['create', '--plan', 'enterprise', '--per-minute', '4', '--per-day', '100'], env);
+    expect(result).toMatchObject({ code: 2, stdout: '' });
+    expect(result.stderr.trimEnd().split('\n')).toHaveLength(1);
+    expect(result.stderr.split('. usage: ')[0]).toBe(
+      'keys: --per-minute is 4, less than the 5 units createPet costs (RATE_LIMIT_COSTS): the key could never call it',
+    );
+    expect(await listJson(env)).toEqual(before);
+  });
+
   test('a command, option or argument it does not know is repeated quoted, with its ESC sequences and newlines escaped', async ({
     env,
   }) => {

@@ -22,6 +22,12 @@ describe('RATE_LIMIT_COSTS', () => {
       /Invalid RATE_LIMIT_COSTS: no operation createPets here; the operations are .*createPet/,
     );
   });
+
+  it("a cost above a plan's minute stops the start: the plan's keys could never call the operation", async () => {
+    await expect(buildTestApp({ RATE_LIMIT_COSTS: 'listPets=2,createPet=61' })).rejects.toThrow(
+      "Invalid RATE_LIMIT_COSTS: createPet costs 61, more than the free plan's 60 a minute; its keys could never call it",
+    );
+  });
 });
 
 describe('a store, spending a cost', () => {
@@ -72,6 +78,40 @@ describe.each(RATE_LIMIT_STORES)('costs per operation with the $name store', (st
       expect(list.statusCode).toBe(200);
       expect(list.headers['x-ratelimit-remaining']).toBe('1');
       expect(list.headers.ratelimit).toMatch(/^"minute";r=1;t=\d+, "day";r=89;t=\d+$/);
+    });
+
+    test('a key whose limits were stored below a cost: 403 cost_exceeds_limit without Retry-After, spending nothing, never banned', async ({
+      t,
+      clock,
+    }) => {
+      // Stored as a key made before the key rules checked its limits against the costs.
+      const limits = { perMinute: 4, perDay: 100 };
+      const { headers } = await keyInFreshWindows(t.app, clock, { plan: 'enterprise', limits }, 10 * 60 * MINUTE);
+      const create = () => t.app.inject({ method: 'POST', url: '/v1/pets', payload: { name: 'Rex', categoryId: 1 }, headers });
+
+      for (let attempt = 0; attempt < 35; attempt++) {
+        const refused = await create();
+        expect(refused.statusCode).toBe(403);
+        expect(refused.json()).toEqual({
+          code: 'cost_exceeds_limit',
+          message:
+            "This operation costs 5 units, more than this API key's limit of 4 per minute: it is never admitted; ask for higher limits",
+          status: 403,
+        });
+        expect(refused.headers['retry-after']).toBeUndefined();
+        expect(refused.headers['x-ratelimit-remaining']).toBe('4');
+      }
+      // Nothing spent and no ban (35 refusals are past the ban threshold of 30): reads go on.
+      const list = await t.app.inject({ url: '/v1/pets?limit=1', headers });
+      expect(list.statusCode).toBe(200);
+      expect(list.headers['x-ratelimit-remaining']).toBe('3');
+
+      // The document says so, on the priced operation only.
+      const { paths } = (await t.app.inject({ url: '/v1/openapi.json' })).json();
+      expect(paths['/pets'].post.responses['403'].description).toContain(
+        'costs 5 units, more than a window of the API key holds (`cost_exceeds_limit`)',
+      );
+      expect(paths['/pets'].get.responses['403']).toBeUndefined();
     });
   });
 });

@@ -4,7 +4,7 @@ import { buildAdminServer } from '../../src/admin/server.js';
 import type { Actor } from '../../src/audit/repository.js';
 import { createAdminTokensRepository, type AdminScope } from '../../src/admin/tokens-repository.js';
 import type { TestApp } from './app.js';
-import { appTest } from './fixtures.js';
+import { appTest, type AppTestOptions } from './fixtures.js';
 import { listen, type HttpResponse } from './http.js';
 import { bearer } from './keys.js';
 
@@ -42,7 +42,7 @@ export async function adminFixture({ t }: { t: TestApp }, { onCleanup }: { onCle
 }
 
 /** appTest's API whose tests also get `admin`, the admin listener of the file's app. */
-export const adminTest = () => appTest().extend('admin', { scope: 'file' }, adminFixture);
+export const adminTest = (options?: AppTestOptions) => appTest(options).extend('admin', { scope: 'file' }, adminFixture);
 
 /** An error of the admin API: its status and the {code, message, status} body of every non-2xx. */
 export function expectError(response: HttpResponse, status: number, code: string) {

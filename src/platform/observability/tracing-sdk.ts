@@ -1,10 +1,12 @@
 import { subscribe } from 'node:diagnostics_channel';
 import { register } from 'node:module';
 import { FastifyOtelInstrumentation } from '@fastify/otel';
+import proxyAddr from '@fastify/proxy-addr';
 import {
   context,
   createContextKey,
   INVALID_SPAN_CONTEXT,
+  propagation,
   ROOT_CONTEXT,
   trace,
   TraceFlags,
@@ -51,7 +53,7 @@ function isUnsampledLocal(span: Span | undefined): span is Span {
  * sampler `OTEL_TRACES_SAMPLER` names (each follows its parent, or decides by the trace id they
  * share). So it is not started: the unsampled parent is handed back, and an unsampled request
  * costs its hooks, handler, queries and commands no new span, ids, attributes or sampling decision.
- * A remote parent (a `traceparent` header) still gets its decision. @fastify/otel and the pg and
+ * A remote parent (a trusted caller's `traceparent`) still gets its decision. @fastify/otel and the pg and
  * ioredis instrumentations have no option for this (docs/decisions/unsampled-spans.md).
  */
 function skipBeneathUnsampled(provider: TracerProvider): TracerProvider {
@@ -87,31 +89,45 @@ function namedSampler(name: SamplerName, ratio: number): Sampler {
   return name.startsWith('parentbased_') ? new ParentBasedSampler({ root }) : root;
 }
 
-/** The share of requests without a `traceparent` that the sampler traces. */
+/** The share of requests the sampler traces (of those without a trusted caller's `traceparent`). */
 const rootRatio = (name: SamplerName, ratio: number) => (name.endsWith('always_on') ? 1 : name.endsWith('always_off') ? 0 : ratio);
 
 /** Set on the context of a request found to be sampled before its span was asked for. */
 const SAMPLED_REQUEST = createContextKey('pet-store sampled request');
 
 /**
- * A request without a caller's `traceparent` is decided here, before any span is asked for: a
- * sampled one goes on in a context that says so, an unsampled one beneath a span that records
- * nothing, has no ids and is never exported, so `@fastify/otel` starts no request span for it
- * (its ignore check, below) and nothing beneath it asks the SDK. A request with a `traceparent`
- * is left to the SDK, which follows the caller's decision or decides by its trace id.
+ * A request is decided here, before any span is asked for, by a draw at the ratio: a caller cannot
+ * choose it, neither by a `traceparent`'s sampled flag nor by a trace id the SDK's ratio sampler
+ * would take. A sampled one goes on in a context that says so (its request span still continues
+ * the caller's trace); an unsampled one beneath a span that records nothing and is never exported
+ * (the caller's trace id and span id, for its log lines, or none), so `@fastify/otel` starts no
+ * request span for it (its ignore check, below) and nothing beneath it asks the SDK. Only a
+ * `traceparent` from a trusted parent (TRACING_TRUSTED_PARENTS, the connection's peer) is left to
+ * the SDK, which follows the caller's decision or decides by its trace id.
  */
-function decideRequests(ratio: number): onRequestHookHandler {
+function decideRequests(ratio: number, trustedParents: string[]): onRequestHookHandler {
+  const trusted = trustedParents.length > 0 ? proxyAddr.compile(trustedParents) : () => false;
   const sampled = ROOT_CONTEXT.setValue(SAMPLED_REQUEST, true);
   const unsampled = trace.setSpan(ROOT_CONTEXT, trace.wrapSpanContext(INVALID_SPAN_CONTEXT));
   return (request, _reply, done) => {
-    if (request.headers.traceparent !== undefined) return done();
-    context.with(Math.random() < ratio ? sampled : unsampled, done);
+    const continued = request.headers.traceparent !== undefined;
+    if (continued && trusted(request.socket.remoteAddress ?? '', 0)) return done();
+    if (Math.random() < ratio) return context.with(sampled, done);
+    context.with(continued ? unsampledContinuing(request.headers) : unsampled, done);
   };
 }
 
+/** An unsampled span of this process in the caller's trace: its log lines name the trace, nothing is recorded. */
+function unsampledContinuing(headers: Record<string, unknown>): Context {
+  const caller = trace.getSpanContext(propagation.extract(ROOT_CONTEXT, headers));
+  const local = caller ? { ...caller, isRemote: false, traceFlags: TraceFlags.NONE } : INVALID_SPAN_CONTEXT;
+  return trace.setSpan(ROOT_CONTEXT, trace.wrapSpanContext(local));
+}
+
 /**
- * The named sampler, but a request decided above is sampled, and a span beneath one of this
- * process follows its parent (as every named sampler would: a trace is kept whole, or not at all).
+ * The named sampler, but a request decided above is sampled (beneath a caller's span, if it sent
+ * one), and a span beneath one of this process follows its parent (as every named sampler would:
+ * a trace is kept whole, or not at all).
  */
 function followingRequestDecisions(named: Sampler): Sampler {
   return {
@@ -120,7 +136,7 @@ function followingRequestDecisions(named: Sampler): Sampler {
       if (parent && !parent.isRemote) {
         return { decision: parent.traceFlags & TraceFlags.SAMPLED ? SamplingDecision.RECORD_AND_SAMPLED : SamplingDecision.NOT_RECORD };
       }
-      if (!parent && ctx.getValue(SAMPLED_REQUEST)) return { decision: SamplingDecision.RECORD_AND_SAMPLED };
+      if (ctx.getValue(SAMPLED_REQUEST)) return { decision: SamplingDecision.RECORD_AND_SAMPLED };
       return named.shouldSample(ctx, ...rest);
     },
     toString: () => `FollowingRequestDecisions{${named.toString()}}`,
@@ -133,8 +149,14 @@ function followingRequestDecisions(named: Sampler): Sampler {
  * created), of each PostgreSQL query (pg) and Redis command (ioredis), batched and sent as OTLP
  * over HTTP (protobuf is not needed: the exporter sends JSON).
  */
-export function startSdk(options: { url: string; serviceName: string; sampler: SamplerName; ratio: number }): () => Promise<void> {
-  const { url, serviceName, sampler, ratio } = options;
+export function startSdk(options: {
+  url: string;
+  serviceName: string;
+  sampler: SamplerName;
+  ratio: number;
+  trustedParents: string[];
+}): () => Promise<void> {
+  const { url, serviceName, sampler, ratio, trustedParents } = options;
   // The app imports pg and ioredis as ES modules: import-in-the-middle's hook lets the
   // instrumentations patch them as they load (require-in-the-middle sees only require()).
   register('@opentelemetry/instrumentation/hook.mjs', import.meta.url);
@@ -146,11 +168,8 @@ export function startSdk(options: { url: string; serviceName: string; sampler: S
   provider.register();
   // Subscribed before @fastify/otel is, so each Fastify instance's first onRequest hook decides,
   // ahead of the request span's (and not wrapped in a span of its own).
-  const requestRatio = rootRatio(sampler, ratio);
-  if (requestRatio < 1) {
-    const decide = decideRequests(requestRatio);
-    subscribe('fastify.initialization', (message) => (message as { fastify: FastifyInstance }).fastify.addHook('onRequest', decide));
-  }
+  const decide = decideRequests(rootRatio(sampler, ratio), trustedParents);
+  subscribe('fastify.initialization', (message) => (message as { fastify: FastifyInstance }).fastify.addHook('onRequest', decide));
   registerInstrumentations({
     tracerProvider: skipBeneathUnsampled(provider),
     instrumentations: [

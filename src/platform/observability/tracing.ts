@@ -26,6 +26,7 @@ export async function startTracing(config: Config): Promise<void> {
     serviceName: config.OTEL_SERVICE_NAME,
     sampler: config.OTEL_TRACES_SAMPLER,
     ratio: config.OTEL_TRACES_SAMPLER_ARG,
+    trustedParents: config.tracingTrustedParents,
   });
 }
 

@@ -5,6 +5,7 @@ export const ERROR_CODES = [
   'bad_request',
   'unauthorized',
   'forbidden',
+  'cost_exceeds_limit',
   'not_found',
   'method_not_allowed',
   'request_timeout',

@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
-import { createServer, type Server } from 'node:http';
+import { createServer, request as httpRequest, type Server } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test as base, describe, expect } from 'vitest';
@@ -77,6 +77,18 @@ describe('the traces endpoint', () => {
     expect(() => loadConfig({ OTEL_TRACES_SAMPLER: 'jaeger_remote' })).toThrow('OTEL_TRACES_SAMPLER');
     expect(() => loadConfig({ OTEL_TRACES_SAMPLER_ARG: '1.5' })).toThrow('OTEL_TRACES_SAMPLER_ARG');
   });
+
+  test('the trusted parents are addresses and CIDRs; none by default', () => {
+    expect(loadConfig({}).tracingTrustedParents).toEqual([]);
+    expect(loadConfig({ TRACING_TRUSTED_PARENTS: '10.0.0.7, 10.2.0.0/16,::1' }).tracingTrustedParents).toEqual([
+      '10.0.0.7',
+      '10.2.0.0/16',
+      '::1',
+    ]);
+    expect(() => loadConfig({ TRACING_TRUSTED_PARENTS: 'proxy.internal' })).toThrow(
+      'Invalid TRACING_TRUSTED_PARENTS="proxy.internal": "proxy.internal" is not an IP address or CIDR',
+    );
+  });
 });
 
 /** A server traced to a receiver of its own, on a scratch database when PostgreSQL answers, with an API key of its own. */
@@ -126,6 +138,33 @@ async function createPet(origin: string, key: string) {
   }
 }
 
+/** A GET sent from a loopback address of the test's choosing (127.0.0.2 is loopback too), answered with its status. */
+function getFrom(localAddress: string, url: string, headers: Record<string, string>): Promise<number> {
+  return new Promise((resolve, reject) => {
+    httpRequest(url, { localAddress, headers, agent: false }, (response) => {
+      response.resume();
+      response.on('end', () => resolve(response.statusCode!));
+    })
+      .on('error', reject)
+      .end();
+  });
+}
+
+/** Sends `count` GETs of a page, 20 at a time, each with the traceparent `traceparentOf` gives it. */
+async function sendTraced(count: number, send: (traceparent: string) => Promise<number>, traceparentOf: (i: number) => string) {
+  for (let sent = 0; sent < count; sent += 20) {
+    const statuses = await Promise.all(Array.from({ length: Math.min(20, count - sent) }, (_, i) => send(traceparentOf(sent + i))));
+    for (const status of statuses) expect(status).toBe(200);
+  }
+}
+
+/** A W3C traceparent: a trace id of the test's (a prefix and a number), a caller's span id, and its sampled flag. */
+const traceparentOf = (prefix: string, i: number, sampled: boolean) =>
+  `00-${prefix}${i.toString(16).padStart(32 - prefix.length, '0')}-b7ad6b7169203331-${sampled ? '01' : '00'}`;
+
+/** The address TRACING_TRUSTED_PARENTS names in the test: a traced proxy of the operator's. */
+const TRUSTED_PARENT = '127.0.0.2';
+
 const test = base
   .extend(
     'traced',
@@ -141,6 +180,22 @@ const test = base
       cleanupStack(onCleanup, (defer) =>
         // Not parent-based: a span beneath a request decided by the ratio must follow it, not draw again.
         tracedServer(defer, 'half-sampled', { env: { OTEL_TRACES_SAMPLER: 'traceidratio', OTEL_TRACES_SAMPLER_ARG: '0.5' } }),
+      ),
+  )
+  .extend(
+    'callersTraced',
+    { scope: 'file' },
+    // eslint-disable-next-line no-empty-pattern -- vitest reads a fixture's dependencies from this pattern
+    async ({}, { onCleanup }) =>
+      cleanupStack(onCleanup, (defer) =>
+        // The sampler docs/operating.md suggests, with one trusted parent.
+        tracedServer(defer, 'callers-traced', {
+          env: {
+            OTEL_TRACES_SAMPLER: 'parentbased_traceidratio',
+            OTEL_TRACES_SAMPLER_ARG: '0.05',
+            TRACING_TRUSTED_PARENTS: TRUSTED_PARENT,
+          },
+        }),
       ),
   )
   .extend(
@@ -243,7 +298,7 @@ describe('an unsampled request', () => {
   }) => {
     expect((await createPet(server.origin, key)).status).toBe(201);
     expect((await fetch(`${server.origin}/v1/pets?limit=5`, { headers: bearer(key) })).status).toBe(200);
-    // A caller's own unsampled trace: its decision is followed, not taken again.
+    // A caller's own unsampled trace: drawn at the ratio like any request, its trace id kept for the logs.
     const traceparent = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00';
     expect((await fetch(`${server.origin}/v1/pets?limit=5`, { headers: { ...bearer(key), traceparent } })).status).toBe(200);
     expect(await server.stop()).toBe(0);
@@ -253,10 +308,10 @@ describe('an unsampled request', () => {
       .split('\n')
       .find((each) => each.startsWith('{"startedSpans"'));
     const { startedSpans } = JSON.parse(line!) as { startedSpans: StartedSpans };
-    // Decided before any span was asked for: the requests of no traceparent asked for none; the
-    // one with a caller's traceparent asked the SDK, beneath the caller's span, once.
+    // Decided before any span was asked for: no request asked for one, the one with a caller's
+    // traceparent neither (its caller is not a trusted parent).
     expect(startedSpans.roots).not.toContain('request');
-    expect(startedSpans.remoteParent).toBe(1);
+    expect(startedSpans.remoteParent).toBe(0);
     // Nothing beneath them: no span for a hook, the handler, a query or a Redis command.
     expect(startedSpans.localParent).toEqual([]);
     expect(receiver.spans).toEqual([]);
@@ -283,8 +338,19 @@ describe('a sampled share of requests', () => {
       );
       for (const answer of answers) expect(answer.status).toBe(200);
     }
+    // Trace ids chosen to be small, which the SDK's ratio sampler would take every time: drawn like the rest.
+    const chosen = 200;
+    await sendTraced(
+      chosen,
+      async (traceparent) => (await fetch(`${server.origin}/v1/pets?limit=2`, { headers: { ...bearer(key), traceparent } })).status,
+      (i) => traceparentOf('', i + 1, false),
+    );
     expect(await server.stop()).toBe(0);
 
+    const chosenTraced = receiver.spans.filter((span) => span.name === 'request' && attribute(span, 'url.path') === '/v1/pets?limit=2');
+    // 100 expected (standard deviation 7); decided by the trace id, all 200 would be.
+    expect(chosenTraced.length).toBeGreaterThan(50);
+    expect(chosenTraced.length).toBeLessThan(150);
     const roots = receiver.spans.filter((span) => span.name === 'request' && attribute(span, 'url.path') === '/v1/pets?limit=1');
     // 200 expected, binomial (standard deviation 10): drawn twice, as by the request's decision and
     // then the SDK's own, about 100 would be.
@@ -301,5 +367,37 @@ describe('a sampled share of requests', () => {
         JSON.stringify(beneath),
       ).toBe(true);
     }
+  });
+});
+
+describe("a caller's traceparent", () => {
+  test("continues the caller's trace but decides nothing: 300 asking to be traced at 0.05 are drawn like the rest; a trusted parent's flag is followed", async ({
+    callersTraced: { receiver, server, key },
+  }) => {
+    const page = `${server.origin}/v1/pets?limit=1`;
+    const from = (address: string) => (traceparent: string) => getFrom(address, page, { ...bearer(key), traceparent });
+    // From 127.0.0.1, a caller like any other: every one of its traceparents asks to be traced.
+    await sendTraced(300, from('127.0.0.1'), (i) => traceparentOf('aa', i, true));
+    // From the trusted parent: its decisions are followed, both ways.
+    await sendTraced(40, from(TRUSTED_PARENT), (i) => traceparentOf('bb', i, true));
+    await sendTraced(40, from(TRUSTED_PARENT), (i) => traceparentOf('cc', i, false));
+    expect(await server.stop()).toBe(0);
+
+    const requestSpans = (prefix: string) => receiver.spans.filter((span) => span.name === 'request' && span.traceId.startsWith(prefix));
+    const untrusted = requestSpans('aa');
+    // 15 expected (binomial, standard deviation 3.8); with the caller's flag followed, all 300 were.
+    expect(untrusted.length).toBeGreaterThan(0);
+    expect(untrusted.length).toBeLessThan(60);
+    // Those traced are in the caller's trace, beneath the caller's span.
+    for (const span of untrusted) expect(span.parentSpanId).toBe('b7ad6b7169203331');
+    expect(requestSpans('bb')).toHaveLength(40);
+    expect(requestSpans('cc')).toEqual([]);
+    // Traced or not, each request's log line names the caller's trace.
+    const loggedTraces = server
+      .output()
+      .split('\n')
+      .filter((line) => line.startsWith('{') && line.includes('"msg":"request"'))
+      .map((line) => (JSON.parse(line) as { trace_id?: string }).trace_id);
+    expect(new Set(loggedTraces.filter((traceId) => traceId?.startsWith('aa'))).size).toBe(300);
   });
 });
