@@ -75,3 +75,24 @@ describe.each(RATE_LIMIT_STORES)('costs per operation with the $name store', (st
     });
   });
 });
+
+describe.each(RATE_LIMIT_STORES)('a priced read revalidated with the $name store', (store) => {
+  const test = describeAppTest({ clock: T0, envAtBuild: () => ({ ...store.env(), RATE_LIMIT_COSTS: 'listPets=3' }) });
+
+  describe.skipIf(store.usesRedis && !REDIS_URL)('', () => {
+    test('its 304 gives back the whole cost it spent: the store counts the 200 alone', async ({ t, clock }) => {
+      const limits = { perMinute: 30, perDay: 100 };
+      const { headers, quotaId } = await keyInFreshWindows(t.app, clock, { plan: 'enterprise', limits }, 10 * 60 * MINUTE);
+      const read = await t.app.inject({ url: '/v1/pets?limit=1', headers });
+      expect(read.statusCode).toBe(200);
+      expect(read.headers['x-ratelimit-remaining']).toBe('27');
+
+      // Its tag is not yet known current, so the read is counted, answered 304 by its handler, then taken back.
+      const revalidated = await t.app.inject({ url: '/v1/pets?limit=1', headers: { ...headers, 'if-none-match': read.headers.etag } });
+      expect(revalidated.statusCode).toBe(304);
+      expect(revalidated.headers['x-ratelimit-remaining']).toBe('27');
+      const { decision } = await t.app.rateLimit.usage(quotaId, limits, clock.now());
+      expect(decision).toMatchObject({ minute: { used: 3 }, day: { used: 3 } });
+    });
+  });
+});
