@@ -9,6 +9,7 @@ import type { ApiKeyIdentity } from '../../src/api-keys/repository.js';
 import { loadConfig } from '../../src/platform/config.js';
 import { keyBanned, usageThreshold } from '../../src/webhooks/events.js';
 import { createWebhookDeliveriesRepository } from '../../src/webhooks/repository.js';
+import { FIRST_RETRY_MS } from '../../src/webhooks/sender.js';
 import { createKey, openAdmin } from '../support/admin.js';
 import { buildTestApp, type TestApp } from '../support/app.js';
 import { POSTGRES_URL } from '../support/databases.js';
@@ -67,6 +68,12 @@ const depsOf = (clock: TestClock) => ({ now: clock.now, webhookFirstRetryMs: 1_0
 async function crossMinute(app: FastifyInstance, headers: { authorization: string }) {
   for (let i = 0; i < 2; i++) expect((await app.inject({ url: '/v1/pets?limit=1', headers })).statusCode).toBe(200);
 }
+
+/** The attempts' outcomes so far (webhook_deliveries_total), by outcome. */
+const outcomesOf = async (app: FastifyInstance) => {
+  const counted = (await app.metricsRegistry.getSingleMetric('webhook_deliveries_total')!.get()).values;
+  return { delivered: 0, retried: 0, failed: 0, ...Object.fromEntries(counted.map(({ labels, value }) => [labels.outcome, value])) };
+};
 
 const deliveriesOf = async (app: FastifyInstance) =>
   app.db.query<{ id: number; state: string; attempts: number; event_id: string; last_error: string | null }>(
@@ -328,6 +335,74 @@ describe('usage events', () => {
     release(200);
     await eventually(async () => (await deliveriesOf(t.app))[1]?.state === 'delivered');
     expect(receiver.received).toHaveLength(attempted + 2);
+  });
+
+  it('a failed attempt is tried again after 5 s (docs/admin-api.md), then after twice as long, each with up to 20% jitter', async () => {
+    const receiver = await startReceiver(() => 500);
+    closing.push(receiver.close);
+    const clock = testClock(T0);
+    // The production wait, not the suite's shorter one.
+    const t = await buildTestApp(webhookEnv(receiver.url), { now: clock.now });
+    closing.push(() => t.close());
+    const deliveries = createWebhookDeliveriesRepository(t.app.db);
+    const key = { id: 7, quotaId: 7, plan: 'pro' } as ApiKeyIdentity;
+    expect(
+      await deliveries.record(usageThreshold({ key, window: 'day', limit: 100, used: 80, threshold: 80, resetAt: T0 + DAY }, clock.now())),
+    ).toBe(true);
+    const { id } = (await deliveriesOf(t.app))[0]!;
+
+    /**
+     * The wait the sender scheduled after its `attempts`th attempt failed, as far as the outbox
+     * tells it: at least the time from the attempt's start to the next attempt, at most the time
+     * from when the failure was seen to it (both bounds hold however slow the attempt was).
+     */
+    const scheduledWait = async (attempts: number) => {
+      await eventually(async () => (await outcomesOf(t.app)).retried === attempts);
+      const seenAt = Date.now();
+      const delivery = (await deliveries.get(id))!;
+      expect(delivery).toMatchObject({ state: 'pending', attempts, lastStatus: 500 });
+      const nextAttemptAt = Date.parse(delivery.nextAttemptAt!);
+      return { atLeast: nextAttemptAt - Date.parse(delivery.lastAttemptAt!), atMost: nextAttemptAt - seenAt };
+    };
+    // Timestamps are read to the millisecond: 1 ms either way.
+    const first = await scheduledWait(1);
+    expect(first.atLeast).toBeGreaterThanOrEqual(FIRST_RETRY_MS - 1);
+    expect(first.atMost).toBeLessThanOrEqual(1.2 * FIRST_RETRY_MS + 1);
+
+    // Due now rather than in 5 s: its second attempt fails too.
+    await t.app.db.query('UPDATE webhook_deliveries SET next_attempt_at = now() WHERE id = $1', [id]);
+    const second = await scheduledWait(2);
+    expect(second.atLeast).toBeGreaterThanOrEqual(2 * FIRST_RETRY_MS - 1);
+    expect(second.atMost).toBeLessThanOrEqual(2.4 * FIRST_RETRY_MS + 1);
+  });
+
+  it("an operator's retry gives a failed delivery 24 hours more: failing again, it is tried again, not left failed", async () => {
+    const receiver = await startReceiver(() => 500);
+    closing.push(receiver.close);
+    const clock = testClock(T0);
+    const t = await open(webhookEnv(receiver.url), clock);
+    const admin = await openAdmin(t.app);
+    closing.push(admin.close);
+    const deliveries = createWebhookDeliveriesRepository(t.app.db);
+    const key = { id: 7, quotaId: 7, plan: 'pro' } as ApiKeyIdentity;
+    expect(
+      await deliveries.record(usageThreshold({ key, window: 'day', limit: 100, used: 80, threshold: 80, resetAt: T0 + DAY }, clock.now())),
+    ).toBe(true);
+    await eventually(async () => (await outcomesOf(t.app)).retried === 1);
+    // Its 24 hours over: the next attempt fails it for good.
+    await t.app.db.query('UPDATE webhook_deliveries SET retry_until = now()');
+    await eventually(async () => (await outcomesOf(t.app)).failed === 1);
+    const failed = (await deliveriesOf(t.app))[0]!;
+    expect(failed.state).toBe('failed');
+
+    expect((await admin.request('POST', `/admin/v1/webhook-deliveries/${failed.id}/retry`)).status).toBe(200);
+    // The retried attempt's outcome, whichever it is.
+    await eventually(async () => {
+      const { retried, failed } = await outcomesOf(t.app);
+      return retried + failed === 3;
+    });
+    expect(await outcomesOf(t.app)).toEqual({ delivered: 0, retried: 2, failed: 1 });
+    expect(await deliveries.get(failed.id)).toMatchObject({ state: 'pending', attempts: 3, lastStatus: 500 });
   });
 
   it('the pending count keeps its last value, and the scrape its other metrics, while the count cannot be read', async () => {
