@@ -226,11 +226,24 @@ describe('4. what is retried', () => {
     expect(requests).toHaveLength(2);
   });
 
-  it('a failure retried until maxRetries is spent ends in the class of its status, with the gateway’s page as unexpected_response', async () => {
-    const { client, requests } = await clientOf((_request, response) => answerGatewayPage(response, 502), { maxRetries: 2 });
+  it.each([
+    [
+      'a gateway’s 502 page, as unexpected_response',
+      (_request: ReceivedRequest, response: ServerResponse) => answerGatewayPage(response, 502),
+      502,
+      'unexpected_response',
+    ],
+    [
+      'the service’s JSON 500, the first status of the class',
+      refused(500, 'internal_error', { 'retry-after': '0' }),
+      500,
+      'internal_error',
+    ],
+  ])('a failure retried until maxRetries is spent ends in the class of its status: %s', async (_what, answer, status, code) => {
+    const { client, requests } = await clientOf(answer, { maxRetries: 2 });
     const error = await client.listPets().catch((failure: unknown) => failure);
     expect(error).toBeInstanceOf(ServerError);
-    expect(error).toMatchObject({ name: 'ServerError', status: 502, code: 'unexpected_response' });
+    expect(error).toMatchObject({ name: 'ServerError', status, code });
     expect(requests).toHaveLength(3);
   });
 

@@ -336,9 +336,9 @@ export const ConfigSchema = Type.Object({
       'least the time a balancer takes to stop sending here (see [docs/deploying.md](deploying.md#rolling-deploys)).',
   }),
   LOAD_SHED_EVENT_LOOP_DELAY_MS: Type.Integer({
-    minimum: 1,
+    minimum: 0,
     default: 1000,
-    description: 'Shed load (503) when the event loop lags longer than this.',
+    description: "Shed load (503) when the event loop lags longer than this; `0`: never for the loop's lag.",
   }),
   LOAD_SHED_POOL_WAITING: Type.Integer({
     minimum: 1,

@@ -67,6 +67,12 @@ const test = base
     return database;
   });
 
+// The file's setup (dist/ built when src/ is newer, a database, a server holding it) is no test's
+// work: resolved in a fixture, it is charged to the first test's 60 s, which tsc and a start on PGlite
+// overrun together on a loaded machine. Done before the tests, unbounded: each part ends on its own
+// (startServer gives up on a server that never gets ready).
+test.beforeAll(async ({ env }) => void env, 0);
+
 const listJson = async (env: Record<string, string>) =>
   JSON.parse((await keys(['list', '--json'], env)).stdout) as Array<Record<string, unknown>>;
 

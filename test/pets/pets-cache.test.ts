@@ -24,6 +24,9 @@ const databaseTest = databaseFixtures();
 const twoInstances = twoInstancesTest();
 
 describe('the pets cache on one instance', () => {
+  // The app is built before the tests: a file-scoped fixture is set up within the first test that
+  // uses it, whose 60 s a build on PGlite overran on a loaded machine. Unbounded: the build ends on its own.
+  test.beforeAll(async ({ t }) => void t, 0);
   const get = (t: TestApp, url: string) => t.app.inject({ url, headers: t.auth });
   const create = async (t: TestApp, pet: object = NEW_PET) =>
     (await t.app.inject({ method: 'POST', url: '/v1/pets', headers: t.auth, payload: pet })).json();

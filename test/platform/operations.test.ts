@@ -118,6 +118,21 @@ describe('load shedding', () => {
   });
 });
 
+describe('load shedding off for the event loop (LOAD_SHED_EVENT_LOOP_DELAY_MS=0, as the tests run)', () => {
+  const test = describeAppTest({ env: { LOAD_SHED_EVENT_LOOP_DELAY_MS: '0' } });
+
+  test('a stall of the event loop over a whole reading sheds nothing', async ({ t }) => {
+    const reading = JSON.stringify(t.app.memoryUsage());
+    await eventually(async () => JSON.stringify(t.app.memoryUsage()) !== reading);
+    const blockedUntil = Date.now() + 1_500;
+    while (Date.now() < blockedUntil); // a real stall of the event loop, past the next reading
+    const stalled = JSON.stringify(t.app.memoryUsage());
+    await eventually(async () => JSON.stringify(t.app.memoryUsage()) !== stalled);
+    expect(t.app.isUnderPressure()).toBe(false);
+    expect((await t.app.inject({ url: '/v1/pets', headers: t.auth })).statusCode).toBe(200);
+  });
+});
+
 describe.runIf(POSTGRES_URL)('load shedding on pool exhaustion', () => {
   // Without the pets cache, so that every request below needs a connection.
   const test = describeAppTest({ env: { DB_POOL_SIZE: '1', LOAD_SHED_POOL_WAITING: '3', PETS_CACHE_MAX_BYTES: '0' } });

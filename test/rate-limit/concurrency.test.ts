@@ -224,6 +224,33 @@ describe.skipIf(!REDIS_URL || !POSTGRES_URL)('concurrency limits across two inst
   });
 });
 
+describe.skipIf(!REDIS_URL)("a request's lease in Redis", () => {
+  it("is renewed with its set's expiry: a request in flight longer than a lease keeps its slot", async () => {
+    const prefix = redisStoreEnv().REDIS_KEY_PREFIX;
+    const clock = testClock(T0);
+    const store = new RedisStore(new Redis(REDIS_URL!, { lazyConnect: true }), { threshold: 30, durationMs: 60_000 }, prefix, clock.now);
+    const redis = new Redis(REDIS_URL!);
+    const leases = `${prefix}rl:{key:1}:c`;
+    const renewedTo = async () => Number((await redis.zrange(leases, 0, 0, 'WITHSCORES'))[1]);
+    try {
+      await store.connect(5_000);
+      expect(await store.acquire('key:1', 1, 'lease:1', clock.now())).toBe(true);
+      // The acquire's expiry taken off, only a renewal can give the set one: told apart without waiting a lease out.
+      await redis.persist(leases);
+      clock.advance(4_000);
+      await eventually(async () => (await renewedTo()) === T0 + 9_000);
+      // A second renewal seen: the first one's PEXPIRE, sent before it on the same connection, is applied.
+      clock.advance(1);
+      await eventually(async () => (await renewedTo()) === T0 + 9_001);
+      expect(await redis.pttl(leases)).toSatisfy((ttl: number) => ttl > 0 && ttl <= 5_000);
+    } finally {
+      redis.disconnect();
+      await store.close();
+      await deleteKeys(REDIS_URL!, prefix);
+    }
+  });
+});
+
 describe.skipIf(!REDIS_URL)('a connection that closes while Redis decides its slot', () => {
   it('gives the slot back once Redis answers (found by the benchmark: such slots were held for good)', async () => {
     const proxy = await startHoldingProxy(REDIS_URL!);

@@ -1,11 +1,13 @@
 import { describe, expect, it } from 'vitest';
+import { Redis } from 'ioredis';
 import { loadConfig } from '../../src/platform/config.js';
 import { MemoryStore } from '../../src/rate-limit/memory-store.js';
+import { RedisStore } from '../../src/rate-limit/redis-store.js';
 import { describeAppTest } from '../support/fixtures.js';
 import { buildTestApp } from '../support/app.js';
 import { keyInFreshWindows } from '../support/keys.js';
-import { RATE_LIMIT_STORES, REDIS_URL } from '../support/redis.js';
-import { MINUTE, T0 } from '../support/time.js';
+import { deleteKeys, RATE_LIMIT_STORES, REDIS_URL, redisStoreEnv } from '../support/redis.js';
+import { DAY, MINUTE, T0 } from '../support/time.js';
 
 describe('RATE_LIMIT_COSTS', () => {
   it('prices operations by operationId, 1 to 1000 units each; unset, none', () => {
@@ -45,6 +47,33 @@ describe('a store, spending a cost', () => {
     await store.refund('key:1', read, 5);
     expect((await store.inspect('key:1', limits, T0)).decision).toMatchObject({ minute: { used: 6 }, day: { used: 6 } });
     await store.close();
+  });
+});
+
+describe.skipIf(!REDIS_URL)('the Redis store, spending a cost', () => {
+  it('gives every window it opens an expiry, whatever the cost of the request that opened it', async () => {
+    const prefix = redisStoreEnv().REDIS_KEY_PREFIX;
+    const store = new RedisStore(new Redis(REDIS_URL!, { lazyConnect: true }), { threshold: 30, durationMs: MINUTE }, prefix, () => T0);
+    const redis = new Redis(REDIS_URL!);
+    try {
+      await store.connect(5_000);
+      const limits = { perMinute: 6, perDay: 100 };
+      expect((await store.consume('key:1', limits, T0, 5, true)).outcome).toBe('allowed');
+      expect((await store.consume('key:1', limits, T0, 5, true)).outcome).toBe('limited');
+      // The minute's count, the day's and the minute's refusals: none may stay in Redis for good.
+      const written: string[] = [];
+      for await (const batch of redis.scanStream({ match: `${prefix}*` })) written.push(...(batch as string[]));
+      const expiries = await Promise.all(written.sort().map(async (key) => [key.slice(prefix.length), await redis.pttl(key)] as const));
+      expect(expiries).toEqual([
+        [`rl:{key:1}:d:${Math.floor(T0 / DAY) * DAY}`, expect.toSatisfy((ttl: number) => ttl > DAY && ttl <= 2 * DAY)],
+        [`rl:{key:1}:m:${T0}`, expect.toSatisfy((ttl: number) => ttl > MINUTE && ttl <= 2 * MINUTE)],
+        [`rl:{key:1}:r:${T0}`, expect.toSatisfy((ttl: number) => ttl > MINUTE && ttl <= 2 * MINUTE)],
+      ]);
+    } finally {
+      redis.disconnect();
+      await store.close();
+      await deleteKeys(REDIS_URL!, prefix);
+    }
   });
 });
 
@@ -112,6 +141,27 @@ describe.each(RATE_LIMIT_STORES)('costs per operation with the $name store', (st
         'costs 5 units, more than a window of the API key holds (`cost_exceeds_limit`)',
       );
       expect(paths['/pets'].get.responses['403']).toBeUndefined();
+    });
+  });
+});
+
+describe.each(RATE_LIMIT_STORES)('a priced read revalidated with the $name store', (store) => {
+  const test = describeAppTest({ clock: T0, envAtBuild: () => ({ ...store.env(), RATE_LIMIT_COSTS: 'listPets=3' }) });
+
+  describe.skipIf(store.usesRedis && !REDIS_URL)('', () => {
+    test('its 304 gives back the whole cost it spent: the store counts the 200 alone', async ({ t, clock }) => {
+      const limits = { perMinute: 30, perDay: 100 };
+      const { headers, quotaId } = await keyInFreshWindows(t.app, clock, { plan: 'enterprise', limits }, 10 * 60 * MINUTE);
+      const read = await t.app.inject({ url: '/v1/pets?limit=1', headers });
+      expect(read.statusCode).toBe(200);
+      expect(read.headers['x-ratelimit-remaining']).toBe('27');
+
+      // Its tag is not yet known current, so the read is counted, answered 304 by its handler, then taken back.
+      const revalidated = await t.app.inject({ url: '/v1/pets?limit=1', headers: { ...headers, 'if-none-match': read.headers.etag } });
+      expect(revalidated.statusCode).toBe(304);
+      expect(revalidated.headers['x-ratelimit-remaining']).toBe('27');
+      const { decision } = await t.app.rateLimit.usage(quotaId, limits, clock.now());
+      expect(decision).toMatchObject({ minute: { used: 3 }, day: { used: 3 } });
     });
   });
 });

@@ -73,6 +73,21 @@ describe.each(RATE_LIMIT_STORES)('GET /v1/rate_limit with the $name store', (sto
       expect(banned.json().code).toBe('api_key_banned');
     });
 
+    test("a dashboard polling past its lookups' limit bans nothing: refused well past the ban threshold, it looks again the next minute", async ({
+      t,
+      clock,
+    }) => {
+      const { headers } = await keyInFreshWindows(t.app, clock, { plan: 'free' }, 10 * MINUTE + 30_000);
+      const lookup = () => t.app.inject({ url: '/v1/rate_limit', headers });
+      for (let i = 0; i < 60; i++) expect((await lookup()).statusCode).toBe(200);
+      for (let i = 0; i < 5; i++) expect((await lookup()).json()).toMatchObject({ code: 'rate_limited', status: 429 });
+      clock.advance(MINUTE);
+      const next = await lookup();
+      expect(next.statusCode).toBe(200);
+      expect(next.json().minute).toMatchObject({ used: 0 });
+      expect((await t.app.inject({ url: '/v1/pets?limit=1', headers })).statusCode).toBe(200);
+    });
+
     test('without a valid key: 401, counted against the address like any request', async ({ t }) => {
       const answer = await t.app.inject({ url: '/v1/rate_limit', headers: { authorization: 'Bearer psk_nothing' } });
       expect(answer.statusCode).toBe(401);

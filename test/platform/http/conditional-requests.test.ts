@@ -133,6 +133,28 @@ describe('ETag and If-None-Match', () => {
   });
 });
 
+describe('a tag known to be current, on a clock that stands still', () => {
+  // The tag is remembered for the pets cache's TTL of the app's time: standing still, only the data version can make it stale.
+  const test = describeAppTest({ clock: T0 });
+
+  test('is stale once the data changes: its revalidation reads the page again, 200 with the new pet and a new tag', async ({ t }) => {
+    const create = async (name: string) =>
+      (await t.app.inject({ method: 'POST', url: '/v1/pets', headers: t.auth, payload: { name, categoryId: 1 } })).json();
+    const get = (headers: Record<string, string> = {}) => t.app.inject({ url: '/v1/pets?limit=100', headers: { ...t.auth, ...headers } });
+    await create('Before');
+    const fresh = await get();
+    const revalidate = () => get({ 'if-none-match': String(fresh.headers.etag) });
+    expectNotModified(await revalidate(), fresh);
+    expectNotModified(await revalidate(), fresh);
+
+    const added = await create('After');
+    const changed = await revalidate();
+    expect(changed.statusCode).toBe(200);
+    expect(changed.json()).toContainEqual(added);
+    expect(changed.headers.etag).not.toBe(fresh.headers.etag);
+  });
+});
+
 const twoInstances = twoInstancesTest();
 
 describe.skipIf(!POSTGRES_URL)('ETags across two instances on PostgreSQL', () => {
