@@ -3,7 +3,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { createServer, type Server } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { FastifyInstance } from 'fastify';
 import type { ApiKeyIdentity } from '../../src/api-keys/repository.js';
 import { loadConfig } from '../../src/platform/config.js';
@@ -152,9 +152,11 @@ describe('webhook settings', () => {
 });
 
 describe('usage events', () => {
+  // What each test opened, closed after it: apps kept to the end of the file held PostgreSQL's
+  // connections (10 each) until the server, shared with another file's instances, had none left.
   const closing: Array<() => Promise<unknown>> = [];
-  afterAll(async () => {
-    for (const close of closing.reverse()) await close();
+  afterEach(async () => {
+    for (const close of closing.splice(0).reverse()) await close();
   });
   const open = async (env: Record<string, string>, clock: TestClock) => {
     const t = await buildTestApp(env, depsOf(clock));
