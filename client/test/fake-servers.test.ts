@@ -76,7 +76,9 @@ describe('1. waiting is bounded by what the service said', () => {
     // A moment short of the stated wait: nothing sent yet.
     await vi.advanceTimersByTimeAsync(retryAfter * 1000 - 1);
     expect(requests).toHaveLength(1);
-    await vi.advanceTimersByTimeAsync(retry!.delayMs);
+    // To the moment of the retry, not past it: the retry's own timeout runs on this clock too, and
+    // a clock moved 10 s on while its request is on the wire would time it out.
+    await vi.advanceTimersByTimeAsync(retry!.delayMs - (retryAfter * 1000 - 1));
     await expect(listing).resolves.toEqual([]);
     expect(requests).toHaveLength(2);
   });
