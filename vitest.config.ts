@@ -24,6 +24,10 @@ export default defineConfig({
           name: 'suite',
           include: ['test/**/*.test.ts', 'client/test/**/*.test.ts'],
           exclude: [...configDefaults.exclude, 'test/engines/**'],
+          // A worker runs file after file in one process: a fresh process for each file imported the
+          // app's modules and compiled PGlite's WASM again, a second or two of CPU a file. Every file
+          // builds and closes what it uses (apps, servers, fake timers), so none sees another's state.
+          isolate: false,
         },
       },
       // npm run test:engines: the engines production puts in between, started by the tests themselves.
