@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { freePort } from './support/free-port.js';
-import { developmentKey, ROOT, runCommand, startServer } from './support/processes.js';
+import { developmentKey, ROOT, run, startServer } from './support/processes.js';
 
 /** A fenced shell block of the docs, with the HTML comment right above it. */
 interface ShellBlock {
@@ -125,11 +125,15 @@ function runSession(block: ShellBlock, variables: Record<string, string>, origin
   return answers;
 }
 
-/** One `npm run --silent keys -- ...` line, its single-quoted words unquoted, on the given embedded database. */
+/**
+ * One `npm run --silent keys -- ...` line, its single-quoted words unquoted, on the given embedded
+ * database: its words run as the script runs them once dist/ is current (the keys command's test
+ * calls the script itself), for npm adds two processes to each.
+ */
 function keysCommand(line: string, dataDir: string) {
   const words = line.match(/'[^']*'|\S+/g)!.map((word) => word.replace(/^'(.*)'$/, '$1'));
   expect(words.slice(0, 5)).toEqual(['npm', 'run', '--silent', 'keys', '--']);
-  return runCommand('npm', words.slice(1), { DATABASE_URL: '', DATA_DIR: dataDir });
+  return run(['dist/cli/keys.js', ...words.slice(5)], { DATABASE_URL: '', DATA_DIR: dataDir });
 }
 
 /** Runs every command of a block of keys commands; each must succeed. Returns their outputs. */
