@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import pino from 'pino';
 import type { SonicBoom } from 'sonic-boom';
-import { describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { logFormat, logOutput, roundMs } from '../../../src/platform/observability/log-output.js';
 import { appTest, tempDirTest } from '../../support/fixtures.js';
 import { ROOT, SERVICE_NODE_ARGS, startServer, type ServerProcess } from '../../support/processes.js';
@@ -143,15 +143,20 @@ const loggedRequests = (server: ServerProcess) =>
   );
 
 describe('the server loses no log line', { timeout: 120_000 }, () => {
-  it('a lone request: its line is written within the flush interval, with no further traffic', async ({ onTestFinished }) => {
-    const server = await startServer({ env: { DATA_DIR: 'memory://' } });
-    onTestFinished(() => server.stop('SIGKILL').then(() => {}));
+  // The first two tests share a server, a start on PGlite being seconds of CPU: the lone request
+  // comes first, on a server that has had no traffic; the SIGTERM test stops it.
+  let started: Promise<ServerProcess> | undefined;
+  const defaultServer = () => (started ??= startServer({ env: { DATA_DIR: 'memory://' } }));
+  afterAll(async () => void (await (await started)?.stop('SIGKILL')));
+
+  it('a lone request: its line is written within the flush interval, with no further traffic', async () => {
+    const server = await defaultServer();
     const [id] = await requests(server, 1);
     await eventually(async () => loggedRequests(server).has(id), 10_000);
   });
 
   it('at SIGTERM: the lines of the requests answered just before are all written by the exit', async () => {
-    const server = await startServer({ env: { DATA_DIR: 'memory://' } });
+    const server = await defaultServer();
     const ids = await requests(server, 30);
     expect(await server.stop('SIGTERM')).toBe(0);
     expect(ids.filter((id) => !loggedRequests(server).has(id))).toEqual([]);
@@ -261,8 +266,12 @@ function runServer(tty: boolean): Promise<string> {
 }
 
 describe('the server', () => {
+  // One start with its output piped is read by both tests: a start on PGlite is seconds of CPU.
+  let pipedStart: Promise<string> | undefined;
+  const startPiped = () => (pipedStart ??= runServer(false));
+
   it('prints pretty lines on a terminal, JSON lines when its output is piped', { timeout: 120_000 }, async () => {
-    const [onTerminal, piped] = await Promise.all([runServer(true), runServer(false)]);
+    const [onTerminal, piped] = await Promise.all([runServer(true), startPiped()]);
     expect(onTerminal).toMatch(/INFO.*pet store ready/);
     expect(onTerminal).not.toContain('"msg":"pet store ready"');
     const ready = piped.split('\n').find((line) => line.includes('pet store ready'))!;
@@ -273,7 +282,7 @@ describe('the server', () => {
     'says what it does while it starts: the database, the migrations, then where the API and its docs are',
     { timeout: 120_000 },
     async () => {
-      const lines = (await runServer(false))
+      const lines = (await startPiped())
         .split('\n')
         .filter((line) => line.startsWith('{'))
         .map((line) => JSON.parse(line));
