@@ -38,10 +38,11 @@ const SMALL_BUFFERS_START_PARAMS = [...PGlite.defaultStartParams, '-c', 'shared_
 export async function createPgliteDatabase(dataDir: string, { brief = false }: EmbeddedOptions = {}): Promise<Database> {
   const unlock = dataDir.startsWith('memory://') ? () => {} : lockDataDir(dataDir);
   let db: PGlite;
+  let fromTemplate: boolean;
   try {
     // A database in memory holds its files in memory already: large buffers would copy them twice,
     // and zeroing PostgreSQL's 128 MB was most of the CPU of opening one (a test app's, above all).
-    db = await openPglite(dataDir, brief || dataDir.startsWith('memory://') ? SMALL_BUFFERS_START_PARAMS : undefined);
+    ({ db, fromTemplate } = await openPglite(dataDir, brief || dataDir.startsWith('memory://') ? SMALL_BUFFERS_START_PARAMS : undefined));
   } catch (error) {
     unlock();
     throw error;
@@ -53,7 +54,8 @@ export async function createPgliteDatabase(dataDir: string, { brief = false }: E
       () => {},
       () => {},
     );
-  if (!brief) await analyze();
+  // A database just made from the template has its statistics from there: its tables are as empty.
+  if (!brief && !fromTemplate) await analyze();
   const maintenance = brief ? undefined : setInterval(() => void analyze(), ANALYZE_EVERY_MS).unref();
   const database = databaseOn(db);
   return {
@@ -116,7 +118,7 @@ const queryOn =
  * database takes). Best effort: where the cache cannot be written, each new database runs initdb.
  */
 export const PGLITE_TEMPLATE_DIR = fileURLToPath(
-  new URL(`../../../node_modules/.cache/pet-store/pglite-${pgliteVersion()}-${migrationsDigest()}`, import.meta.url),
+  new URL(`../../../node_modules/.cache/pet-store/pglite-${pgliteVersion()}-${migrationsDigest()}-analyzed`, import.meta.url),
 );
 export const PGLITE_TEMPLATE = `${PGLITE_TEMPLATE_DIR}.tar`;
 
@@ -125,11 +127,13 @@ function pgliteVersion(): string {
   return (JSON.parse(readFileSync(join(dirname(entry), '..', 'package.json'), 'utf8')) as { version: string }).version;
 }
 
-async function openPglite(dataDir: string, startParams?: string[]): Promise<PGlite> {
-  if (dataDir.startsWith('memory://')) return PGlite.create(dataDir, { startParams, loadDataDir: await templateTar() });
-  const isNew = !existsSync(join(dataDir, 'PG_VERSION'));
-  if (!isNew || (await copyTemplateDir(dataDir))) return PGlite.create(dataDir, { startParams });
-  return PGlite.create(dataDir, { startParams, loadDataDir: await templateTar() });
+/** Opens the database in dataDir, a new one made from the template (fromTemplate) when there is none. */
+async function openPglite(dataDir: string, startParams?: string[]): Promise<{ db: PGlite; fromTemplate: boolean }> {
+  const inMemory = dataDir.startsWith('memory://');
+  const isNew = inMemory || !existsSync(join(dataDir, 'PG_VERSION'));
+  // A new directory on disk is a copy of the kept one; in memory, or where none is kept, the tar is loaded.
+  const loadDataDir = isNew && (inMemory || !(await copyTemplateDir(dataDir))) ? await templateTar() : undefined;
+  return { db: await PGlite.create(dataDir, { startParams, loadDataDir }), fromTemplate: isNew };
 }
 
 /**
@@ -183,6 +187,8 @@ async function makeTemplate(): Promise<Blob> {
   const fresh = await PGlite.create('memory://');
   try {
     await migrate(databaseOn(fresh));
+    // The statistics of its empty tables, which a database made from it would otherwise gather at its first open.
+    await fresh.query('ANALYZE');
     const template = await fresh.dumpDataDir('none');
     await keepTemplate(Buffer.from(await template.arrayBuffer()));
     return template;

@@ -1,6 +1,7 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { expect } from 'vitest';
+import type { Database } from '../../../src/platform/db/database.js';
 import { migrate } from '../../../src/platform/db/migrate.js';
 import { createPgliteDatabase, PGLITE_TEMPLATE, PGLITE_TEMPLATE_DIR } from '../../../src/platform/db/pglite.js';
 import { tempDirTest } from '../../support/fixtures.js';
@@ -25,6 +26,28 @@ test('a new data directory starts from the kept result of initdb and the migrati
   const reopened = await createPgliteDatabase(first);
   try {
     expect(await reopened.query('SELECT name FROM pets')).toEqual([{ name: 'Only in first' }]);
+  } finally {
+    await reopened.close();
+  }
+});
+
+test('planner statistics: a new database has those of its empty tables from the template; one reopened gathers its own at once', async ({
+  dir,
+}) => {
+  const reltuples = async (db: Database) =>
+    (await db.query<{ reltuples: number }>("SELECT reltuples::int AS reltuples FROM pg_class WHERE relname = 'pets'"))[0]!.reltuples;
+  const inMemory = await createPgliteDatabase('memory://');
+  const onDisk = await createPgliteDatabase(dir);
+  try {
+    // -1 would be a table never analyzed, whose size the planner guesses.
+    expect([await reltuples(inMemory), await reltuples(onDisk)]).toEqual([0, 0]);
+    await onDisk.query("INSERT INTO pets (name, category_id) SELECT 'Pet ' || n, 1 FROM generate_series(1, 500) AS n");
+  } finally {
+    await Promise.all([inMemory.close(), onDisk.close()]);
+  }
+  const reopened = await createPgliteDatabase(dir);
+  try {
+    expect(await reltuples(reopened)).toBe(500);
   } finally {
     await reopened.close();
   }
