@@ -16,6 +16,8 @@ test('a new data directory starts from the kept result of initdb and the migrati
   const b = await createPgliteDatabase(second);
   try {
     expect(await Promise.all([migrate(a), migrate(b)])).toEqual([[], []]);
+    // The template's WAL segments are small: its files are copied into each new database whole.
+    expect(await a.query('SHOW wal_segment_size')).toEqual([{ wal_segment_size: '1MB' }]);
     await a.query("INSERT INTO pets (name, category_id) VALUES ('Only in first', 1)");
     expect(await b.query('SELECT name FROM pets')).toEqual([]);
     expect(await a.query('SELECT name FROM pets')).toEqual([{ name: 'Only in first' }]);
