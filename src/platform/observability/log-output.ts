@@ -54,7 +54,8 @@ export async function logOutput(format: 'json' | 'pretty', { destination = 1, sy
     const flushSoon = () => {
       timer ??= setTimeout(() => {
         timer = undefined;
-        stream.flush();
+        // Ended meanwhile (sonic-boom's types omit the flag): the close waits for the file's fsync, and a flush now would throw.
+        if (!(stream as typeof stream & { destroyed: boolean }).destroyed) stream.flush();
       }, FLUSH_INTERVAL_MS).unref();
     };
     stream.on('write', (bytes: number) => bytes > 0 && flushSoon());

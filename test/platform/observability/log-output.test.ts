@@ -1,5 +1,5 @@
 import { execFileSync, spawn } from 'node:child_process';
-import { randomUUID } from 'node:crypto';
+import { pbkdf2, randomUUID } from 'node:crypto';
 import { closeSync, constants, openSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
@@ -106,6 +106,19 @@ describe('JSON lines, buffered', () => {
     for (let i = 0; i < 40; i++) log.logger.info({ i, text }, 'request');
     await log.wrote(1);
     expect(log.writes[0]).toBeGreaterThanOrEqual(4096);
+  });
+
+  fifoTest('ended while lines wait: they are written, and the flush timer the last write armed fires on nothing', async ({ dir }) => {
+    const log = await toFile(dir);
+    for (let i = 0; i < 10; i++) log.logger.info({ i }, 'request');
+    const sonic = log.logger[pino.symbols.streamSym] as SonicBoom;
+    // The close after the last write waits for the file's fsync and close in libuv's thread pool,
+    // past the flush interval on a loaded machine: here the pool is kept busy longer than that.
+    sonic.once('write', () => {
+      for (let i = 0; i < 4; i++) pbkdf2(randomUUID(), 'salt', 300_000, 32, 'sha256', () => {});
+    });
+    await log.close();
+    expect(log.lines()).toHaveLength(10);
   });
 
   fifoTest('with LOG_SYNC, each line is written before the call that logs it returns', async ({ dir, onTestFinished }) => {
