@@ -79,6 +79,7 @@ describe('JSON lines, buffered', () => {
       for (const { count, resolve } of waiting) if (writes.length >= count) resolve();
     });
     return {
+      sonic,
       logger: pino(output.stream),
       writes,
       /** Resolves once this many writes are done: the file can hold their bytes before the stream says so. */
@@ -111,10 +112,9 @@ describe('JSON lines, buffered', () => {
   fifoTest('ended while lines wait: they are written, and the flush timer the last write armed fires on nothing', async ({ dir }) => {
     const log = await toFile(dir);
     for (let i = 0; i < 10; i++) log.logger.info({ i }, 'request');
-    const sonic = log.logger[pino.symbols.streamSym] as SonicBoom;
     // The close after the last write waits for the file's fsync and close in libuv's thread pool,
     // past the flush interval on a loaded machine: here the pool is kept busy longer than that.
-    sonic.once('write', () => {
+    log.sonic.once('write', () => {
       for (let i = 0; i < 4; i++) pbkdf2(randomUUID(), 'salt', 300_000, 32, 'sha256', () => {});
     });
     await log.close();
