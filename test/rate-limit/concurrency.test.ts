@@ -3,6 +3,7 @@ import { Redis } from 'ioredis';
 import type { FastifyInstance } from 'fastify';
 import { loadConfig } from '../../src/platform/config.js';
 import { RedisStore } from '../../src/rate-limit/redis-store.js';
+import type { Slot } from '../../src/rate-limit/store.js';
 import { buildTestApp, type TestApp } from '../support/app.js';
 import { POSTGRES_URL } from '../support/databases.js';
 import { eventually } from '../support/eventually.js';
@@ -27,6 +28,10 @@ async function slowCreate(port: number, headers: { authorization: string }): Pro
   );
   return client;
 }
+
+/** A request of cost 1 that counts, asking for the slot given. */
+const claim = (slot: Slot) => ({ cost: 1, bans: true, count: true, slot });
+const LIMITS = { perMinute: 60, perDay: 1_000 };
 
 const get = (app: FastifyInstance, headers: { authorization: string }) => app.inject({ url: '/v1/pets?limit=1', headers });
 
@@ -213,7 +218,10 @@ describe.skipIf(!REDIS_URL || !POSTGRES_URL)('concurrency limits across two inst
       clock.now,
     );
     await dead.connect(5_000);
-    for (const lease of ['dead:1', 'dead:2']) expect(await dead.acquire(`key:${record.quotaId}`, 2, lease, clock.now())).toBe(true);
+    for (const lease of ['dead:1', 'dead:2'])
+      expect(await dead.admit(`key:${record.quotaId}`, LIMITS, clock.now(), claim({ limit: 2, lease }))).toMatchObject({
+        outcome: 'allowed',
+      });
     await dead.close();
 
     expect((await get(b.app, headers)).json().code).toBe('concurrency_limited');
@@ -234,7 +242,7 @@ describe.skipIf(!REDIS_URL)("a request's lease in Redis", () => {
     const renewedTo = async () => Number((await redis.zrange(leases, 0, 0, 'WITHSCORES'))[1]);
     try {
       await store.connect(5_000);
-      expect(await store.acquire('key:1', 1, 'lease:1', clock.now())).toBe(true);
+      expect(await store.admit('key:1', LIMITS, clock.now(), claim({ limit: 1, lease: 'lease:1' }))).toMatchObject({ outcome: 'allowed' });
       // The acquire's expiry taken off, only a renewal can give the set one: told apart without waiting a lease out.
       await redis.persist(leases);
       clock.advance(4_000);
