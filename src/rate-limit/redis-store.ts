@@ -25,26 +25,26 @@ import {
  * ban threshold, ban duration (ms), minute TTL (ms), day TTL (ms), cost (units), bans (1, or 0: no
  * ban holds or starts, and KEYS[3] is the refusals counted apart), count (1, or 0: decides as a
  * check, counting nothing), slots (the limit; 0 takes none), lease, lease length (ms), then the
- * leases this instance gives back, removed first.
+ * leases this instance gives back, expired first.
  * Returns [outcome, minute used, day used, banned until or refusals, slot taken (1 or 0)]: outcome
  * 1 allowed, 0 limited (with the refusals this minute), 2 banned, 3 banned by this request, 4 every
  * slot taken (with the ban's end, if any: a check's standing). The ban holds its end time, so an
- * injected clock works. A slot is taken, dropping the expired leases first, only by a request
- * served: allowed, or limited in shadow mode.
+ * injected clock works. A slot is taken, the expired leases dropped first, only by a request
+ * served: allowed, or limited in shadow mode. A lease given back is expired and dropped with them,
+ * not ZREMed: INFO commandstats counts a script's commands too, and its ZREMs then count the
+ * releases sent on their own alone (see docs/decisions/redis-one-round-trip.md).
  */
 const DECIDE = `
 local now = tonumber(ARGV[3])
 local bans = ARGV[9] == '1'
 local count = ARGV[10] == '1'
 local slots = tonumber(ARGV[11])
-for i = 14, #ARGV do redis.call('ZREM', KEYS[5], ARGV[i]) end
+for i = 14, #ARGV do redis.call('ZADD', KEYS[5], 'XX', 0, ARGV[i]) end
+if slots > 0 or #ARGV > 13 then redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now) end
 local ban_end = tonumber(redis.call('GET', KEYS[4]) or '0')
 local minute_used = tonumber(redis.call('GET', KEYS[1]) or '0')
 local day_used = tonumber(redis.call('GET', KEYS[2]) or '0')
-if slots > 0 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now)
-  if redis.call('ZCARD', KEYS[5]) >= slots then return {4, minute_used, day_used, ban_end, 0} end
-end
+if slots > 0 and redis.call('ZCARD', KEYS[5]) >= slots then return {4, minute_used, day_used, ban_end, 0} end
 local function take_slot()
   if slots == 0 then return 0 end
   redis.call('ZADD', KEYS[5], now + tonumber(ARGV[13]), ARGV[12])

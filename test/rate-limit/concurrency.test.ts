@@ -13,7 +13,7 @@ import { hangUpOnceReceived, holdKeyLookups, rawGet } from '../support/hang-up.j
 import { bearer, metricTotal, waitForKeyOnApp } from '../support/keys.js';
 import { openSocket, type RawClient } from '../support/raw-socket.js';
 import { startCommandHoldingProxy, startHoldingProxy } from '../support/holding-proxy.js';
-import { deleteKeys, RATE_LIMIT_STORES, REDIS_URL, redisStoreEnv } from '../support/redis.js';
+import { commandCalls, deleteKeys, RATE_LIMIT_STORES, REDIS_URL, redisStoreEnv, startRedis } from '../support/redis.js';
 import { testClock, T0 } from '../support/time.js';
 
 /**
@@ -290,6 +290,55 @@ describe.skipIf(!REDIS_URL)('a connection that closes while Redis decides its sl
       await t.close();
       await proxy.close();
       await deleteKeys(REDIS_URL!, env.REDIS_KEY_PREFIX);
+    }
+  });
+});
+
+describe.skipIf(!REDIS_URL)('the Redis commands of a request with a concurrency limit (a private Redis server, counting them)', () => {
+  it('one script call decides its slot and windows; concurrent requests give their slots back in fewer commands than requests (issue 46: 3 calls each)', async () => {
+    const redis = await startRedis();
+    const t = await buildTestApp({ REDIS_URL: redis.url, REDIS_KEY_PREFIX: 'calls:', RATE_LIMIT_CONCURRENCY: 'enterprise=100' });
+    try {
+      // The scripts loaded and the key known: what follows is the requests' own.
+      expect((await get(t.app, t.auth)).statusCode).toBe(200);
+      const stats = new Redis(redis.url);
+      await stats.config('RESETSTAT');
+      stats.disconnect();
+      const requests = 50;
+      const statuses = await Promise.all(Array.from({ length: requests }, async () => (await get(t.app, t.auth)).statusCode));
+      expect(statuses.filter((status) => status !== 200)).toEqual([]);
+
+      const { evalsha = 0, eval: evals = 0, zrem = 0 } = await commandCalls(redis.url);
+      expect(evalsha + evals).toBe(requests);
+      expect(zrem).toBeGreaterThan(0);
+      expect(zrem).toBeLessThanOrEqual(requests / 5);
+    } finally {
+      await t.close();
+      await redis.stop();
+    }
+  });
+
+  it("a slot given back rides on its subject's next decision: no command of its own", async () => {
+    const redis = await startRedis();
+    const store = new RedisStore(new Redis(redis.url, { lazyConnect: true }), { threshold: 30, durationMs: 60_000 }, 'calls:', () => T0);
+    const client = new Redis(redis.url);
+    try {
+      await store.connect(5_000);
+      expect(await store.admit('key:1', LIMITS, T0, claim({ limit: 1, lease: 'lease:1' }))).toMatchObject({ outcome: 'allowed' });
+      await client.config('RESETSTAT');
+      // Given back, and the slot asked for again before the end of this turn of the event loop: one script call does both.
+      const [, next] = await Promise.all([
+        store.release('key:1', 'lease:1'),
+        store.admit('key:1', LIMITS, T0, claim({ limit: 1, lease: 'lease:2' })),
+      ]);
+      expect(next).toMatchObject({ outcome: 'allowed' });
+      expect(await client.zrange('calls:rl:{key:1}:c', 0, -1)).toEqual(['lease:2']);
+      const { evalsha = 0, zrem = 0 } = await commandCalls(redis.url);
+      expect({ evalsha, zrem }).toEqual({ evalsha: 1, zrem: 0 });
+    } finally {
+      client.disconnect();
+      await store.close();
+      await redis.stop();
     }
   });
 });
