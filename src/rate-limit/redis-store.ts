@@ -254,7 +254,7 @@ export class RedisStore implements RateLimitStore {
     await releases.sent;
   }
 
-  /** Sends the releases no decision carried: one ZREM per subject, all in one write (auto-pipelining). */
+  /** Sends the releases no decision carried: one ZREM per subject, sent together. */
   #flushReleases() {
     this.#flushing = false;
     for (const [key, releases] of this.#releases) releases.sendWith(this.redis.zrem(key, ...releases.leases));
