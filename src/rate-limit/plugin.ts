@@ -11,7 +11,16 @@ import { FallbackStore } from './fallback-store.js';
 import { MemoryStore } from './memory-store.js';
 import { createRedisClient, REDIS_START_WAIT_MS, type RedisCredentials, type RedisTarget } from './redis-connection.js';
 import { RedisStore } from './redis-store.js';
-import type { BanPolicy, Decision, Inspection, RateLimitStore, StoreKind, WindowUsage } from './store.js';
+import {
+  served,
+  type Admission,
+  type BanPolicy,
+  type Decision,
+  type Inspection,
+  type RateLimitStore,
+  type StoreKind,
+  type WindowUsage,
+} from './store.js';
 
 export interface RateLimitOptions {
   ban: BanPolicy;
@@ -224,17 +233,8 @@ export default fp<RateLimitOptions>(
     /** The key's limit of requests in flight: its own, else its plan's; undefined for none. */
     const concurrencyOf = (key: ApiKeyIdentity): number | undefined => key.concurrency ?? options.concurrency[key.plan];
 
-    /**
-     * Holds one of the key's `limit` slots for the request in flight (429 when none is free) until
-     * its answer is about to leave (settle) or its connection closes, whichever comes first.
-     */
-    async function holdSlot(request: FastifyRequest, reply: FastifyReply, key: ApiKeyIdentity, limit: number, now: number) {
-      const subject = keySubject(key.quotaId);
-      const lease = `${leasePrefix}:${++leases}`;
-      if (!(await store.acquire(subject, limit, lease, now))) {
-        decisions.inc({ outcome: 'concurrency_limited' });
-        throw errors.concurrencyLimited(limit);
-      }
+    /** Gives the slot the request holds back once its answer is about to leave (settle) or its connection closes, whichever comes first. */
+    function keepSlot(request: FastifyRequest, reply: FastifyReply, subject: string, lease: string) {
       let released: Promise<void> | undefined;
       const release = () =>
         (released ??= store
@@ -314,15 +314,26 @@ export default fp<RateLimitOptions>(
           const [limit, window] = operationCost > key.perMinute ? [key.perMinute, 'minute' as const] : [key.perDay, 'day' as const];
           throw errors.costExceedsLimit(operationCost, limit, window);
         }
-        // Synchronous when the key has no concurrency limit: no await on the hot path for nothing.
-        const concurrency = key && operationCost > 0 ? concurrencyOf(key) : undefined;
-        if (concurrency !== undefined) await holdSlot(request, reply, key!, concurrency, now);
         const client = key ? undefined : clientOfAddress(request.ip);
         const subject = client === undefined ? keySubject(key!.quotaId) : addressSubject(client);
         const limits = key ?? ANONYMOUS;
         const cost = key ? operationCost : 1;
-        const checked = free || cost === 0 ? await store.check(subject, limits, now, cost) : undefined;
-        const decision = checked?.outcome === 'allowed' ? checked : await store.consume(subject, limits, now, cost, !shadow);
+        const limit = key && operationCost > 0 ? concurrencyOf(key) : undefined;
+        // With a concurrency limit, the slot and the windows are decided together: one round trip to Redis.
+        const slot = limit === undefined ? undefined : { limit, lease: `${leasePrefix}:${++leases}` };
+        const decide = (count: boolean): Promise<Admission> => {
+          if (slot) return store.admit(subject, limits, now, { cost, bans: !shadow, count, slot });
+          return count ? store.consume(subject, limits, now, cost, !shadow) : store.check(subject, limits, now, cost);
+        };
+        const checked = free || cost === 0 ? await decide(false) : undefined;
+        const decision = checked?.outcome === 'allowed' || checked?.outcome === 'busy' ? checked : await decide(true);
+        if (decision.outcome === 'busy') {
+          (request as Charged)[CHARGE] = SETTLED;
+          setHeaders(reply, decision.standing, now);
+          decisions.inc({ outcome: 'concurrency_limited' });
+          throw errors.concurrencyLimited(limit!);
+        }
+        if (slot && served(decision, decision !== checked, !shadow)) keepSlot(request, reply, subject, slot.lease);
         const binding = setHeaders(reply, decision, now, cost);
         decisions.inc({ outcome: decision.outcome });
         switch (decision.outcome) {
