@@ -61,7 +61,7 @@ function isUnsampledLocal(span: Span | undefined): span is Span {
  * A span started beneath an unsampled span of this process is not sampled either, whichever
  * sampler `OTEL_TRACES_SAMPLER` names (each follows its parent, or decides by the trace id they
  * share). So it is not started: the unsampled parent is handed back, and an unsampled request
- * costs its hooks, handler, queries and commands no new span, ids, attributes or sampling decision.
+ * costs its queries and commands no new span, ids, attributes or sampling decision.
  * A remote parent (a trusted caller's `traceparent`) still gets its decision. The pg and ioredis
  * instrumentations have no option for this (docs/decisions/unsampled-spans.md).
  */
