@@ -94,9 +94,16 @@ const CHARGE = Symbol('rateLimitCharge');
 const SLOT = Symbol('rateLimitSlot');
 type Charged = FastifyRequest & { [CHARGE]?: Charge | typeof SETTLED; [SLOT]?: () => Promise<void> };
 
+/** What the limiter decided of a request: rate_limit_decisions_total's outcomes. */
+export type RateLimitOutcome = Decision['outcome'] | 'concurrency_limited' | 'cost_exceeds_limit';
+
 declare module 'fastify' {
   interface FastifyInstance {
     rateLimit: RateLimiter;
+  }
+  interface FastifyRequest {
+    /** The limiter's decision on the request, once made (for its trace's span). */
+    rateLimitOutcome?: RateLimitOutcome;
   }
 }
 
@@ -226,6 +233,12 @@ export default fp<RateLimitOptions>(
 
     app.decorateRequest(CHARGE, undefined);
     app.decorateRequest(SLOT, undefined);
+    app.decorateRequest('rateLimitOutcome', undefined);
+    /** Counts the decision, and keeps it on the request. */
+    const decided = (request: FastifyRequest, outcome: RateLimitOutcome) => {
+      request.rateLimitOutcome = outcome;
+      decisions.inc({ outcome });
+    };
     /** Leases name their instance, so that no two instances' leases on one Redis are the same. */
     const leasePrefix = randomBytes(6).toString('hex');
     let leases = 0;
@@ -310,7 +323,7 @@ export default fp<RateLimitOptions>(
         const shadow = key !== undefined && (!key.enforceLimits || shadowPlans.has(key.plan));
         // Dearer than a window of the key (limits stored before RATE_LIMIT_COSTS rose): no wait would let it through.
         if (key && !shadow && !free && operationCost > Math.min(key.perMinute, key.perDay)) {
-          decisions.inc({ outcome: 'cost_exceeds_limit' });
+          decided(request, 'cost_exceeds_limit');
           const [limit, window] = operationCost > key.perMinute ? [key.perMinute, 'minute' as const] : [key.perDay, 'day' as const];
           throw errors.costExceedsLimit(operationCost, limit, window);
         }
@@ -330,12 +343,12 @@ export default fp<RateLimitOptions>(
         if (decision.outcome === 'busy') {
           (request as Charged)[CHARGE] = SETTLED;
           setHeaders(reply, decision.standing, now);
-          decisions.inc({ outcome: 'concurrency_limited' });
+          decided(request, 'concurrency_limited');
           throw errors.concurrencyLimited(limit!);
         }
         if (slot && served(decision, decision !== checked, !shadow)) keepSlot(request, reply, subject, slot.lease);
         const binding = setHeaders(reply, decision, now, cost);
-        decisions.inc({ outcome: decision.outcome });
+        decided(request, decision.outcome);
         switch (decision.outcome) {
           case 'allowed':
             (request as Charged)[CHARGE] = { subject, limits, decision, cost, now, counted: decision !== checked, bans: !shadow };
