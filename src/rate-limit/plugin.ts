@@ -4,6 +4,7 @@ import { Counter, Gauge } from 'prom-client';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { errors, secondsUntil } from '../platform/errors.js';
 import { ConfigError } from '../platform/domain-errors.js';
+import { annotateRequestSpan } from '../platform/observability/tracing.js';
 import { limitBelowCost, PLAN_LIMITS, PLANS, type Limits } from '../api-keys/plans.js';
 import type { ApiKeyIdentity } from '../api-keys/repository.js';
 import { clientOf } from './address.js';
@@ -95,15 +96,11 @@ const SLOT = Symbol('rateLimitSlot');
 type Charged = FastifyRequest & { [CHARGE]?: Charge | typeof SETTLED; [SLOT]?: () => Promise<void> };
 
 /** What the limiter decided of a request: rate_limit_decisions_total's outcomes. */
-export type RateLimitOutcome = Decision['outcome'] | 'concurrency_limited' | 'cost_exceeds_limit';
+type RateLimitOutcome = Decision['outcome'] | 'concurrency_limited' | 'cost_exceeds_limit';
 
 declare module 'fastify' {
   interface FastifyInstance {
     rateLimit: RateLimiter;
-  }
-  interface FastifyRequest {
-    /** The limiter's decision on the request, once made (for its trace's span). */
-    rateLimitOutcome?: RateLimitOutcome;
   }
 }
 
@@ -233,11 +230,10 @@ export default fp<RateLimitOptions>(
 
     app.decorateRequest(CHARGE, undefined);
     app.decorateRequest(SLOT, undefined);
-    app.decorateRequest('rateLimitOutcome', undefined);
-    /** Counts the decision, and keeps it on the request. */
+    /** Counts the decision, and names it on the request's span. */
     const decided = (request: FastifyRequest, outcome: RateLimitOutcome) => {
-      request.rateLimitOutcome = outcome;
       decisions.inc({ outcome });
+      annotateRequestSpan(request, { rateLimitOutcome: outcome });
     };
     /** Leases name their instance, so that no two instances' leases on one Redis are the same. */
     const leasePrefix = randomBytes(6).toString('hex');

@@ -43,6 +43,7 @@ import {
 } from '@opentelemetry/semantic-conventions';
 import type { FastifyInstance, FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify';
 import type { Config } from '../config.js';
+import type { RequestFacts } from './tracing.js';
 
 /**
  * Requests that are not worth a trace: probes, scraped every few seconds (and the metrics server's
@@ -106,6 +107,25 @@ const SAMPLED_REQUEST = createContextKey('pet-store sampled request');
 
 const SERVER_SPAN: SpanOptions = { kind: SpanKind.SERVER };
 
+/** Each sampled request's span while it is open, for the facts the concerns that decide them name (annotate). */
+const requestSpans = new WeakMap<FastifyRequest, Span>();
+
+/** The span attribute of each fact, in the service's namespace: HTTP's conventions define none of them. */
+const FACT_ATTRIBUTES: Record<keyof RequestFacts, string> = {
+  keyId: 'pet_store.api_key.id',
+  rateLimitOutcome: 'pet_store.rate_limit.outcome',
+};
+
+/** Sets a sampled request's facts on its span; an unsampled request has none to find. */
+function annotate(request: FastifyRequest, facts: RequestFacts) {
+  const span = requestSpans.get(request);
+  if (!span) return;
+  for (const fact of Object.keys(facts) as Array<keyof RequestFacts>) {
+    const value = facts[fact];
+    if (value !== undefined) span.setAttribute(FACT_ATTRIBUTES[fact], value);
+  }
+}
+
 /**
  * A request's one span (docs/decisions/request-spans.md), decided here, before anything asks for a
  * span: by a draw at the ratio, so a caller cannot choose it, neither by a `traceparent`'s sampled
@@ -130,15 +150,18 @@ function traceRequests(tracer: Tracer, ratio: number, trustedParents: string[]):
     const span = tracer.startSpan(request.method, SERVER_SPAN, parent);
     // At the response's 'close' (once), not onResponse: it comes too when the client left before
     // the answer, whose 'finish' (and onResponse) never does.
-    if (span.isRecording()) reply.raw.on('close', () => endRequestSpan(span, request, reply));
+    if (span.isRecording()) {
+      requestSpans.set(request, span);
+      reply.raw.on('close', () => endRequestSpan(span, request, reply));
+    }
     context.with(trace.setSpan(parent, span), done);
   };
 }
 
 /**
- * A request's span ends with its attributes, set once: HTTP's semantic conventions (a 5xx is an
- * error; a request whose client left before its answer has no status code), and the request id,
- * the key and the limiter's decision, as the request's log line names them.
+ * A request's span ends with HTTP's semantic conventions' attributes (a 5xx is an error; a request
+ * whose client left before its answer has no status code) and the request id; the key and the
+ * limiter's decision were set by auth and the limiter as they decided them (annotate).
  */
 function endRequestSpan(span: Span, request: FastifyRequest, reply: FastifyReply) {
   const { method, url } = request;
@@ -161,8 +184,7 @@ function endRequestSpan(span: Span, request: FastifyRequest, reply: FastifyReply
     span.setAttribute(ATTR_ERROR_TYPE, 'client_closed');
   }
   span.setAttribute('pet_store.request.id', request.id);
-  if (request.apiKey) span.setAttribute('pet_store.api_key.id', request.apiKey.id);
-  if (request.rateLimitOutcome) span.setAttribute('pet_store.rate_limit.outcome', request.rateLimitOutcome);
+  requestSpans.delete(request);
   span.end();
 }
 
@@ -198,13 +220,10 @@ function followingRequestDecisions(named: Sampler): Sampler {
  * PostgreSQL query (pg) and Redis command (ioredis) it makes, batched (the SDK's batch processor, its
  * OTEL_BSP_* settings) and sent as OTLP over HTTP (protobuf is not needed: the exporter sends JSON).
  */
-export function startSdk(options: {
-  url: string;
-  serviceName: string;
-  sampler: SamplerName;
-  ratio: number;
-  trustedParents: string[];
-}): () => Promise<void> {
+export function startSdk(options: { url: string; serviceName: string; sampler: SamplerName; ratio: number; trustedParents: string[] }): {
+  stop: () => Promise<void>;
+  annotate: typeof annotate;
+} {
   const { url, serviceName, sampler, ratio, trustedParents } = options;
   // The app imports pg and ioredis as ES modules: import-in-the-middle's hook lets the
   // instrumentations patch them as they load (require-in-the-middle sees only require()).
@@ -229,5 +248,5 @@ export function startSdk(options: {
       new IORedisInstrumentation({ ...requestsOnly, dbStatementSerializer: (command) => command }),
     ],
   });
-  return () => provider.shutdown();
+  return { stop: () => provider.shutdown(), annotate };
 }
