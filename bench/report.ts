@@ -4,6 +4,7 @@ import { perResponse, WRITE_TARGETS, type WriteCount, type WriteTarget } from '.
 import {
   BARE_ROW,
   CONCURRENCY_PAIRS,
+  DB_LIST_ROW,
   DEFAULT_CONCURRENCY,
   isExpected,
   LIST,
@@ -12,6 +13,7 @@ import {
   rowId,
   SERVER_LABELS,
   TRACING_SAMPLE_RATIO,
+  TRACING_SETS,
   WORKLOAD_ROWS,
   WORKLOADS,
   type Row,
@@ -30,6 +32,14 @@ export interface Round extends Measurement {
   serverSystemCpuUsPerResponse: number;
   /** The machine's CPU time the hypervisor gave to other guests during the measurement (0 to 1, from /proc/stat). */
   stealShare: number;
+  /** A Redis store's calls to Redis per response (INFO commandstats): script calls (EVALSHA, EVAL) and releases sent alone (ZREM). */
+  redisCallsPerResponse?: RedisCalls;
+}
+
+/** Calls to Redis per response, from INFO commandstats. */
+export interface RedisCalls {
+  scripts: number;
+  releases: number;
 }
 
 /** Every round of one row, measured and warm-up. */
@@ -97,6 +107,8 @@ export interface RowSummary {
   writesPerResponse?: Record<WriteTarget, number>;
   /** The client socket's write system calls per response, by call (write, writev, ...). */
   clientWritesPerResponseByCall?: Record<string, number>;
+  /** A Redis store's calls to Redis per response, each the median over the rounds. */
+  redisCallsPerResponse?: RedisCalls;
 }
 
 /** One of the issue's goals, judged from this run's numbers only. */
@@ -167,6 +179,12 @@ export function summarize(results: RowResult[]): RowSummary[] {
       vsDatabase: perRoundRatio(result, result.row.databaseCeiling, (m) => m.requestsPerSecond),
       p99VsDatabase: perRoundRatio(result, result.row.databaseCeiling, (m) => m.p99Ms),
       ...(result.writes && writesSummary(result.writes)),
+      ...(result.rounds[0]?.redisCallsPerResponse && {
+        redisCallsPerResponse: {
+          scripts: median(result.rounds.map((round) => round.redisCallsPerResponse!.scripts)),
+          releases: median(result.rounds.map((round) => round.redisCallsPerResponse!.releases)),
+        },
+      }),
     };
   });
 }
@@ -192,15 +210,25 @@ const GOAL_METRICS = {
   'req/s': { of: (round: Round) => round.requestsPerSecond, unit: 'req/s', atLeast: true, value: integer },
   'CPU µs/req': { of: (round: Round) => round.serverCpuUsPerResponse, unit: 'µs', atLeast: false, value: integer },
   p99: { of: (round: Round) => round.p99Ms, unit: 'ms', atLeast: false, value: ms },
+  // Script calls and releases together; NaN (not measured) on a row without Redis.
+  'Redis calls/req': {
+    of: (round: Round) => (round.redisCallsPerResponse ? round.redisCallsPerResponse.scripts + round.redisCallsPerResponse.releases : NaN),
+    unit: 'calls per request',
+    atLeast: false,
+    value: (value: number) => value.toFixed(2),
+  },
 } as const;
 
-/** A goal: one row's metric over another's, taken round by round, at least (req/s) or at most (CPU, p99) the target. */
+/**
+ * A goal: one row's metric over another's, taken round by round, at least (req/s) or at most (CPU,
+ * p99) the target; or, without a baseline, the row's own figure (its median over the rounds).
+ */
 export interface GoalSpec {
   name: string;
   row: string;
-  baseline: string;
+  baseline?: string;
   /** How the target names the baseline: bare, bare+pg, tracing off. */
-  baselineName: string;
+  baselineName?: string;
   metric: keyof typeof GOAL_METRICS;
   target: number;
 }
@@ -225,11 +253,54 @@ const workloadGoal = (workload: Workload, store: Store, target: number): GoalSpe
     target,
   );
 
+const HOT_REDIS_DEFAULTS = rowId('ours-redis-concurrency', LIST);
+const [MEMORY_TRACING, REDIS_TRACING] = TRACING_SETS;
+
 /**
- * Issue #36's targets (cost per request: the hot page against bare Fastify, tracing against
- * tracing off), then the earlier goals against bare+pg that still hold where #36 sets none.
+ * Issue #46's targets (the production default, the Redis store with concurrency limits on, against
+ * the same with them off, the memory store and bare+pg; its calls to Redis; what tracing costs it).
+ */
+export const PRODUCTION_DEFAULT_GOALS: GoalSpec[] = [
+  reqsGoal('hot page, Redis store, defaults: req/s', HOT_REDIS_DEFAULTS, rowId('ours-redis', LIST), 'concurrency limits off', 0.9),
+  {
+    name: 'hot page, Redis store, defaults: CPU per request',
+    row: HOT_REDIS_DEFAULTS,
+    baseline: rowId('ours-redis', LIST),
+    baselineName: 'concurrency limits off',
+    metric: 'CPU µs/req',
+    target: 1.15,
+  },
+  reqsGoal(
+    'hot page, Redis store, defaults: req/s against the memory store',
+    HOT_REDIS_DEFAULTS,
+    rowId('ours-memory-concurrency', LIST),
+    'memory store, defaults',
+    0.85,
+  ),
+  { name: 'hot page, Redis store, defaults: Redis calls per request', row: HOT_REDIS_DEFAULTS, metric: 'Redis calls/req', target: 1.2 },
+  reqsGoal('hot page, Redis store, defaults: req/s against bare+pg', HOT_REDIS_DEFAULTS, DB_LIST_ROW, 'bare+pg', 2.0),
+  reqsGoal(
+    `hot page, Redis store, defaults, tracing sampled at ${TRACING_SAMPLE_RATIO * 100}%: req/s`,
+    rowId(REDIS_TRACING.sampled, LIST),
+    rowId(REDIS_TRACING.off, LIST),
+    'tracing off',
+    0.9,
+  ),
+  reqsGoal(
+    'hot page, Redis store, defaults, every request traced: req/s',
+    rowId(REDIS_TRACING.traced, LIST),
+    rowId(REDIS_TRACING.off, LIST),
+    'tracing off',
+    0.6,
+  ),
+];
+
+/**
+ * Issue #46's targets, then #36's (cost per request: the hot page against bare Fastify, tracing
+ * against tracing off), then the earlier goals against bare+pg that still hold where neither sets one.
  */
 export const GOALS: GoalSpec[] = [
+  ...PRODUCTION_DEFAULT_GOALS,
   reqsGoal('hot page, memory store: req/s', HOT_MEMORY, BARE_ROW, 'bare', 0.6),
   {
     name: 'hot page, memory store: CPU per request',
@@ -245,12 +316,12 @@ export const GOALS: GoalSpec[] = [
   workloadGoal('mixed', 'ours-memory', 2.2),
   reqsGoal(
     `hot page, tracing sampled at ${TRACING_SAMPLE_RATIO * 100}%: req/s`,
-    rowId('ours-sampled', LIST),
+    rowId(MEMORY_TRACING.sampled, LIST),
     HOT_MEMORY,
     'tracing off',
     0.9,
   ),
-  reqsGoal('hot page, every request traced: req/s', rowId('ours-traced', LIST), HOT_MEMORY, 'tracing off', 0.6),
+  reqsGoal('hot page, every request traced: req/s', rowId(MEMORY_TRACING.traced, LIST), HOT_MEMORY, 'tracing off', 0.6),
   workloadGoal('hot', 'ours-memory', 2.0),
   workloadGoal('hot', 'ours-redis', 1.5),
   workloadGoal('walk', 'ours-redis', 1.0),
@@ -278,14 +349,28 @@ export function evaluateGoals(results: RowResult[]): Goal[] {
   return GOALS.map((goal): Goal => {
     const metric = GOAL_METRICS[goal.metric];
     const row = byId.get(goal.row)!;
+    const middle = (result: RowResult) => metric.value(median(result.rounds.map(metric.of)));
+    const sign = metric.atLeast ? '>=' : '<=';
+    if (goal.baseline === undefined) {
+      const measured = median(row.rounds.map(metric.of));
+      const margin = metric.atLeast ? measured - goal.target : goal.target - measured;
+      if (Number.isNaN(measured))
+        return { name: goal.name, target: `${sign} ${metric.value(goal.target)}`, measured: 'not measured', margin: '-', met: false };
+      return {
+        name: goal.name,
+        target: `${sign} ${metric.value(goal.target)} ${metric.unit}`,
+        measured: `${metric.value(measured)} ${metric.unit}`,
+        margin: `${signed(margin, 2)} (${signed((margin / goal.target) * 100, 0)}%)`,
+        met: margin >= 0,
+      };
+    }
     const baseline = byId.get(goal.baseline)!;
     const measured = median(row.rounds.map((round, index) => metric.of(round) / metric.of(baseline.rounds[index]!)));
-    const middle = (result: RowResult) => metric.value(median(result.rounds.map(metric.of)));
     // Positive on the met side, in ratio points and in percent of the target.
     const margin = metric.atLeast ? measured - goal.target : goal.target - measured;
     return {
       name: goal.name,
-      target: `${metric.atLeast ? '>=' : '<='} ${ratio(goal.target)} ${goal.baselineName}`,
+      target: `${sign} ${ratio(goal.target)} ${goal.baselineName}`,
       measured: `${ratio(measured)} (${middle(row)} vs ${middle(baseline)} ${metric.unit})`,
       margin: `${signed(margin, 2)}x (${signed((margin / goal.target) * 100, 0)}%)`,
       met: margin >= 0,
@@ -316,30 +401,49 @@ function writesNote(run: RunResult): string {
   );
 }
 
-/** The hot page with tracing off, sampled and always on, beside bare, each ratio taken round by round. */
+/** The hot page with tracing off, sampled and always on, per store, beside bare, each ratio taken round by round. */
 function tracingTable(results: RowResult[]): string {
   const byId = new Map(results.map((result) => [result.row.id, result]));
-  const off = byId.get(HOT_MEMORY)!;
   const bare = byId.get(BARE_ROW)!;
   const perRound = (result: RowResult, baseline: RowResult, metric: (round: Round) => number) =>
     median(result.rounds.map((round, index) => metric(round) / metric(baseline.rounds[index]!)));
   const rps = (round: Round) => round.requestsPerSecond;
   const cpu = (round: Round) => round.serverCpuUsPerResponse;
-  const settings: Array<[string, RowResult]> = [
-    ['off', off],
-    [`sampled at ${TRACING_SAMPLE_RATIO * 100}% (\`parentbased_traceidratio\`)`, byId.get(rowId('ours-sampled', LIST))!],
-    ['every request (`always_on`)', byId.get(rowId('ours-traced', LIST))!],
-  ];
   return table(
-    ['Tracing', 'req/s', 'CPU µs/req', 'req/s x tracing off', 'CPU x tracing off', 'req/s x bare', 'CPU x bare'],
-    settings.map(([setting, result]) => [
-      setting,
-      integer(median(result.rounds.map(rps))),
-      integer(median(result.rounds.map(cpu))),
-      ratio(perRound(result, off, rps)),
-      ratio(perRound(result, off, cpu)),
-      ratio(perRound(result, bare, rps)),
-      ratio(perRound(result, bare, cpu)),
+    ['Store', 'Tracing', 'req/s', 'CPU µs/req', 'req/s x tracing off', 'CPU x tracing off', 'req/s x bare', 'CPU x bare'],
+    TRACING_SETS.flatMap((set) => {
+      const off = byId.get(rowId(set.off, LIST))!;
+      const settings: Array<[string, RowResult]> = [
+        ['off', off],
+        [`sampled at ${TRACING_SAMPLE_RATIO * 100}% (\`parentbased_traceidratio\`)`, byId.get(rowId(set.sampled, LIST))!],
+        ['every request (`always_on`)', byId.get(rowId(set.traced, LIST))!],
+      ];
+      return settings.map(([setting, result]) => [
+        set.store,
+        setting,
+        integer(median(result.rounds.map(rps))),
+        integer(median(result.rounds.map(cpu))),
+        ratio(perRound(result, off, rps)),
+        ratio(perRound(result, off, cpu)),
+        ratio(perRound(result, bare, rps)),
+        ratio(perRound(result, bare, cpu)),
+      ]);
+    }),
+  );
+}
+
+/** Every row of a Redis store: its calls to Redis per response, medians over the rounds. */
+function redisCallsTable(summaries: RowSummary[]): string {
+  const counted = summaries.filter((summary) => summary.redisCallsPerResponse);
+  const calls = (value: number) => value.toFixed(2);
+  return table(
+    ['Operation', 'Server', 'script calls/req (EVALSHA, EVAL)', 'releases/req (ZREM)', 'calls/req'],
+    counted.map(({ operation, server, redisCallsPerResponse: { scripts, releases } = { scripts: 0, releases: 0 } }) => [
+      operation,
+      server,
+      calls(scripts),
+      calls(releases),
+      calls(scripts + releases),
     ]),
   );
 }
@@ -498,7 +602,10 @@ export function renderMarkdown(run: RunResult, summaries: RowSummary[], goals: G
     ),
     '',
     `${goals.length - missed.length} of ${goals.length} goals met. ` +
-      "The first eight are issue #36's targets (cost per request: the hot page against bare Fastify, tracing against tracing off, " +
+      `The first ${PRODUCTION_DEFAULT_GOALS.length} are issue #46's targets (the production default, the Redis store with concurrency limits on: ` +
+      'against the same with them off, the memory store with the same defaults and bare+pg; its calls to Redis per request, ' +
+      'the one goal that is a figure, not a ratio; tracing against tracing off). ' +
+      "The next eight are issue #36's (cost per request: the hot page against bare Fastify, tracing against tracing off, " +
       'walk and mixed with the memory store against bare+pg); the others, against bare+pg, are the earlier goals #36 leaves in place. ' +
       'Margin: how far the measurement lies on the met side of the target (negative: missed by), in ratio points and in percent of the target. ' +
       'Every ratio is taken round by round (the median of the per-round ratios), so both of its sides share the noise of each round: ' +
@@ -569,10 +676,12 @@ export function renderMarkdown(run: RunResult, summaries: RowSummary[], goals: G
     '',
     tracingTable(run.rows),
     '',
-    `\`${LIST}\` on ours with the memory store, measured in the same rounds as bare: tracing off (no OpenTelemetry loaded), ` +
+    `\`${LIST}\` on ours with the memory store and with the Redis store with its defaults (concurrency limits on), measured in the ` +
+      'same rounds as bare: tracing off (no OpenTelemetry loaded), ' +
       `and with \`OTEL_EXPORTER_OTLP_ENDPOINT\` set to the benchmark's own OTLP/HTTP sink (it answers every export 200), ` +
       `sampled at ${TRACING_SAMPLE_RATIO * 100}% (\`OTEL_TRACES_SAMPLER=parentbased_traceidratio\`, \`OTEL_TRACES_SAMPLER_ARG=${TRACING_SAMPLE_RATIO}\`; ` +
-      'no request carries a `traceparent`, so each is a root the ratio decides) and with every request traced (`OTEL_TRACES_SAMPLER=always_on`).',
+      'no request carries a `traceparent`, so each is a root the ratio decides) and with every request traced (`OTEL_TRACES_SAMPLER=always_on`). ' +
+      'A sampled request exports its server span and, beneath it, its queries and Redis commands.',
     '',
     '## Concurrency limits: off and on',
     '',
@@ -582,9 +691,20 @@ export function renderMarkdown(run: RunResult, summaries: RowSummary[], goals: G
     '',
     `\`${LIST}\` on ours with each store, measured in the same rounds: concurrency limits off, as on every other row of ours, ` +
       `and on with the default limits per plan (\`RATE_LIMIT_CONCURRENCY=${DEFAULT_CONCURRENCY}\`: the enterprise key may have 100 requests ` +
-      `in flight; the run holds ${options.connections}, so none is refused). On, each request takes a slot before it is decided: with Redis a ` +
-      'lease in a sorted set (one more round trip, a Lua script) given back once answered (a ZREM, not awaited); with the memory store a ' +
+      `in flight; the run holds ${options.connections}, so none is refused). On, each request takes a slot as it is decided: with Redis a ` +
+      "lease in a sorted set, taken by the same script call that decides the windows, and given back by the key's next decision or, " +
+      "failing one, by a ZREM at the end of the event loop's turn for all the leases given back in it; with the memory store a " +
       'set in the process. Ratios are on over off, the median of the per-round ratios: req/s below 1.00x and CPU above 1.00x are the cost.',
+    '',
+    '## Calls to Redis per request',
+    '',
+    redisCallsTable(summaries),
+    '',
+    'Every row of a Redis store: the calls Redis counted in `INFO commandstats` over each measured round (taken before and after it; ' +
+      'only the measured server is under load), per response, the median over the rounds. Script calls are `EVALSHA` and `EVAL` (the ' +
+      "rate limiter's decisions, and its refunds of a 304's cost), releases the `ZREM`s that gave back leases no decision carried " +
+      "(the script expires the leases a decision carries rather than ZREMing them, so a script's own commands are not counted as releases). " +
+      "Other commands are left out: `ZADD` also counts the script's writes and the leases' renewals.",
     '',
     '## Memory under random invalid keys',
     '',

@@ -12,7 +12,7 @@ import { createSeededPostgres, seedPglite } from './fixtures.js';
 import { drawRequest, load, requestsOf, type Measurement, type RequestShape, type RequestSpec } from './load.js';
 import { parseOptions, type BenchOptions } from './options.js';
 import { ROOT, startServer, type ServerProcess, type ServerSpec } from '../test/support/processes.js';
-import { assertRedisUp, countKeys, deleteKeys } from '../test/support/redis.js';
+import { assertRedisUp, commandCalls, countKeys, deleteKeys } from '../test/support/redis.js';
 import { buildService, watchSteal } from './processes.js';
 import {
   concurrencyCosts,
@@ -27,9 +27,9 @@ import {
 } from './report.js';
 import { countWrites, perResponse } from './syscalls.js';
 import {
-  CONCURRENCY_PAIRS,
   invalidKeyList,
   isExpected,
+  LIMITS_OFF,
   operations,
   oursSpec,
   phases,
@@ -37,6 +37,7 @@ import {
   serverSpecs,
   type Databases,
   type Row,
+  type ServerName,
 } from './scenarios.js';
 
 const RESULTS_DIR = join(ROOT, 'bench/results');
@@ -109,11 +110,15 @@ interface RateLimitStatus {
 /**
  * Every server of ours runs under the limits its rows claim, asked through GET /v1/rate_limit with
  * the run's key: no concurrency limit and every operation costing 1 (issue #38's limits off), but
- * on the ours-*-concurrency servers, whose limit must exceed the run's connections (or their rows
- * would be refused 429). It costs each key one of the 60 lookups a minute the endpoint allows.
+ * on the servers with concurrency limits on (`concurrent`), whose limit must exceed the run's
+ * connections (or their rows would be refused 429). It costs each key one of the 60 lookups a minute the endpoint allows.
  */
-async function assertLimits(databases: Databases, servers: Map<string, ServerProcess>, options: BenchOptions): Promise<void> {
-  const concurrent: ReadonlySet<string> = new Set(CONCURRENCY_PAIRS.map(({ on }) => on));
+async function assertLimits(
+  databases: Databases,
+  servers: Map<string, ServerProcess>,
+  concurrent: ReadonlySet<string>,
+  options: BenchOptions,
+): Promise<void> {
   for (const server of servers.values()) {
     if (!server.name.startsWith('ours-')) continue;
     const fixture = server.name === 'ours-pglite' ? databases.pglite : databases.postgres;
@@ -148,21 +153,53 @@ async function etagsOf(databases: Databases, server: ServerProcess): Promise<{ l
   return { list: await etagOf(ours.list), fullPage: await etagOf(ours.fullPage) };
 }
 
+/**
+ * The calls to Redis a server made over a measurement, from INFO commandstats (counted for every
+ * client of the Redis, but only the measured server is under load): the rate limiter's script calls
+ * (EVALSHA, EVAL) and its releases sent on their own (ZREM; the script expires given-back leases
+ * rather than ZREMing them, so these are the releases alone). Other commands are left out: ZADD,
+ * for one, counts the script's own writes and the leases' renewals.
+ */
+async function countRedisCalls(redisUrl: string): Promise<() => Promise<{ scripts: number; releases: number }>> {
+  const counts = async () => {
+    const { evalsha = 0, eval: evals = 0, zrem = 0 } = await commandCalls(redisUrl);
+    return { scripts: evalsha + evals, releases: zrem };
+  };
+  const before = await counts();
+  return async () => {
+    const after = await counts();
+    return { scripts: after.scripts - before.scripts, releases: after.releases - before.releases };
+  };
+}
+
 /** A warm-up, whose numbers are kept only so that its errors can be reported too, then the measurement. */
-async function measure(server: ServerProcess, shape: RequestShape, options: BenchOptions): Promise<{ warmup: Measurement; round: Round }> {
+async function measure(
+  server: ServerProcess,
+  shape: RequestShape,
+  options: BenchOptions,
+  redisUrl: string | undefined,
+): Promise<{ warmup: Measurement; round: Round }> {
   server.assertRunning();
   const warmup = await load(server.origin, shape, options.connections, { seconds: options.warmupSeconds });
+  const redisCalls = redisUrl === undefined ? undefined : await countRedisCalls(redisUrl);
   const cpuBefore = server.cpuSeconds();
   const systemBefore = server.systemCpuSeconds();
   const stolen = watchSteal();
   const measured = await load(server.origin, shape, options.connections, { seconds: options.durationSeconds });
   const perResponse = (seconds: number) => (seconds * 1e6) / Math.max(1, measured.responses);
-  const round = {
+  const round: Round = {
     ...measured,
     serverCpuUsPerResponse: perResponse(server.cpuSeconds() - cpuBefore),
     serverSystemCpuUsPerResponse: perResponse(server.systemCpuSeconds() - systemBefore),
     stealShare: stolen(),
   };
+  if (redisCalls) {
+    const { scripts, releases } = await redisCalls();
+    round.redisCallsPerResponse = {
+      scripts: scripts / Math.max(1, measured.responses),
+      releases: releases / Math.max(1, measured.responses),
+    };
+  }
   // A server that died during the measurement would otherwise show up as a row of errors.
   server.assertRunning();
   return { warmup, round };
@@ -202,18 +239,31 @@ async function countRowWrites(result: RowResult, server: ServerProcess, options:
  * Each row in turn, round after round (A B A B ...), so slow spells of the machine hit every row
  * alike; then each row's writes counted.
  */
-async function alternate(rows: Row[], servers: Map<string, ServerProcess>, options: BenchOptions): Promise<RowResult[]> {
+async function alternate(
+  rows: Row[],
+  servers: Map<string, ServerProcess>,
+  redisServers: ReadonlySet<ServerName>,
+  options: BenchOptions,
+): Promise<RowResult[]> {
   await preflight(rows, servers);
   const results = rows.map((row): RowResult => ({ row, rounds: [], warmups: [] }));
   for (let number = 1; number <= options.rounds; number++) {
     for (const result of results) {
-      const { warmup, round } = await measure(servers.get(result.row.server)!, result.row.shape, options);
+      const { server } = result.row;
+      const { warmup, round } = await measure(
+        servers.get(server)!,
+        result.row.shape,
+        options,
+        redisServers.has(server) ? options.redisUrl : undefined,
+      );
       result.warmups.push(warmup);
       result.rounds.push(round);
+      const calls = round.redisCallsPerResponse;
       say(
         `round ${number}/${options.rounds} ${result.row.id}: ${Math.round(round.requestsPerSecond)} req/s, p99 ${round.p99Ms} ms, ` +
           `${errorsOf(result.row, round)} errors, ${Math.round(round.serverCpuUsPerResponse)} µs CPU/req, ` +
-          `steal ${Math.round(round.stealShare * 100)}%`,
+          `steal ${Math.round(round.stealShare * 100)}%` +
+          (calls ? `, Redis ${calls.scripts.toFixed(2)} script calls and ${calls.releases.toFixed(2)} releases/req` : ''),
       );
     }
   }
@@ -352,12 +402,25 @@ async function main(): Promise<number> {
 
   let servers = new Map<string, ServerProcess>();
   try {
-    servers = await startAll(Object.values(serverSpecs(databases)));
+    const specs = Object.values(serverSpecs(databases));
+    servers = await startAll(specs);
     say(`servers up: ${[...servers.values()].map((server) => `${server.name} ${server.origin}`).join(', ')}`);
     await assertSamePages(databases, servers);
-    await assertLimits(databases, servers, options);
+    const serversWhere = (test: (env: Record<string, string>) => boolean) =>
+      new Set(specs.filter((spec) => spec.name!.startsWith('ours-') && test(spec.env!)).map((spec) => spec.name as ServerName));
+    await assertLimits(
+      databases,
+      servers,
+      serversWhere((env) => env.RATE_LIMIT_CONCURRENCY !== LIMITS_OFF.RATE_LIMIT_CONCURRENCY),
+      options,
+    );
+    // The servers whose rows count their calls to Redis.
+    const redisServers = serversWhere((env) => env.REDIS_URL !== '');
     const { reads, writes } = phases(databases, await etagsOf(databases, servers.get('ours-memory')!));
-    const rows = [...(await alternate(reads, servers, options)), ...(await alternate(writes, servers, options))];
+    const rows = [
+      ...(await alternate(reads, servers, redisServers, options)),
+      ...(await alternate(writes, servers, redisServers, options)),
+    ];
     const redisKeys = await countKeys(options.redisUrl, databases.redisKeyPrefix);
 
     const exitCodes = new Map<string, number | null>();

@@ -12,11 +12,13 @@ export const SERVER_LABELS = {
   'ours-memory': 'ours (memory store)',
   'ours-redis': 'ours (Redis store)',
   'ours-memory-concurrency': 'ours (memory store, concurrency limits on)',
-  'ours-redis-concurrency': 'ours (Redis store, concurrency limits on)',
+  'ours-redis-concurrency': 'ours (Redis store, defaults: concurrency limits on)',
   'ours-pglite': 'ours (PGlite)',
   'ours-unnamed': 'ours (memory store, unnamed statements)',
   'ours-sampled': 'ours (memory store, traced, sampled at 5%)',
   'ours-traced': 'ours (memory store, traced, every request)',
+  'ours-redis-sampled': 'ours (Redis store, defaults, traced, sampled at 5%)',
+  'ours-redis-traced': 'ours (Redis store, defaults, traced, every request)',
 } as const;
 export type ServerName = keyof typeof SERVER_LABELS;
 
@@ -96,7 +98,33 @@ export const CONCURRENCY_PAIRS = [
   { store: 'Redis store', off: 'ours-redis', on: 'ours-redis-concurrency' },
 ] as const satisfies ReadonlyArray<{ store: string; off: ServerName; on: ServerName }>;
 
+/**
+ * Tracing off, sampled and every request traced, on the hot page in the same rounds: with the memory
+ * store (issue #36) and with the production default, the Redis store with concurrency limits on (issue #46).
+ */
+export const TRACING_SETS = [
+  { store: 'memory store', off: 'ours-memory', sampled: 'ours-sampled', traced: 'ours-traced' },
+  { store: 'Redis store, defaults', off: 'ours-redis-concurrency', sampled: 'ours-redis-sampled', traced: 'ours-redis-traced' },
+] as const satisfies ReadonlyArray<{ store: string; off: ServerName; sampled: ServerName; traced: ServerName }>;
+
+/** Tracing sampled at TRACING_SAMPLE_RATIO, and every request traced, exporting to the bench's OTLP/HTTP sink. */
+const tracing = (db: Databases) => ({
+  sampled: {
+    OTEL_EXPORTER_OTLP_ENDPOINT: db.otlpEndpoint,
+    OTEL_TRACES_SAMPLER: 'parentbased_traceidratio',
+    OTEL_TRACES_SAMPLER_ARG: String(TRACING_SAMPLE_RATIO),
+  },
+  traced: { OTEL_EXPORTER_OTLP_ENDPOINT: db.otlpEndpoint, OTEL_TRACES_SAMPLER: 'always_on' },
+});
+
 export function serverSpecs(db: Databases): Record<ServerName, ServerSpec> {
+  const traced = tracing(db);
+  const redisDefaults = {
+    DATABASE_URL: db.postgresUrl,
+    REDIS_URL: db.redisUrl,
+    REDIS_KEY_PREFIX: db.redisKeyPrefix,
+    RATE_LIMIT_CONCURRENCY: DEFAULT_CONCURRENCY,
+  };
   return {
     bare: baseline('bare', 'bench/servers/bare.ts'),
     'bare-pg': baseline('bare-pg', 'bench/servers/bare-pg.ts', { DATABASE_URL: db.postgresUrl }),
@@ -108,28 +136,17 @@ export function serverSpecs(db: Databases): Record<ServerName, ServerSpec> {
       DATABASE_URL: db.postgresUrl,
       RATE_LIMIT_CONCURRENCY: DEFAULT_CONCURRENCY,
     }),
-    'ours-redis-concurrency': oursSpec('ours-redis-concurrency', {
-      DATABASE_URL: db.postgresUrl,
-      REDIS_URL: db.redisUrl,
-      REDIS_KEY_PREFIX: db.redisKeyPrefix,
-      RATE_LIMIT_CONCURRENCY: DEFAULT_CONCURRENCY,
-    }),
+    'ours-redis-concurrency': oursSpec('ours-redis-concurrency', redisDefaults),
     'ours-pglite': oursSpec('ours-pglite', { DATA_DIR: db.pgliteDir }),
     // As behind a transaction pooler: what named statements save is this row against ours-memory's.
     'ours-unnamed': oursSpec('ours-unnamed', { DATABASE_URL: db.postgresUrl, DATABASE_PREPARED_STATEMENTS: 'false' }),
     // What tracing costs when on, against ours-memory's rows (tracing off): sampled as the operating
     // docs advise, and every request traced; the sampled spans exported over OTLP/HTTP to the bench's sink.
-    'ours-sampled': oursSpec('ours-sampled', {
-      DATABASE_URL: db.postgresUrl,
-      OTEL_EXPORTER_OTLP_ENDPOINT: db.otlpEndpoint,
-      OTEL_TRACES_SAMPLER: 'parentbased_traceidratio',
-      OTEL_TRACES_SAMPLER_ARG: String(TRACING_SAMPLE_RATIO),
-    }),
-    'ours-traced': oursSpec('ours-traced', {
-      DATABASE_URL: db.postgresUrl,
-      OTEL_EXPORTER_OTLP_ENDPOINT: db.otlpEndpoint,
-      OTEL_TRACES_SAMPLER: 'always_on',
-    }),
+    'ours-sampled': oursSpec('ours-sampled', { DATABASE_URL: db.postgresUrl, ...traced.sampled }),
+    'ours-traced': oursSpec('ours-traced', { DATABASE_URL: db.postgresUrl, ...traced.traced }),
+    // The same against ours-redis-concurrency's hot page: what tracing costs the production default.
+    'ours-redis-sampled': oursSpec('ours-redis-sampled', { ...redisDefaults, ...traced.sampled }),
+    'ours-redis-traced': oursSpec('ours-redis-traced', { ...redisDefaults, ...traced.traced }),
   };
 }
 
@@ -342,6 +359,10 @@ export function phases(db: Databases, etags: { list: string; fullPage: string })
   const reads: Row[] = [
     row('bare', BARE_LIST, { method: 'GET', path: '/pets' }),
     ...workload('hot', DB_LIST, baseline.list, ours.list),
+    // Every variant of the hot page right after it: the goals' ratios between them then span a minute
+    // of the machine's changing load, not several.
+    ...CONCURRENCY_PAIRS.map(({ on }) => row(on, LIST, ours.list)),
+    ...TRACING_SETS.flatMap(({ sampled, traced }) => [row(sampled, LIST, ours.list), row(traced, LIST, ours.list)]),
     ...workload('walk', DB_WALK, baseline.walk, ours.walk),
     ...stores.map((store) => row(store, 'GET /v1/pets?...&cursor= (a page 90% through)', ours.deepPage)),
     ...stores.map((store) => row(store, 'GET /v1/pets/{id} (deprecated)', ours.byId)),
@@ -350,11 +371,8 @@ export function phases(db: Databases, etags: { list: string; fullPage: string })
       row(store, FULL_PAGE, ours.fullPage),
       { ...row(store, revalidationOf(FULL_PAGE), revalidating(ours.fullPage, etags.fullPage)), revalidates: true },
     ]),
-    ...CONCURRENCY_PAIRS.map(({ on }) => row(on, LIST, ours.list)),
     row('ours-pglite', LIST, operations(db.pglite).list),
     row('ours-unnamed', WALK, ours.walk, WORKLOAD_ROWS.walk.baseline),
-    row('ours-sampled', LIST, ours.list),
-    row('ours-traced', LIST, ours.list),
     row('ours-traced', WALK, ours.walk, WORKLOAD_ROWS.walk.baseline),
   ];
   const writes: Row[] = [

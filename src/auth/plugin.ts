@@ -4,6 +4,7 @@ import type { FastifyContextConfig, FastifyRequest } from 'fastify';
 import { hashKey, isPlausibleKey } from '../api-keys/format.js';
 import { errors, type ApiError } from '../platform/errors.js';
 import { bearerToken } from '../platform/http/bearer.js';
+import { annotateRequestSpan } from '../platform/observability/tracing.js';
 import type { ApiKeyIdentity } from '../api-keys/repository.js';
 import { createLookupBudget } from './lookup-budget.js';
 
@@ -128,7 +129,10 @@ export default fp<AuthOptions>(
     app.decorateRequest('apiKey', undefined);
     app.decorateRequest(AUTHENTICATED, undefined);
     const recordIdentity = <A extends Authentication>(request: FastifyRequest, authentication: A): A => {
-      if (authentication.kind === 'key') request.apiKey = authentication.key;
+      if (authentication.kind === 'key') {
+        request.apiKey = authentication.key;
+        annotateRequestSpan(request, { keyId: authentication.key.id });
+      }
       (request as Authenticated)[AUTHENTICATED] = true;
       return authentication;
     };

@@ -3,7 +3,7 @@ import type { Limits } from '../api-keys/plans.js';
 import type { MemoryStore } from './memory-store.js';
 import { pingAll } from './redis-connection.js';
 import type { RedisStore } from './redis-store.js';
-import type { Bans, Decision, Inspection, RateLimitStore, StoreKind } from './store.js';
+import type { Admission, Bans, Claim, Decision, Inspection, RateLimitStore, StoreKind } from './store.js';
 
 /** While on memory, how often Redis is asked whether it answers again: the bound on how long counting stays local after it does. */
 const REDIS_PROBE_MS = 1_000;
@@ -35,8 +35,8 @@ export class FallbackStore implements RateLimitStore {
     return this.#decide((store) => store.consume(subject, limits, now, cost, bans));
   }
 
-  acquire(subject: string, limit: number, lease: string, now: number): Promise<boolean> {
-    return this.#decide((store) => store.acquire(subject, limit, lease, now));
+  admit(subject: string, limits: Limits, now: number, claim: Claim): Promise<Admission> {
+    return this.#decide((store) => store.admit(subject, limits, now, claim));
   }
 
   inFlight(subject: string, now: number): Promise<number> {

@@ -5,11 +5,14 @@ import {
   decideWithout,
   hasRoom,
   MINUTE_MS,
+  served,
   usage,
   windowsOf,
   windowStart,
   type BanPolicy,
+  type Admission,
   type Bans,
+  type Claim,
   type Decision,
   type Inspection,
   type RateLimitStore,
@@ -88,6 +91,10 @@ export class MemoryStore implements RateLimitStore {
   }
 
   async check(subject: string, limits: Limits, now: number, cost: number): Promise<Decision> {
+    return this.#check(subject, limits, now, cost);
+  }
+
+  #check(subject: string, limits: Limits, now: number, cost: number): Decision {
     const counters = this.#subjects.peek(subject);
     if (!counters) return decideWithout(limits, now, 0, 0, 0, cost);
     const minuteUsed = counters.minute === windowStart(now, MINUTE_MS) ? counters.minuteUsed : 0;
@@ -113,12 +120,15 @@ export class MemoryStore implements RateLimitStore {
     return 'memory';
   }
 
-  async acquire(subject: string, limit: number, lease: string): Promise<boolean> {
+  async admit(subject: string, limits: Limits, now: number, { cost, bans, count, slot }: Claim): Promise<Admission> {
     let leases = this.#inFlight.get(subject);
-    if (!leases) this.#inFlight.set(subject, (leases = new Set()));
-    if (leases.size >= limit) return false;
-    leases.add(lease);
-    return true;
+    if (leases && leases.size >= slot.limit) return { outcome: 'busy', standing: this.#check(subject, limits, now, cost) };
+    const decision = count ? this.#decide(subject, limits, now, cost, bans) : this.#check(subject, limits, now, cost);
+    if (served(decision, count, bans)) {
+      if (!leases) this.#inFlight.set(subject, (leases = new Set()));
+      leases.add(slot.lease);
+    }
+    return decision;
   }
 
   async release(subject: string, lease: string) {

@@ -4,6 +4,7 @@ import { Counter, Gauge } from 'prom-client';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { errors, secondsUntil } from '../platform/errors.js';
 import { ConfigError } from '../platform/domain-errors.js';
+import { annotateRequestSpan } from '../platform/observability/tracing.js';
 import { limitBelowCost, PLAN_LIMITS, PLANS, type Limits } from '../api-keys/plans.js';
 import type { ApiKeyIdentity } from '../api-keys/repository.js';
 import { clientOf } from './address.js';
@@ -11,7 +12,16 @@ import { FallbackStore } from './fallback-store.js';
 import { MemoryStore } from './memory-store.js';
 import { createRedisClient, REDIS_START_WAIT_MS, type RedisCredentials, type RedisTarget } from './redis-connection.js';
 import { RedisStore } from './redis-store.js';
-import type { BanPolicy, Decision, Inspection, RateLimitStore, StoreKind, WindowUsage } from './store.js';
+import {
+  served,
+  type Admission,
+  type BanPolicy,
+  type Decision,
+  type Inspection,
+  type RateLimitStore,
+  type StoreKind,
+  type WindowUsage,
+} from './store.js';
 
 export interface RateLimitOptions {
   ban: BanPolicy;
@@ -84,6 +94,9 @@ const CHARGE = Symbol('rateLimitCharge');
 /** Where a request that holds a slot of its key's concurrency limit keeps the way to give it back: as CHARGE, this module's alone. */
 const SLOT = Symbol('rateLimitSlot');
 type Charged = FastifyRequest & { [CHARGE]?: Charge | typeof SETTLED; [SLOT]?: () => Promise<void> };
+
+/** What the limiter decided of a request: rate_limit_decisions_total's outcomes. */
+type RateLimitOutcome = Decision['outcome'] | 'concurrency_limited' | 'cost_exceeds_limit';
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -217,6 +230,11 @@ export default fp<RateLimitOptions>(
 
     app.decorateRequest(CHARGE, undefined);
     app.decorateRequest(SLOT, undefined);
+    /** Counts the decision, and names it on the request's span. */
+    const decided = (request: FastifyRequest, outcome: RateLimitOutcome) => {
+      decisions.inc({ outcome });
+      annotateRequestSpan(request, { rateLimitOutcome: outcome });
+    };
     /** Leases name their instance, so that no two instances' leases on one Redis are the same. */
     const leasePrefix = randomBytes(6).toString('hex');
     let leases = 0;
@@ -224,17 +242,8 @@ export default fp<RateLimitOptions>(
     /** The key's limit of requests in flight: its own, else its plan's; undefined for none. */
     const concurrencyOf = (key: ApiKeyIdentity): number | undefined => key.concurrency ?? options.concurrency[key.plan];
 
-    /**
-     * Holds one of the key's `limit` slots for the request in flight (429 when none is free) until
-     * its answer is about to leave (settle) or its connection closes, whichever comes first.
-     */
-    async function holdSlot(request: FastifyRequest, reply: FastifyReply, key: ApiKeyIdentity, limit: number, now: number) {
-      const subject = keySubject(key.quotaId);
-      const lease = `${leasePrefix}:${++leases}`;
-      if (!(await store.acquire(subject, limit, lease, now))) {
-        decisions.inc({ outcome: 'concurrency_limited' });
-        throw errors.concurrencyLimited(limit);
-      }
+    /** Gives the slot the request holds back once its answer is about to leave (settle) or its connection closes, whichever comes first. */
+    function keepSlot(request: FastifyRequest, reply: FastifyReply, subject: string, lease: string) {
       let released: Promise<void> | undefined;
       const release = () =>
         (released ??= store
@@ -310,21 +319,32 @@ export default fp<RateLimitOptions>(
         const shadow = key !== undefined && (!key.enforceLimits || shadowPlans.has(key.plan));
         // Dearer than a window of the key (limits stored before RATE_LIMIT_COSTS rose): no wait would let it through.
         if (key && !shadow && !free && operationCost > Math.min(key.perMinute, key.perDay)) {
-          decisions.inc({ outcome: 'cost_exceeds_limit' });
+          decided(request, 'cost_exceeds_limit');
           const [limit, window] = operationCost > key.perMinute ? [key.perMinute, 'minute' as const] : [key.perDay, 'day' as const];
           throw errors.costExceedsLimit(operationCost, limit, window);
         }
-        // Synchronous when the key has no concurrency limit: no await on the hot path for nothing.
-        const concurrency = key && operationCost > 0 ? concurrencyOf(key) : undefined;
-        if (concurrency !== undefined) await holdSlot(request, reply, key!, concurrency, now);
         const client = key ? undefined : clientOfAddress(request.ip);
         const subject = client === undefined ? keySubject(key!.quotaId) : addressSubject(client);
         const limits = key ?? ANONYMOUS;
         const cost = key ? operationCost : 1;
-        const checked = free || cost === 0 ? await store.check(subject, limits, now, cost) : undefined;
-        const decision = checked?.outcome === 'allowed' ? checked : await store.consume(subject, limits, now, cost, !shadow);
+        const limit = key && operationCost > 0 ? concurrencyOf(key) : undefined;
+        // With a concurrency limit, the slot and the windows are decided together: one round trip to Redis.
+        const slot = limit === undefined ? undefined : { limit, lease: `${leasePrefix}:${++leases}` };
+        const decide = (count: boolean): Promise<Admission> => {
+          if (slot) return store.admit(subject, limits, now, { cost, bans: !shadow, count, slot });
+          return count ? store.consume(subject, limits, now, cost, !shadow) : store.check(subject, limits, now, cost);
+        };
+        const checked = free || cost === 0 ? await decide(false) : undefined;
+        const decision = checked?.outcome === 'allowed' || checked?.outcome === 'busy' ? checked : await decide(true);
+        if (decision.outcome === 'busy') {
+          (request as Charged)[CHARGE] = SETTLED;
+          setHeaders(reply, decision.standing, now);
+          decided(request, 'concurrency_limited');
+          throw errors.concurrencyLimited(limit!);
+        }
+        if (slot && served(decision, decision !== checked, !shadow)) keepSlot(request, reply, subject, slot.lease);
         const binding = setHeaders(reply, decision, now, cost);
-        decisions.inc({ outcome: decision.outcome });
+        decided(request, decision.outcome);
         switch (decision.outcome) {
           case 'allowed':
             (request as Charged)[CHARGE] = { subject, limits, decision, cost, now, counted: decision !== checked, bans: !shadow };

@@ -8,61 +8,73 @@ import {
   windowsOf,
   windowStart,
   type BanPolicy,
+  type Admission,
   type Bans,
+  type Claim,
   type Decision,
   type Inspection,
   type RateLimitStore,
+  type Slot,
   type StoreKind,
 } from './store.js';
 
 /**
- * The whole decision in one atomic round trip: the ban, both windows, the refusal count.
- * KEYS: minute count, day count, minute refusals, ban. ARGV: per-minute limit, per-day limit,
- * now (ms), ban threshold, ban duration (ms), minute TTL (ms), day TTL (ms), cost (units), bans
- * (1, or 0: no ban holds or starts, and KEYS[3] is the refusals counted apart).
- * Returns [outcome, minute used, day used, banned until or refusals]: outcome 1 allowed, 0 limited
- * (with the refusals this minute), 2 banned, 3 banned by this request. The ban holds its end
- * time, so an injected clock works.
+ * The whole decision in one atomic round trip: the leases given back, the slot, the ban, both
+ * windows, the refusal count. KEYS: minute count, day count, minute refusals, ban, leases (a sorted
+ * set of the subject's slots in flight, by expiry). ARGV: per-minute limit, per-day limit, now (ms),
+ * ban threshold, ban duration (ms), minute TTL (ms), day TTL (ms), cost (units), bans (1, or 0: no
+ * ban holds or starts, and KEYS[3] is the refusals counted apart), count (1, or 0: decides as a
+ * check, counting nothing), slots (the limit; 0 takes none), lease, lease length (ms), then the
+ * leases this instance gives back, expired first.
+ * Returns [outcome, minute used, day used, banned until or refusals, slot taken (1 or 0)]: outcome
+ * 1 allowed, 0 limited (with the refusals this minute), 2 banned, 3 banned by this request, 4 every
+ * slot taken (with the ban's end, if any: a check's standing). The ban holds its end time, so an
+ * injected clock works. A slot is taken, the expired leases dropped first, only by a request
+ * served: allowed, or limited in shadow mode. A lease given back is expired and dropped with them,
+ * not ZREMed: INFO commandstats counts a script's commands too, and its ZREMs then count the
+ * releases sent on their own alone (see docs/decisions/redis-one-round-trip.md).
  */
 const DECIDE = `
 local now = tonumber(ARGV[3])
 local bans = ARGV[9] == '1'
-local banned_until = bans and tonumber(redis.call('GET', KEYS[4]) or '0') or 0
+local count = ARGV[10] == '1'
+local slots = tonumber(ARGV[11])
+for i = 14, #ARGV do redis.call('ZADD', KEYS[5], 'XX', 0, ARGV[i]) end
+if slots > 0 or #ARGV > 13 then redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now) end
+local ban_end = tonumber(redis.call('GET', KEYS[4]) or '0')
 local minute_used = tonumber(redis.call('GET', KEYS[1]) or '0')
 local day_used = tonumber(redis.call('GET', KEYS[2]) or '0')
-if banned_until > now then
-  return {2, minute_used, day_used, banned_until}
+if slots > 0 and redis.call('ZCARD', KEYS[5]) >= slots then return {4, minute_used, day_used, ban_end, 0} end
+local function take_slot()
+  if slots == 0 then return 0 end
+  redis.call('ZADD', KEYS[5], now + tonumber(ARGV[13]), ARGV[12])
+  redis.call('PEXPIRE', KEYS[5], ARGV[13])
+  return 1
+end
+if (bans or not count) and ban_end > now then
+  return {2, minute_used, day_used, ban_end, 0}
 end
 local cost = tonumber(ARGV[8])
 if minute_used + cost <= tonumber(ARGV[1]) and day_used + cost <= tonumber(ARGV[2]) then
-  minute_used = redis.call('INCRBY', KEYS[1], cost)
-  if minute_used == cost then redis.call('PEXPIRE', KEYS[1], ARGV[6]) end
-  day_used = redis.call('INCRBY', KEYS[2], cost)
-  if day_used == cost then redis.call('PEXPIRE', KEYS[2], ARGV[7]) end
-  return {1, minute_used, day_used, 0}
+  if count then
+    minute_used = redis.call('INCRBY', KEYS[1], cost)
+    if minute_used == cost then redis.call('PEXPIRE', KEYS[1], ARGV[6]) end
+    day_used = redis.call('INCRBY', KEYS[2], cost)
+    if day_used == cost then redis.call('PEXPIRE', KEYS[2], ARGV[7]) end
+  end
+  return {1, minute_used, day_used, 0, take_slot()}
 end
+if not count then return {0, minute_used, day_used, 0, 0} end
 local refused = redis.call('INCR', KEYS[3])
 if refused == 1 then redis.call('PEXPIRE', KEYS[3], ARGV[6]) end
-if bans and refused > tonumber(ARGV[4]) then
-  banned_until = now + tonumber(ARGV[5])
+if not bans then return {0, minute_used, day_used, refused, take_slot()} end
+if refused > tonumber(ARGV[4]) then
+  local banned_until = now + tonumber(ARGV[5])
   redis.call('SET', KEYS[4], banned_until, 'PX', tonumber(ARGV[5]) + ${DAY_MS})
   redis.call('DEL', KEYS[3])
-  return {3, minute_used, day_used, banned_until}
+  return {3, minute_used, day_used, banned_until, 0}
 end
-return {0, minute_used, day_used, refused}
-`;
-
-/**
- * Takes a slot for a request in flight (KEYS[1]: a sorted set of leases by expiry) unless all are
- * taken, dropping the leases expired first. ARGV: now (ms), lease length (ms), limit, lease.
- * Returns 1 when taken, 0 when not.
- */
-const ACQUIRE = `
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
-if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[3]) then return 0 end
-redis.call('ZADD', KEYS[1], tonumber(ARGV[1]) + tonumber(ARGV[2]), ARGV[4])
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return 1
+return {0, minute_used, day_used, refused, 0}
 `;
 
 /** How long a lease holds a slot unless renewed: what a request of an instance that stops can hold on to. */
@@ -80,19 +92,41 @@ end
 
 declare module 'ioredis' {
   interface RedisCommander {
-    decideRateLimit(...args: Array<string | number>): Promise<[number, number, number, number]>;
+    decideRateLimit(...args: Array<string | number>): Promise<DecideResult>;
     refundRateLimit(minuteKey: string, dayKey: string, cost: number): Promise<null>;
-    acquireSlot(key: string, now: number, leaseMs: number, limit: number, lease: string): Promise<0 | 1>;
   }
+}
+
+/** DECIDE's answer: outcome, minute used, day used, banned until or refusals, slot taken. */
+type DecideResult = [number, number, number, number, number];
+
+/**
+ * Leases given back and not yet sent, for one subject's slots: the next decision of that subject
+ * carries them, else the flush at the end of the event loop's turn sends them in one ZREM.
+ * `sent` settles with whichever command took them, so an answer waits for its slot to be free.
+ */
+interface Releases {
+  leases: string[];
+  sent: Promise<void>;
+  sendWith(command: Promise<unknown>): void;
+}
+
+function newReleases(): Releases {
+  let sendWith!: Releases['sendWith'];
+  const sent = new Promise<void>((resolve, reject) => {
+    sendWith = (command) => void command.then(() => resolve(), reject);
+  });
+  return { leases: [], sent, sendWith };
 }
 
 /** A literal for a SCAN MATCH pattern, its glob characters escaped. */
 const globEscape = (text: string) => text.replace(/[*?[\]\\]/g, '\\$&');
 
-/** DECIDE's first result: 0 when limited, else one of these (BAN_STARTED: banned by this very request). */
+/** DECIDE's first result: 0 when limited, else one of these (BAN_STARTED: banned by this very request; BUSY: every slot taken). */
 const ALLOWED = 1;
 const BANNED = 2;
 const BAN_STARTED = 3;
+const BUSY = 4;
 
 /** Counters shared by every instance through Redis: one count per subject, however many instances. */
 export class RedisStore implements RateLimitStore {
@@ -103,13 +137,15 @@ export class RedisStore implements RateLimitStore {
   /** The leases this instance holds, by the key of their subject's slots: renewed while held. */
   readonly #leases = new Map<string, Set<string>>();
   readonly #renewal: NodeJS.Timeout;
+  /** Leases given back and not sent yet, by the key of their subject's slots. */
+  readonly #releases = new Map<string, Releases>();
+  #flushing = false;
 
   constructor(redis: Redis | Cluster, ban: BanPolicy, prefix: string, now: () => number = Date.now) {
     this.redis = redis;
     this.redis.on('error', () => {});
-    this.redis.defineCommand('decideRateLimit', { numberOfKeys: 4, lua: DECIDE });
+    this.redis.defineCommand('decideRateLimit', { numberOfKeys: 5, lua: DECIDE });
     this.redis.defineCommand('refundRateLimit', { numberOfKeys: 2, lua: REFUND });
-    this.redis.defineCommand('acquireSlot', { numberOfKeys: 1, lua: ACQUIRE });
     this.#ban = ban;
     this.#prefix = prefix;
     this.#now = now;
@@ -143,14 +179,19 @@ export class RedisStore implements RateLimitStore {
     return `${this.#prefix}rl:{${subject}}`;
   }
 
-  async consume(subject: string, limits: Limits, now: number, cost: number, bans: boolean): Promise<Decision> {
+  /** Runs DECIDE for the subject, carrying the releases of its slots queued until now. */
+  #decide(subject: string, limits: Limits, now: number, cost: number, bans: boolean, count: boolean, slot?: Slot) {
     const base = this.#base(subject);
+    const slots = `${base}:c`;
     const minute = windowStart(now, MINUTE_MS);
-    const [code, minuteUsed, dayUsed, last] = await this.redis.decideRateLimit(
+    const releases = this.#releases.get(slots);
+    this.#releases.delete(slots);
+    const deciding = this.redis.decideRateLimit(
       `${base}:m:${minute}`,
       `${base}:d:${windowStart(now, DAY_MS)}`,
       `${base}:${bans ? 'r' : 's'}:${minute}`,
       `${base}:ban`,
+      slots,
       limits.perMinute,
       limits.perDay,
       now,
@@ -160,28 +201,64 @@ export class RedisStore implements RateLimitStore {
       2 * DAY_MS,
       cost,
       bans ? 1 : 0,
+      count ? 1 : 0,
+      slot?.limit ?? 0,
+      slot?.lease ?? '',
+      LEASE_MS,
+      ...(releases?.leases ?? []),
     );
+    releases?.sendWith(deciding);
+    return deciding;
+  }
+
+  #decision(limits: Limits, now: number, [code, minuteUsed, dayUsed, last]: DecideResult): Decision {
     const windows = usage(limits, now, minuteUsed, dayUsed);
     if (code === BANNED || code === BAN_STARTED)
       return { outcome: 'banned', ...windows, bannedUntil: last, banStarted: code === BAN_STARTED };
     return code === ALLOWED ? { outcome: 'allowed', ...windows } : { outcome: 'limited', refusals: last, ...windows };
   }
 
-  async acquire(subject: string, limit: number, lease: string, now: number): Promise<boolean> {
-    const key = `${this.#base(subject)}:c`;
-    if ((await this.redis.acquireSlot(key, now, LEASE_MS, limit, lease)) === 0) return false;
-    let leases = this.#leases.get(key);
-    if (!leases) this.#leases.set(key, (leases = new Set()));
-    leases.add(lease);
-    return true;
+  async consume(subject: string, limits: Limits, now: number, cost: number, bans: boolean): Promise<Decision> {
+    return this.#decision(limits, now, await this.#decide(subject, limits, now, cost, bans, true));
   }
 
+  async admit(subject: string, limits: Limits, now: number, { cost, bans, count, slot }: Claim): Promise<Admission> {
+    const decided = await this.#decide(subject, limits, now, cost, bans, count, slot);
+    const [code, minuteUsed, dayUsed, banEnd, taken] = decided;
+    if (code === BUSY) return { outcome: 'busy', standing: decideWithout(limits, now, minuteUsed, dayUsed, banEnd, cost) };
+    if (taken === 1) {
+      const key = `${this.#base(subject)}:c`;
+      let leases = this.#leases.get(key);
+      if (!leases) this.#leases.set(key, (leases = new Set()));
+      leases.add(slot.lease);
+    }
+    return this.#decision(limits, now, decided);
+  }
+
+  /**
+   * Queues the release for the subject's next decision or, failing one, the end of this turn of the
+   * event loop: concurrent requests give their slots back in one command, not one each.
+   */
   async release(subject: string, lease: string) {
     const key = `${this.#base(subject)}:c`;
     const leases = this.#leases.get(key);
     if (!leases?.delete(lease)) return;
     if (leases.size === 0) this.#leases.delete(key);
-    await this.redis.zrem(key, lease);
+    let releases = this.#releases.get(key);
+    if (!releases) this.#releases.set(key, (releases = newReleases()));
+    releases.leases.push(lease);
+    if (!this.#flushing) {
+      this.#flushing = true;
+      setImmediate(() => this.#flushReleases());
+    }
+    await releases.sent;
+  }
+
+  /** Sends the releases no decision carried: one ZREM per subject, sent together. */
+  #flushReleases() {
+    this.#flushing = false;
+    for (const [key, releases] of this.#releases) releases.sendWith(this.redis.zrem(key, ...releases.leases));
+    this.#releases.clear();
   }
 
   async inFlight(subject: string, now: number): Promise<number> {

@@ -25,6 +25,27 @@ export type Decision =
   /** `bannedUntil`: when the ban ends, in ms since the epoch; `banStarted`: this request started it. */
   | ({ outcome: 'banned'; bannedUntil: number; banStarted: boolean } & Windows);
 
+/** A request's claim on one of its subject's `limit` slots for requests in flight, held by `lease` (unique to the request). */
+export interface Slot {
+  limit: number;
+  lease: string;
+}
+
+/** A request as admit takes it: its cost and bans (as consume's), whether it counts (false: as check would), and its slot. */
+export interface Claim {
+  cost: number;
+  bans: boolean;
+  count: boolean;
+  slot: Slot;
+}
+
+/** What admit decided: a decision, or `busy` when every slot was taken, with the standing `check` would tell (nothing counted). */
+export type Admission = Decision | { outcome: 'busy'; standing: Decision };
+
+/** Whether a request so decided is served, and so holds the slot it asked for: allowed, or refused by its windows in shadow mode. */
+export const served = (decision: Decision, count: boolean, bans: boolean) =>
+  decision.outcome === 'allowed' || (count && !bans && decision.outcome === 'limited');
+
 export interface BanPolicy {
   /** More refused requests than this within one minute window start a ban. */
   threshold: number;
@@ -58,10 +79,13 @@ export interface RateLimitStore {
   /** The subjects starting with `prefix` that are banned now, and which store answered. */
   bans(prefix: string, now: number): Promise<Bans>;
   /**
-   * Takes one of the subject's `limit` slots for requests in flight, held by `lease` (unique to the
-   * request) until released, or, should its instance stop, for a few seconds at most; false when all are taken.
+   * Decides a request as consume would (as check would, `count` false) and takes one of the
+   * subject's `slot.limit` slots for requests in flight in the same step, held by `slot.lease`
+   * until released, or, should its instance stop, for a few seconds at most. The slots come first:
+   * with every one taken the request is `busy` and counts nothing; a request taken in holds its
+   * slot only if it is served (see served), so one the windows refuse holds none.
    */
-  acquire(subject: string, limit: number, lease: string, now: number): Promise<boolean>;
+  admit(subject: string, limits: Limits, now: number, claim: Claim): Promise<Admission>;
   /** Gives back the slot a lease holds, if it holds one. */
   release(subject: string, lease: string): Promise<void>;
   /** The subject's requests in flight now, on every instance that shares the store. */

@@ -3,6 +3,7 @@ import { Redis } from 'ioredis';
 import type { FastifyInstance } from 'fastify';
 import { loadConfig } from '../../src/platform/config.js';
 import { RedisStore } from '../../src/rate-limit/redis-store.js';
+import type { Slot } from '../../src/rate-limit/store.js';
 import { buildTestApp, type TestApp } from '../support/app.js';
 import { POSTGRES_URL } from '../support/databases.js';
 import { eventually } from '../support/eventually.js';
@@ -12,7 +13,7 @@ import { hangUpOnceReceived, holdKeyLookups, rawGet } from '../support/hang-up.j
 import { bearer, metricTotal, waitForKeyOnApp } from '../support/keys.js';
 import { openSocket, type RawClient } from '../support/raw-socket.js';
 import { startCommandHoldingProxy, startHoldingProxy } from '../support/holding-proxy.js';
-import { deleteKeys, RATE_LIMIT_STORES, REDIS_URL, redisStoreEnv } from '../support/redis.js';
+import { commandCalls, deleteKeys, RATE_LIMIT_STORES, REDIS_URL, redisStoreEnv, startRedis } from '../support/redis.js';
 import { testClock, T0 } from '../support/time.js';
 
 /**
@@ -27,6 +28,10 @@ async function slowCreate(port: number, headers: { authorization: string }): Pro
   );
   return client;
 }
+
+/** A request of cost 1 that counts, asking for the slot given. */
+const claim = (slot: Slot) => ({ cost: 1, bans: true, count: true, slot });
+const LIMITS = { perMinute: 60, perDay: 1_000 };
 
 const get = (app: FastifyInstance, headers: { authorization: string }) => app.inject({ url: '/v1/pets?limit=1', headers });
 
@@ -213,7 +218,10 @@ describe.skipIf(!REDIS_URL || !POSTGRES_URL)('concurrency limits across two inst
       clock.now,
     );
     await dead.connect(5_000);
-    for (const lease of ['dead:1', 'dead:2']) expect(await dead.acquire(`key:${record.quotaId}`, 2, lease, clock.now())).toBe(true);
+    for (const lease of ['dead:1', 'dead:2'])
+      expect(await dead.admit(`key:${record.quotaId}`, LIMITS, clock.now(), claim({ limit: 2, lease }))).toMatchObject({
+        outcome: 'allowed',
+      });
     await dead.close();
 
     expect((await get(b.app, headers)).json().code).toBe('concurrency_limited');
@@ -234,7 +242,7 @@ describe.skipIf(!REDIS_URL)("a request's lease in Redis", () => {
     const renewedTo = async () => Number((await redis.zrange(leases, 0, 0, 'WITHSCORES'))[1]);
     try {
       await store.connect(5_000);
-      expect(await store.acquire('key:1', 1, 'lease:1', clock.now())).toBe(true);
+      expect(await store.admit('key:1', LIMITS, clock.now(), claim({ limit: 1, lease: 'lease:1' }))).toMatchObject({ outcome: 'allowed' });
       // The acquire's expiry taken off, only a renewal can give the set one: told apart without waiting a lease out.
       await redis.persist(leases);
       clock.advance(4_000);
@@ -282,6 +290,55 @@ describe.skipIf(!REDIS_URL)('a connection that closes while Redis decides its sl
       await t.close();
       await proxy.close();
       await deleteKeys(REDIS_URL!, env.REDIS_KEY_PREFIX);
+    }
+  });
+});
+
+describe.skipIf(!REDIS_URL)('the Redis commands of a request with a concurrency limit (a private Redis server, counting them)', () => {
+  it('one script call decides its slot and windows; concurrent requests give their slots back in fewer commands than requests (issue 46: 3 calls each)', async () => {
+    const redis = await startRedis();
+    const t = await buildTestApp({ REDIS_URL: redis.url, REDIS_KEY_PREFIX: 'calls:', RATE_LIMIT_CONCURRENCY: 'enterprise=100' });
+    try {
+      // The scripts loaded and the key known: what follows is the requests' own.
+      expect((await get(t.app, t.auth)).statusCode).toBe(200);
+      const stats = new Redis(redis.url);
+      await stats.config('RESETSTAT');
+      stats.disconnect();
+      const requests = 50;
+      const statuses = await Promise.all(Array.from({ length: requests }, async () => (await get(t.app, t.auth)).statusCode));
+      expect(statuses.filter((status) => status !== 200)).toEqual([]);
+
+      const { evalsha = 0, eval: evals = 0, zrem = 0 } = await commandCalls(redis.url);
+      expect(evalsha + evals).toBe(requests);
+      expect(zrem).toBeGreaterThan(0);
+      expect(zrem).toBeLessThanOrEqual(requests / 5);
+    } finally {
+      await t.close();
+      await redis.stop();
+    }
+  });
+
+  it("a slot given back rides on its subject's next decision: no command of its own", async () => {
+    const redis = await startRedis();
+    const store = new RedisStore(new Redis(redis.url, { lazyConnect: true }), { threshold: 30, durationMs: 60_000 }, 'calls:', () => T0);
+    const client = new Redis(redis.url);
+    try {
+      await store.connect(5_000);
+      expect(await store.admit('key:1', LIMITS, T0, claim({ limit: 1, lease: 'lease:1' }))).toMatchObject({ outcome: 'allowed' });
+      await client.config('RESETSTAT');
+      // Given back, and the slot asked for again before the end of this turn of the event loop: one script call does both.
+      const [, next] = await Promise.all([
+        store.release('key:1', 'lease:1'),
+        store.admit('key:1', LIMITS, T0, claim({ limit: 1, lease: 'lease:2' })),
+      ]);
+      expect(next).toMatchObject({ outcome: 'allowed' });
+      expect(await client.zrange('calls:rl:{key:1}:c', 0, -1)).toEqual(['lease:2']);
+      const { evalsha = 0, zrem = 0 } = await commandCalls(redis.url);
+      expect({ evalsha, zrem }).toEqual({ evalsha: 1, zrem: 0 });
+    } finally {
+      client.disconnect();
+      await store.close();
+      await redis.stop();
     }
   });
 });

@@ -57,6 +57,15 @@ export const deleteKeys = (url: string, prefix: string) =>
     if (keys.length > 0) await redis.unlink(...keys);
   });
 
+/** How many times each command ran since the counts were last reset (CONFIG RESETSTAT), from INFO commandstats: `evalsha`, `zrem`... */
+export const commandCalls = (url: string) =>
+  withRedis(url, async (redis) => {
+    const calls: Record<string, number> = {};
+    for (const [, command, count] of (await redis.info('commandstats')).matchAll(/^cmdstat_([^:]+):calls=(\d+)/gm))
+      calls[command!] = Number(count);
+    return calls;
+  });
+
 /** A Redis server of a test's own on a free port, which it may stop and start again. */
 export async function startRedis() {
   const port = await freePort();

@@ -1,6 +1,5 @@
 import { subscribe } from 'node:diagnostics_channel';
 import { register } from 'node:module';
-import { FastifyOtelInstrumentation } from '@fastify/otel';
 import proxyAddr from '@fastify/proxy-addr';
 import {
   context,
@@ -8,6 +7,8 @@ import {
   INVALID_SPAN_CONTEXT,
   propagation,
   ROOT_CONTEXT,
+  SpanKind,
+  SpanStatusCode,
   trace,
   TraceFlags,
   type Context,
@@ -31,13 +32,22 @@ import {
   TraceIdRatioBasedSampler,
   type Sampler,
 } from '@opentelemetry/sdk-trace-node';
-import { ATTR_SERVICE_NAME } from '@opentelemetry/semantic-conventions';
-import type { FastifyInstance, onRequestHookHandler } from 'fastify';
+import {
+  ATTR_ERROR_TYPE,
+  ATTR_HTTP_REQUEST_METHOD,
+  ATTR_HTTP_RESPONSE_STATUS_CODE,
+  ATTR_HTTP_ROUTE,
+  ATTR_SERVICE_NAME,
+  ATTR_URL_PATH,
+  ATTR_URL_SCHEME,
+} from '@opentelemetry/semantic-conventions';
+import type { FastifyInstance, FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify';
 import type { Config } from '../config.js';
+import type { RequestFacts } from './tracing.js';
 
 /**
  * Requests that are not worth a trace: probes, scraped every few seconds (and the metrics server's
- * one route), with or without a query. @fastify/otel asks at every hook of every request: no split.
+ * one route), with or without a query: no split, on every request.
  */
 const UNTRACED = /^\/(?:healthz|readyz|metrics)(?:\?|$)/;
 
@@ -52,9 +62,9 @@ function isUnsampledLocal(span: Span | undefined): span is Span {
  * A span started beneath an unsampled span of this process is not sampled either, whichever
  * sampler `OTEL_TRACES_SAMPLER` names (each follows its parent, or decides by the trace id they
  * share). So it is not started: the unsampled parent is handed back, and an unsampled request
- * costs its hooks, handler, queries and commands no new span, ids, attributes or sampling decision.
- * A remote parent (a trusted caller's `traceparent`) still gets its decision. @fastify/otel and the pg and
- * ioredis instrumentations have no option for this (docs/decisions/unsampled-spans.md).
+ * costs its queries and commands no new span, ids, attributes or sampling decision.
+ * A remote parent (a trusted caller's `traceparent`) still gets its decision. The pg and ioredis
+ * instrumentations have no option for this (docs/decisions/unsampled-spans.md).
  */
 function skipBeneathUnsampled(provider: TracerProvider): TracerProvider {
   return {
@@ -95,26 +105,87 @@ const rootRatio = (name: SamplerName, ratio: number) => (name.endsWith('always_o
 /** Set on the context of a request found to be sampled before its span was asked for. */
 const SAMPLED_REQUEST = createContextKey('pet-store sampled request');
 
+const SERVER_SPAN: SpanOptions = { kind: SpanKind.SERVER };
+
+/** Each sampled request's span while it is open, for the facts the concerns that decide them name (annotate). */
+const requestSpans = new WeakMap<FastifyRequest, Span>();
+
+/** The span attribute of each fact, in the service's namespace: HTTP's conventions define none of them. */
+const FACT_ATTRIBUTES: Record<keyof RequestFacts, string> = {
+  keyId: 'pet_store.api_key.id',
+  rateLimitOutcome: 'pet_store.rate_limit.outcome',
+};
+
+/** Sets a sampled request's facts on its span; an unsampled request has none to find. */
+function annotate(request: FastifyRequest, facts: RequestFacts) {
+  const span = requestSpans.get(request);
+  if (!span) return;
+  for (const fact of Object.keys(facts) as Array<keyof RequestFacts>) {
+    const value = facts[fact];
+    if (value !== undefined) span.setAttribute(FACT_ATTRIBUTES[fact], value);
+  }
+}
+
 /**
- * A request is decided here, before any span is asked for, by a draw at the ratio: a caller cannot
- * choose it, neither by a `traceparent`'s sampled flag nor by a trace id the SDK's ratio sampler
- * would take. A sampled one goes on in a context that says so (its request span still continues
- * the caller's trace); an unsampled one beneath a span that records nothing and is never exported
- * (the caller's trace id and span id, for its log lines, or none), so `@fastify/otel` starts no
- * request span for it (its ignore check, below) and nothing beneath it asks the SDK. Only a
- * `traceparent` from a trusted parent (TRACING_TRUSTED_PARENTS, the connection's peer) is left to
- * the SDK, which follows the caller's decision or decides by its trace id.
+ * A request's one span (docs/decisions/request-spans.md), decided here, before anything asks for a
+ * span: by a draw at the ratio, so a caller cannot choose it, neither by a `traceparent`'s sampled
+ * flag nor by a trace id the SDK's ratio sampler would take. A sampled request's span continues the
+ * caller's trace, if it sent one, and its queries and commands are its children; an unsampled one
+ * goes on beneath a span that records nothing and is never exported (the caller's trace id and span
+ * id, for its log lines, or none), so nothing beneath it asks the SDK. Only a `traceparent` from a
+ * trusted parent (TRACING_TRUSTED_PARENTS, the connection's peer) is left to the SDK, which follows
+ * the caller's decision or decides by its trace id.
  */
-function decideRequests(ratio: number, trustedParents: string[]): onRequestHookHandler {
+function traceRequests(tracer: Tracer, ratio: number, trustedParents: string[]): onRequestHookHandler {
   const trusted = trustedParents.length > 0 ? proxyAddr.compile(trustedParents) : () => false;
   const sampled = ROOT_CONTEXT.setValue(SAMPLED_REQUEST, true);
   const unsampled = trace.setSpan(ROOT_CONTEXT, trace.wrapSpanContext(INVALID_SPAN_CONTEXT));
-  return (request, _reply, done) => {
+  return (request, reply, done) => {
+    if (UNTRACED.test(request.url)) return done();
     const continued = request.headers.traceparent !== undefined;
-    if (continued && trusted(request.socket.remoteAddress ?? '', 0)) return done();
-    if (Math.random() < ratio) return context.with(sampled, done);
-    context.with(continued ? unsampledContinuing(request.headers) : unsampled, done);
+    let parent: Context;
+    if (continued && trusted(request.socket.remoteAddress ?? '', 0)) parent = propagation.extract(ROOT_CONTEXT, request.headers);
+    else if (Math.random() < ratio) parent = continued ? propagation.extract(sampled, request.headers) : sampled;
+    else return context.with(continued ? unsampledContinuing(request.headers) : unsampled, done);
+    const span = tracer.startSpan(request.method, SERVER_SPAN, parent);
+    // At the response's 'close' (once), not onResponse: it comes too when the client left before
+    // the answer, whose 'finish' (and onResponse) never does.
+    if (span.isRecording()) {
+      requestSpans.set(request, span);
+      reply.raw.on('close', () => endRequestSpan(span, request, reply));
+    }
+    context.with(trace.setSpan(parent, span), done);
   };
+}
+
+/**
+ * A request's span ends with HTTP's semantic conventions' attributes (a 5xx is an error; a request
+ * whose client left before its answer has no status code) and the request id; the key and the
+ * limiter's decision were set by auth and the limiter as they decided them (annotate).
+ */
+function endRequestSpan(span: Span, request: FastifyRequest, reply: FastifyReply) {
+  const { method, url } = request;
+  const route = request.routeOptions.url;
+  const query = url.indexOf('?');
+  span.setAttribute(ATTR_HTTP_REQUEST_METHOD, method);
+  span.setAttribute(ATTR_URL_SCHEME, request.protocol);
+  span.setAttribute(ATTR_URL_PATH, query === -1 ? url : url.slice(0, query));
+  if (route !== undefined) {
+    span.setAttribute(ATTR_HTTP_ROUTE, route);
+    span.updateName(`${method} ${route}`);
+  }
+  if (reply.raw.writableFinished) {
+    span.setAttribute(ATTR_HTTP_RESPONSE_STATUS_CODE, reply.statusCode);
+    if (reply.statusCode >= 500) {
+      span.setAttribute(ATTR_ERROR_TYPE, String(reply.statusCode));
+      span.setStatus({ code: SpanStatusCode.ERROR });
+    }
+  } else {
+    span.setAttribute(ATTR_ERROR_TYPE, 'client_closed');
+  }
+  span.setAttribute('pet_store.request.id', request.id);
+  requestSpans.delete(request);
+  span.end();
 }
 
 /** An unsampled span of this process in the caller's trace: its log lines name the trace, nothing is recorded. */
@@ -144,18 +215,15 @@ function followingRequestDecisions(named: Sampler): Sampler {
 }
 
 /**
- * The OpenTelemetry SDK, loaded only when tracing is configured (tracing.ts): spans of each
- * request and its hooks and handler (@fastify/otel, registered on every Fastify instance as it is
- * created), of each PostgreSQL query (pg) and Redis command (ioredis), batched and sent as OTLP
- * over HTTP (protobuf is not needed: the exporter sends JSON).
+ * The OpenTelemetry SDK, loaded only when tracing is configured (tracing.ts): a span of each request
+ * (traceRequests, added to every Fastify instance as it is created), and beneath it a span of each
+ * PostgreSQL query (pg) and Redis command (ioredis) it makes, batched (the SDK's batch processor, its
+ * OTEL_BSP_* settings) and sent as OTLP over HTTP (protobuf is not needed: the exporter sends JSON).
  */
-export function startSdk(options: {
-  url: string;
-  serviceName: string;
-  sampler: SamplerName;
-  ratio: number;
-  trustedParents: string[];
-}): () => Promise<void> {
+export function startSdk(options: { url: string; serviceName: string; sampler: SamplerName; ratio: number; trustedParents: string[] }): {
+  stop: () => Promise<void>;
+  annotate: typeof annotate;
+} {
   const { url, serviceName, sampler, ratio, trustedParents } = options;
   // The app imports pg and ioredis as ES modules: import-in-the-middle's hook lets the
   // instrumentations patch them as they load (require-in-the-middle sees only require()).
@@ -166,23 +234,19 @@ export function startSdk(options: {
     spanProcessors: [new BatchSpanProcessor(new OTLPTraceExporter({ url }))],
   });
   provider.register();
-  // Subscribed before @fastify/otel is, so each Fastify instance's first onRequest hook decides,
-  // ahead of the request span's (and not wrapped in a span of its own).
-  const decide = decideRequests(rootRatio(sampler, ratio), trustedParents);
-  subscribe('fastify.initialization', (message) => (message as { fastify: FastifyInstance }).fastify.addHook('onRequest', decide));
+  // Each Fastify instance's first onRequest hook, ahead of every other.
+  const traced = traceRequests(provider.getTracer('pet-store'), rootRatio(sampler, ratio), trustedParents);
+  subscribe('fastify.initialization', (message) => (message as { fastify: FastifyInstance }).fastify.addHook('onRequest', traced));
+  // A query or command outside a request (timers, notices, a batch another request started) is no trace of its own.
+  const requestsOnly = { requireParentSpan: true };
   registerInstrumentations({
     tracerProvider: skipBeneathUnsampled(provider),
     instrumentations: [
-      new PgInstrumentation(),
+      // The queries alone: a pool's checkout is no query.
+      new PgInstrumentation({ ...requestsOnly, ignoreConnectSpans: true }),
       // The command alone: its keys and arguments name key ids and, for anonymous callers, client addresses.
-      new IORedisInstrumentation({ dbStatementSerializer: (command) => command }),
-      new FastifyOtelInstrumentation({
-        registerOnInitialization: true,
-        // Asked again at each hook and the handler, within the request: beneath an unsampled
-        // request they run as they are, without a span or a context of their own.
-        ignorePaths: ({ url: path }: { url: string }) => UNTRACED.test(path) || isUnsampledLocal(trace.getActiveSpan()),
-      }),
+      new IORedisInstrumentation({ ...requestsOnly, dbStatementSerializer: (command) => command }),
     ],
   });
-  return () => provider.shutdown();
+  return { stop: () => provider.shutdown(), annotate };
 }

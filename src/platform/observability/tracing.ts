@@ -1,3 +1,4 @@
+import type { FastifyRequest } from 'fastify';
 import type { Config } from '../config.js';
 
 /**
@@ -10,7 +11,24 @@ export function tracesEndpoint(config: Pick<Config, 'OTEL_EXPORTER_OTLP_ENDPOINT
   return undefined;
 }
 
+/** What a concern decides of a request that its trace's span names (docs/decisions/request-spans.md). */
+export interface RequestFacts {
+  /** The id of the API key the request was made with. */
+  keyId?: number;
+  /** The rate limiter's decision: an outcome rate_limit_decisions_total counts. */
+  rateLimitOutcome?: string;
+}
+
 let stop: (() => Promise<void>) | undefined;
+let annotate: ((request: FastifyRequest, facts: RequestFacts) => void) | undefined;
+
+/**
+ * Names a fact of the request on its span, as the concern that decides it does so: nothing when
+ * tracing is off or the request is not sampled (then only a lookup that finds no span).
+ */
+export function annotateRequestSpan(request: FastifyRequest, facts: RequestFacts): void {
+  annotate?.(request, facts);
+}
 
 /**
  * Starts tracing when an endpoint is configured; otherwise does nothing and loads nothing (the
@@ -21,13 +39,13 @@ export async function startTracing(config: Config): Promise<void> {
   const url = tracesEndpoint(config);
   if (!url || stop) return;
   const { startSdk } = await import('./tracing-sdk.js');
-  stop = startSdk({
+  ({ stop, annotate } = startSdk({
     url,
     serviceName: config.OTEL_SERVICE_NAME,
     sampler: config.OTEL_TRACES_SAMPLER,
     ratio: config.OTEL_TRACES_SAMPLER_ARG,
     trustedParents: config.tracingTrustedParents,
-  });
+  }));
 }
 
 /** Sends the spans still buffered and stops; the app calls it when it closes. */
