@@ -43,7 +43,6 @@ import {
 } from '@opentelemetry/semantic-conventions';
 import type { FastifyInstance, FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify';
 import type { Config } from '../config.js';
-import type { RequestFacts } from './tracing.js';
 
 /**
  * Requests that are not worth a trace: probes, scraped every few seconds (and the metrics server's
@@ -108,6 +107,14 @@ const SAMPLED_REQUEST = createContextKey('pet-store sampled request');
 const SERVER_SPAN: SpanOptions = { kind: SpanKind.SERVER };
 
 /** Each sampled request's span while it is open, for the facts the concerns that decide them name (annotate). */
+/** What a concern decides of a request that its trace's span names (docs/decisions/request-spans.md). */
+export interface RequestFacts {
+  /** The id of the API key the request was made with. */
+  keyId?: number;
+  /** The rate limiter's decision: an outcome rate_limit_decisions_total counts. */
+  rateLimitOutcome?: string;
+}
+
 const requestSpans = new WeakMap<FastifyRequest, Span>();
 
 /** The span attribute of each fact, in the service's namespace: HTTP's conventions define none of them. */

@@ -1,5 +1,7 @@
 import type { FastifyRequest } from 'fastify';
 import type { Config } from '../config.js';
+// Types only: the SDK's module itself is imported by startTracing, and only when tracing is on.
+import type { RequestFacts } from './tracing-sdk.js';
 
 /**
  * Where spans are sent (OTLP over HTTP), by the OTLP exporter specification's rule: the traces
@@ -9,14 +11,6 @@ export function tracesEndpoint(config: Pick<Config, 'OTEL_EXPORTER_OTLP_ENDPOINT
   if (config.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) return config.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT;
   if (config.OTEL_EXPORTER_OTLP_ENDPOINT) return `${config.OTEL_EXPORTER_OTLP_ENDPOINT.replace(/\/+$/, '')}/v1/traces`;
   return undefined;
-}
-
-/** What a concern decides of a request that its trace's span names (docs/decisions/request-spans.md). */
-export interface RequestFacts {
-  /** The id of the API key the request was made with. */
-  keyId?: number;
-  /** The rate limiter's decision: an outcome rate_limit_decisions_total counts. */
-  rateLimitOutcome?: string;
 }
 
 let stop: (() => Promise<void>) | undefined;
