@@ -12,7 +12,7 @@ export interface TestApp {
   db: Database;
   /** The PostgreSQL URL of the app's database (undefined on PGlite), for a second instance on it. */
   databaseUrl?: string;
-  /** Headers of an enterprise key whose limits no test reaches. */
+  /** Headers of an enterprise key whose limits (concurrency included) no test reaches. */
   auth: { authorization: string };
   logs: ReturnType<typeof captureLogs>;
   close: () => Promise<void>;
@@ -39,7 +39,13 @@ export async function buildTestApp(env: Record<string, string> = {}, deps: AppDe
   const app = await buildApp(config, { logStream: logs.stream, ...deps });
   await app.ready();
   const noticed = await keyNotices(app);
-  const { key } = await app.apiKeysRepository.create({ plan: 'enterprise', name: 'tests', limits: { perMinute: 1e9, perDay: 2e9 } });
+  // Concurrency too: the plan's 100 in flight is reached by a test's 200 concurrent creates on PostgreSQL.
+  const { key } = await app.apiKeysRepository.create({
+    plan: 'enterprise',
+    name: 'tests',
+    limits: { perMinute: 1e9, perDay: 2e9 },
+    concurrency: 100_000,
+  });
   // The notice of the key's creation makes the cache check the key again: awaited here, so that
   // it cannot land in the middle of a test, and the key, once accepted, stays known.
   await eventually(async () => (await keyNotices(app)) > noticed);
