@@ -338,3 +338,14 @@ describe('the admin OpenAPI document at /admin/v1/openapi.json, on the admin lis
     expect(response.headers['content-type']).toMatch(/text\/html/);
   });
 });
+
+describe('both OpenAPI documents', () => {
+  // What callers generate clients from: a refactoring changes neither by a byte. A deliberate
+  // change of the interface updates the recorded file (vitest -u) in the same commit.
+  test('are byte for byte the documents recorded in test/platform/http/openapi/', async ({ t, admin }) => {
+    const served = await t.app.inject('/v1/openapi.json');
+    await expect(served.body).toMatchFileSnapshot('openapi/v1.json');
+    const adminServed = await admin.server.inject('/admin/v1/openapi.json');
+    await expect(adminServed.body).toMatchFileSnapshot('openapi/admin.json');
+  });
+});
