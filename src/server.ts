@@ -2,26 +2,13 @@ import closeWithGrace from 'close-with-grace';
 import type { FastifyInstance } from 'fastify';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { loadConfig } from './platform/config.js';
-import { DOMAIN_CODES, hasCode, ListenError } from './platform/domain-errors.js';
+import { DATABASE_CODES } from './platform/db/errors.js';
+import { DOMAIN_CODES, hasCode } from './platform/domain-errors.js';
+import { LISTEN_CODE, listenOn } from './platform/http/listen.js';
 import { developmentKeyGreeting } from './api-keys/development-key.js';
 import { keysSocketPath, serveKeysCommands } from './keys-command/socket.js';
 import { buildMetricsServer } from './platform/observability/metrics-server.js';
 import { startTracing } from './platform/observability/tracing.js';
-
-async function listenOn(server: FastifyInstance, port: number, host: string, setting: string) {
-  try {
-    await server.listen({ port, host });
-  } catch (error) {
-    const { code } = error as NodeJS.ErrnoException;
-    const reason = {
-      EADDRINUSE: 'the port is in use (another instance?)',
-      EACCES: 'permission denied',
-      EADDRNOTAVAIL: 'no such address here',
-    }[code ?? ''];
-    if (!reason) throw error;
-    throw new ListenError(`Cannot listen on ${host}:${port}: ${reason}. Set ${setting} to a free port.`, { cause: error });
-  }
-}
 
 let app: FastifyInstance;
 let admin: { server: FastifyInstance; prefix: string } | undefined;
@@ -34,7 +21,7 @@ try {
   // Off unless ADMIN_PORT is set; it closes before the app, whose database it uses.
   if (settings.ADMIN_PORT !== undefined) admin = { server: await buildAdminServer(app), prefix: ADMIN_PREFIX };
 } catch (error) {
-  if (!hasCode(error, DOMAIN_CODES.config, DOMAIN_CODES.dataDirInUse)) throw error;
+  if (!hasCode(error, DOMAIN_CODES.config, DATABASE_CODES.dataDirInUse)) throw error;
   console.error(error.message);
   process.exit(1);
 }
@@ -82,7 +69,7 @@ try {
   if (admin) await listenOn(admin.server, config.ADMIN_PORT!, config.ADMIN_HOST, 'ADMIN_PORT');
   await listenOn(app, config.PORT, config.HOST, 'PORT');
 } catch (error) {
-  if (!hasCode(error, DOMAIN_CODES.listen)) throw error;
+  if (!hasCode(error, LISTEN_CODE)) throw error;
   console.error(error.message);
   await close();
   process.exit(1);

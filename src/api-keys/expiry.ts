@@ -1,4 +1,4 @@
-import { ExpiryError } from '../platform/domain-errors.js';
+import { ExpiryFormatError, ExpiryNotOnCalendarError, ExpiryPastError, ExpiryTooLateError } from './errors.js';
 
 /** An ISO 8601 date-time with a time zone, its fields captured: the one shape an expiry takes. */
 export const DATE_TIME = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2})(?::(\d{2})(?:\.\d+)?)?(?:Z|[+-]\d{2}:\d{2})$/;
@@ -12,13 +12,13 @@ export const LATEST_EXPIRY = '9999-12-31T23:59:59Z';
 /**
  * The instant an expiry names. It must have the shape of DATE_TIME, name a date and time on the
  * calendar (Date would roll 2099-02-31 over into March, and 24:00 into the next day), lie
- * after `now`, and not past LATEST_EXPIRY; an ExpiryError otherwise.
+ * after `now`, and not past LATEST_EXPIRY; an error of code PETSTORE_EXPIRY otherwise.
  */
 export function parseExpiry(text: string, now: number): Date {
   const fields = DATE_TIME.exec(text)
     ?.slice(1, 7)
     .map((field = '0') => Number(field));
-  if (!fields) throw new ExpiryError('must be an ISO 8601 date-time with a time zone, such as 2027-01-31T00:00:00Z');
+  if (!fields) throw new ExpiryFormatError();
   const [year, month, day, hour, minute, second] = fields as [number, number, number, number, number, number];
   const written = new Date(0);
   written.setUTCFullYear(year, month - 1, day);
@@ -31,8 +31,8 @@ export function parseExpiry(text: string, now: number): Date {
     written.getUTCHours() === hour &&
     written.getUTCMinutes() === minute &&
     written.getUTCSeconds() === second;
-  if (!onCalendar || Number.isNaN(date.getTime())) throw new ExpiryError(`must be a date and time on the calendar; ${text} is not`);
-  if (date.getTime() <= now) throw new ExpiryError('must be in the future');
-  if (date.getTime() > Date.parse(LATEST_EXPIRY)) throw new ExpiryError(`must be no later than ${LATEST_EXPIRY}`);
+  if (!onCalendar || Number.isNaN(date.getTime())) throw new ExpiryNotOnCalendarError(text);
+  if (date.getTime() <= now) throw new ExpiryPastError();
+  if (date.getTime() > Date.parse(LATEST_EXPIRY)) throw new ExpiryTooLateError(LATEST_EXPIRY);
   return date;
 }

@@ -1,4 +1,4 @@
-import { LimitsError } from '../platform/domain-errors.js';
+import { FixedLimitsError, LimitBelowCostError, MissingLimitsError } from './errors.js';
 
 /** The plans of the interface's Limits section: the one table of them in the code. */
 export const PLANS = ['free', 'pro', 'business', 'enterprise'] as const;
@@ -18,14 +18,14 @@ export const PLAN_LIMITS: Record<Exclude<Plan, 'enterprise'>, Limits> = {
 
 /**
  * The limits a key of `plan` carries itself: an enterprise key needs both, every other plan takes
- * its table's and accepts none. Undefined for those; throws a LimitsError otherwise.
+ * its table's and accepts none. Undefined for those; throws a FixedLimitsError or MissingLimitsError otherwise.
  */
 export function ownLimits(plan: Plan, perMinute: number | undefined, perDay: number | undefined): Limits | undefined {
   if (plan !== 'enterprise') {
     if (perMinute === undefined && perDay === undefined) return undefined;
-    throw new LimitsError(`per-minute and per-day limits are for enterprise keys; the ${plan} plan has fixed limits`);
+    throw new FixedLimitsError(plan);
   }
-  if (perMinute === undefined || perDay === undefined) throw new LimitsError('enterprise keys need per-minute and per-day limits');
+  if (perMinute === undefined || perDay === undefined) throw new MissingLimitsError();
   return { perMinute, perDay };
 }
 
@@ -36,13 +36,10 @@ export function limitBelowCost(limits: Limits, costs: Record<string, number>) {
   return field && { field, limit: limits[field], operation, cost };
 }
 
-/** A LimitsError, its `field` the limit named, unless every operation's cost fits within the limits. */
+/** A LimitBelowCostError, its `field` the limit named, unless every operation's cost fits within the limits. */
 export function checkCostsFit(limits: Limits, costs: Record<string, number>): void {
   const below = limitBelowCost(limits, costs);
   if (!below) return;
   const { field, limit, operation, cost } = below;
-  throw Object.assign(
-    new LimitsError(`is ${limit}, less than the ${cost} units ${operation} costs (RATE_LIMIT_COSTS): the key could never call it`),
-    { field },
-  );
+  throw Object.assign(new LimitBelowCostError(limit, cost, operation), { field });
 }

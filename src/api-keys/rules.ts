@@ -1,6 +1,6 @@
 import { recordAudit, type Actor } from '../audit/repository.js';
 import type { Database, Queryable } from '../platform/db/database.js';
-import { KeyStateError } from '../platform/domain-errors.js';
+import { RevokedKeyError, RotatedKeyError } from './errors.js';
 import { parseExpiry } from './expiry.js';
 import { DEFAULT_OVERLAP_SECONDS } from './lifecycle.js';
 import { checkCostsFit, ownLimits, PLAN_LIMITS, type Plan } from './plans.js';
@@ -70,8 +70,8 @@ export function createKeyRules(db: Database, keys: ApiKeysRepository, costs: Rec
   async function changeable(tx: Queryable, id: number, instead: string): Promise<ApiKeyRecord | undefined> {
     const key = await keys.lockForChange(tx, id);
     if (!key) return undefined;
-    if (key.revokedAt) throw new KeyStateError(`API key ${id} is revoked; ${instead}`);
-    if (key.replacedBy !== null) throw new KeyStateError(`API key ${id} was rotated into key ${key.replacedBy}; ${instead}`);
+    if (key.revokedAt) throw new RevokedKeyError(id, instead);
+    if (key.replacedBy !== null) throw new RotatedKeyError(id, key.replacedBy, instead);
     return key;
   }
 

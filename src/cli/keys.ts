@@ -6,6 +6,7 @@
  */
 import { loadConfig } from '../platform/config.js';
 import { DOMAIN_CODES, hasCode } from '../platform/domain-errors.js';
+import { DATABASE_CODES } from '../platform/db/errors.js';
 import { migrate } from '../platform/db/migrate.js';
 import { openDatabase } from '../platform/db/open.js';
 import { askRunningServer, keysSocketPath } from '../keys-command/socket.js';
@@ -39,7 +40,7 @@ try {
     }
   }
 } catch (error) {
-  const expected = hasCode(error, DOMAIN_CODES.config, DOMAIN_CODES.dataDirInUse);
+  const expected = hasCode(error, DOMAIN_CODES.config, DATABASE_CODES.dataDirInUse);
   console.error(`keys: ${expected ? error.message : `failed: ${(error as Error).message}`}`);
   process.exitCode = 1;
 }

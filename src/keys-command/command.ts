@@ -2,9 +2,10 @@ import type { ParseArgsOptionsConfig } from 'node:util';
 import type { Static, TObject, TSchema } from '@sinclair/typebox';
 import { ValueErrorType, type ValueError } from '@sinclair/typebox/errors';
 import { Value } from '@sinclair/typebox/value';
-import { byCode, DOMAIN_CODES, fieldOf, UsageError, type DomainCode } from '../platform/domain-errors.js';
+import { byCode, fieldOf, UsageError } from '../platform/domain-errors.js';
 import type { Actor } from '../audit/repository.js';
 import type { AdminTokensRepository } from '../admin/tokens-repository.js';
+import { API_KEY_CODES } from '../api-keys/errors.js';
 import type { ApiKeysRepository } from '../api-keys/repository.js';
 import { expiryOf as checkedExpiry, type KeyRules } from '../api-keys/rules.js';
 import { Id } from '../platform/schemas/common.js';
@@ -106,9 +107,9 @@ export function noArguments(positionals: string[]): void {
 }
 
 /** The refusals of the rules shared with the admin API, by their code, as bad arguments say them. */
-const USAGE_REFUSALS: Partial<Record<DomainCode, (message: string, field: string | undefined) => string>> = {
-  [DOMAIN_CODES.limits]: (message, field) => (field ? `--${optionOf(field)} ${message}` : message),
-  [DOMAIN_CODES.expiry]: (message) => `--expires-at ${message}`,
+const USAGE_REFUSALS: Record<string, (message: string, field: string | undefined) => string> = {
+  [API_KEY_CODES.limits]: (message, field) => (field ? `--${optionOf(field)} ${message}` : message),
+  [API_KEY_CODES.expiry]: (message) => `--expires-at ${message}`,
 };
 
 /** A refusal of the rules shared with the admin API as the UsageError of bad arguments; undefined for any other error. */

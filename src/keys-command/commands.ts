@@ -2,6 +2,7 @@ import { parseArgs } from 'node:util';
 import { createAdminToken } from './admin-token/create.js';
 import { listAdminTokens } from './admin-token/list.js';
 import { revokeAdminToken } from './admin-token/revoke.js';
+import { API_KEY_CODES } from '../api-keys/errors.js';
 import { DOMAIN_CODES, hasCode, UsageError } from '../platform/domain-errors.js';
 import { quoted, usageRefusalOf, type KeysCommand, type OptionValues, type Output, type Repositories, type Run } from './command.js';
 import { create } from './create.js';
@@ -90,7 +91,7 @@ export async function runKeysCommand(argv: string[], repositories: Repositories,
   } catch (error) {
     const usage = usageRefusalOf(error);
     if (usage) return badArguments(usage, output.err);
-    if (!hasCode(error, DOMAIN_CODES.keyState)) throw error;
+    if (!hasCode(error, API_KEY_CODES.keyState)) throw error;
     output.err(`keys: ${error.message}`);
     return 1;
   }

@@ -1,5 +1,6 @@
 import type { Queryable, Transaction } from '../platform/db/database.js';
-import { DatabaseUnavailableError, DOMAIN_CODES, hasCode } from '../platform/domain-errors.js';
+import { DATABASE_CODES, DatabaseUnavailableError } from '../platform/db/errors.js';
+import { hasCode } from '../platform/domain-errors.js';
 import type { ReplicaReads } from '../platform/db/replicas.js';
 import { groupCommit } from '../platform/lib/group-commit.js';
 import type { NewPet, Pet, PetStatus } from './schemas.js';
@@ -91,7 +92,7 @@ export function createPetsRepository(db: Queryable, replicas?: ReplicaReads) {
     maxInFlight: MAX_INSERTS_IN_FLIGHT,
     maxWaitMs: MAX_WAIT_MS,
     timedOut: () => new DatabaseUnavailableError({ cause: new Error(`no INSERT could leave within ${MAX_WAIT_MS} ms`) }),
-    final: (error) => hasCode(error, DOMAIN_CODES.databaseUnavailable),
+    final: (error) => hasCode(error, DATABASE_CODES.unavailable),
   });
 
   return {

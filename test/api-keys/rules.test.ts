@@ -1,9 +1,9 @@
 import { expect } from 'vitest';
 import { createAdminAuditRepository, type Actor } from '../../src/audit/repository.js';
+import { API_KEY_CODES } from '../../src/api-keys/errors.js';
 import { DEFAULT_OVERLAP_SECONDS } from '../../src/api-keys/lifecycle.js';
 import { createApiKeysRepository } from '../../src/api-keys/repository.js';
 import { createKeyRules, newKey } from '../../src/api-keys/rules.js';
-import { DOMAIN_CODES } from '../../src/platform/domain-errors.js';
 import type { Database } from '../../src/platform/db/database.js';
 import { databaseTest } from '../support/fixtures.js';
 
@@ -31,11 +31,11 @@ test('newKey checks the limits against the plan, then the expiry, and touches no
   expect(newKey({ plan: 'pro' }, NOW)).toMatchObject({ plan: 'pro', limits: undefined, expiresAt: undefined });
   // Both wrong: the limits are refused first, as the admin API and the keys command have always said.
   expect(() => newKey({ plan: 'free', perMinute: 5, expiresAt: '2000-01-01T00:00:00Z' }, NOW)).toThrow(
-    expect.objectContaining({ code: DOMAIN_CODES.limits }),
+    expect.objectContaining({ code: API_KEY_CODES.limits }),
   );
   expect(() => newKey({ plan: 'enterprise', perMinute: 5 }, NOW)).toThrow('enterprise keys need per-minute and per-day limits');
   expect(() => newKey({ plan: 'pro', expiresAt: '2029-12-31T23:59:59Z' }, NOW)).toThrow(
-    expect.objectContaining({ code: DOMAIN_CODES.expiry, message: 'must be in the future' }),
+    expect.objectContaining({ code: API_KEY_CODES.expiry, message: 'must be in the future' }),
   );
 });
 
@@ -76,11 +76,11 @@ test('rotate keeps the old key a day by default, in the same quota, and refuses 
     { action: 'key.rotate', details: { newKeyId: successor.id, overlapSeconds: DEFAULT_OVERLAP_SECONDS } },
   ]);
 
-  const refusal = { code: DOMAIN_CODES.keyState, message: `API key ${id} was rotated into key ${successor.id}; create a new key instead` };
+  const refusal = { code: API_KEY_CODES.keyState, message: `API key ${id} was rotated into key ${successor.id}; create a new key instead` };
   await expect(rules.rotate(id)).rejects.toMatchObject(refusal);
   await rules.revoke(successor.id);
   await expect(rules.update(successor.id, { name: 'late' })).rejects.toMatchObject({
-    code: DOMAIN_CODES.keyState,
+    code: API_KEY_CODES.keyState,
     message: `API key ${successor.id} is revoked; change its successor, or create a new key`,
   });
   expect(await rules.rotate(999_999)).toBeUndefined();
@@ -108,7 +108,7 @@ test('update changes the quota of every key still in its overlap, records before
 
   expect(await rules.update(second, { perMinute: 9 }, { actor: OPERATOR })).toEqual(updated);
   expect(await trailOf(second)).toHaveLength(1);
-  await expect(rules.update(second, { plan: 'free', perDay: 5 })).rejects.toMatchObject({ code: DOMAIN_CODES.limits });
+  await expect(rules.update(second, { plan: 'free', perDay: 5 })).rejects.toMatchObject({ code: API_KEY_CODES.limits });
   expect(await rules.update(999_999, { name: 'nobody' })).toBeUndefined();
 });
 

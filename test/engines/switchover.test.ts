@@ -1,5 +1,5 @@
 import { test as base, expect } from 'vitest';
-import { DatabaseUnavailableError } from '../../src/platform/domain-errors.js';
+import { DatabaseUnavailableError } from '../../src/platform/db/errors.js';
 import { encodeCursor } from '../../src/platform/pagination.js';
 import { buildTestApp } from '../support/app.js';
 import { eventually } from '../support/eventually.js';

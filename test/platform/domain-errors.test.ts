@@ -1,17 +1,22 @@
 import Fastify from 'fastify';
 import { describe, expect, test } from 'vitest';
-import errorHandler from '../../src/platform/http/error-handler.js';
 import {
-  ConfigError,
-  DatabaseUnavailableError,
-  DataDirInUseError,
-  DOMAIN_CODES,
-  ExpiryError,
-  KeyStateError,
-  LimitsError,
-  ListenError,
-  UsageError,
-} from '../../src/platform/domain-errors.js';
+  API_KEY_CODES,
+  ExpiryFormatError,
+  ExpiryNotOnCalendarError,
+  ExpiryPastError,
+  ExpiryTooLateError,
+  FixedLimitsError,
+  LimitBelowCostError,
+  MissingLimitsError,
+  RevokedKeyError,
+  RotatedKeyError,
+} from '../../src/api-keys/errors.js';
+import { DATABASE_CODES, DatabaseUnavailableError, DataDirInUseError } from '../../src/platform/db/errors.js';
+import { apiAnswerOf, ConfigError, DOMAIN_CODES, domainError, UsageError } from '../../src/platform/domain-errors.js';
+import { errors } from '../../src/platform/errors.js';
+import errorHandler from '../../src/platform/http/error-handler.js';
+import { LISTEN_CODE, ListenError } from '../../src/platform/http/listen.js';
 import { captureLogs } from '../support/logs.js';
 
 /** A listener with the error handler both listeners register, answering GET / with what `fail` throws. */
@@ -30,23 +35,57 @@ async function answerTo(fail: () => Error) {
   }
 }
 
+/** Every error of the features and the processes, made from its values, with the message it must read. */
+const CATALOGUE: Array<[Error & { code: string }, string]> = [
+  [new FixedLimitsError('pro'), 'per-minute and per-day limits are for enterprise keys; the pro plan has fixed limits'],
+  [new MissingLimitsError(), 'enterprise keys need per-minute and per-day limits'],
+  [
+    new LimitBelowCostError(2, 5, 'createPet'),
+    'is 2, less than the 5 units createPet costs (RATE_LIMIT_COSTS): the key could never call it',
+  ],
+  [new ExpiryFormatError(), 'must be an ISO 8601 date-time with a time zone, such as 2027-01-31T00:00:00Z'],
+  [new ExpiryNotOnCalendarError('2099-02-31T00:00:00Z'), 'must be a date and time on the calendar; 2099-02-31T00:00:00Z is not'],
+  [new ExpiryPastError(), 'must be in the future'],
+  [new ExpiryTooLateError('9999-12-31T23:59:59Z'), 'must be no later than 9999-12-31T23:59:59Z'],
+  [new RevokedKeyError(7, 'create a new key instead'), 'API key 7 is revoked; create a new key instead'],
+  [new RotatedKeyError(7, 8, 'create a new key instead'), 'API key 7 was rotated into key 8; create a new key instead'],
+  [new DatabaseUnavailableError({ cause: new Error('down') }), 'The database is unreachable'],
+  [
+    new DataDirInUseError('/var/lib/pets', 4242),
+    'The embedded database in /var/lib/pets is in use by process 4242 (a running server?). ' +
+      'Stop that process first, or use PostgreSQL through DATABASE_URL so that several processes can share it.',
+  ],
+  [
+    new ListenError('0.0.0.0', 3000, 'permission denied', 'PORT'),
+    'Cannot listen on 0.0.0.0:3000: permission denied. Set PORT to a free port.',
+  ],
+];
+
 describe('the catalogue of domain errors', () => {
-  test('every error has a code of its own, PETSTORE_ and the kind', () => {
-    const constructors = [LimitsError, ExpiryError, KeyStateError, DataDirInUseError, ConfigError, ListenError, UsageError];
-    const codes = [...constructors.map((Coded) => new Coded('why').code), new DatabaseUnavailableError({ cause: new Error('down') }).code];
-    expect(new Set(codes).size).toBe(codes.length);
-    expect(codes.sort()).toEqual(Object.values(DOMAIN_CODES).sort());
-    for (const code of codes) expect(code).toMatch(/^PETSTORE_[A-Z_]+$/);
+  test('each error of a feature or a process says its message from its values alone: its template is its own, no %s left', () => {
+    for (const [error, message] of CATALOGUE) {
+      expect(error.message).toBe(message);
+      expect(error.message).not.toContain('%s');
+    }
   });
 
-  test('an error keeps its message and its cause', () => {
-    const cause = new Error('ECONNREFUSED');
-    expect(new LimitsError('enterprise keys need per-minute and per-day limits').message).toBe(
-      'enterprise keys need per-minute and per-day limits',
-    );
-    expect(new ListenError('Cannot listen', { cause }).cause).toBe(cause);
-    const unavailable = new DatabaseUnavailableError({ cause });
-    expect([unavailable.message, unavailable.cause]).toEqual(['The database is unreachable', cause]);
+  test('every code is PETSTORE_ and the kind, defined once, and raised by an error of the catalogue', () => {
+    const codes = [...Object.values(API_KEY_CODES), ...Object.values(DATABASE_CODES), LISTEN_CODE, ...Object.values(DOMAIN_CODES)];
+    expect(new Set(codes).size).toBe(codes.length);
+    for (const code of codes) expect(code).toMatch(/^PETSTORE_[A-Z_]+$/);
+    const raised = [...CATALOGUE.map(([error]) => error.code), new ConfigError('why').code, new UsageError('why').code];
+    expect([...new Set(raised)].sort()).toEqual(codes.sort());
+  });
+
+  test('a domain error fills its template with its values, keeps its cause, and carries its API answer', () => {
+    const answer = { error: () => errors.conflict('taken'), warn: 'taken' };
+    const NameTakenError = domainError('PETSTORE_TEST_NAME_TAKEN', 'the name %s is taken by pet %s', answer);
+    const cause = new Error('unique violation');
+    const error = new NameTakenError('Rex', 12, { cause });
+    expect(error).toMatchObject({ code: 'PETSTORE_TEST_NAME_TAKEN', message: 'the name Rex is taken by pet 12', cause });
+    expect(apiAnswerOf(error)).toEqual({ error: errors.conflict('taken'), warn: 'taken' });
+    expect(apiAnswerOf(new (domainError('PETSTORE_TEST_UNANSWERED', 'no request raises it'))())).toBeUndefined();
+    expect(new ListenError('::', 80, 'permission denied', 'PORT', { cause }).cause).toBe(cause);
   });
 });
 
@@ -54,18 +93,32 @@ describe('each domain error a request can raise, as the API answers it', () => {
   test.each([
     [
       'limits',
-      () => new LimitsError('per-minute and per-day limits are for enterprise keys'),
+      () => new FixedLimitsError('pro'),
       400,
       'bad_request',
-      'body per-minute and per-day limits are for enterprise keys',
+      'body per-minute and per-day limits are for enterprise keys; the pro plan has fixed limits',
     ],
-    ['expiry', () => new ExpiryError('must be in the future'), 400, 'bad_request', 'body/expiresAt must be in the future'],
+    [
+      'limits naming their field',
+      () => Object.assign(new LimitBelowCostError(2, 5, 'createPet'), { field: 'perMinute' }),
+      400,
+      'bad_request',
+      'body/perMinute is 2, less than the 5 units createPet costs (RATE_LIMIT_COSTS): the key could never call it',
+    ],
+    ['expiry', () => new ExpiryPastError(), 400, 'bad_request', 'body/expiresAt must be in the future'],
     [
       'key state',
-      () => new KeyStateError('API key 7 is revoked; create a new key instead'),
+      () => new RevokedKeyError(7, 'create a new key instead'),
       409,
       'conflict',
       'API key 7 is revoked; create a new key instead',
+    ],
+    [
+      'key state, rotated',
+      () => new RotatedKeyError(7, 8, 'create a new key instead'),
+      409,
+      'conflict',
+      'API key 7 was rotated into key 8; create a new key instead',
     ],
   ])("%s: %i %s with the rule's message", async (_kind, fail, status, code, message) => {
     const { response, body, logs } = await answerTo(fail);
@@ -90,6 +143,7 @@ describe('each domain error a request can raise, as the API answers it', () => {
 
   test.each([
     ['an error of the catalogue no request raises', () => new ConfigError('Invalid PORT=x: secret detail')],
+    ['a process error', () => new DataDirInUseError('/secret detail', 4242)],
     ['an unknown error', () => new Error('relation "pets" does not exist: secret detail')],
   ])('%s: the 500 that leaks nothing, logged', async (_kind, fail) => {
     const { response, body, logs } = await answerTo(fail);

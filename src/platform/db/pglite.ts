@@ -14,8 +14,8 @@ import { createRequire } from 'node:module';
 import { basename, dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { PGlite, type Transaction as PgliteTransaction } from '@electric-sql/pglite';
-import { DataDirInUseError } from '../domain-errors.js';
 import type { Database, Queryable, Statement } from './database.js';
+import { DataDirInUseError } from './errors.js';
 import { migrate, migrationsDigest } from './migrate.js';
 
 const ANALYZE_EVERY_MS = 60_000;
@@ -236,10 +236,7 @@ function lockDataDir(dataDir: string): () => void {
     }
     const holder = Number(readFileSync(lockFile, 'utf8'));
     if (isAlive(holder)) {
-      throw new DataDirInUseError(
-        `The embedded database in ${dataDir} is in use by process ${holder} (a running server?). ` +
-          'Stop that process first, or use PostgreSQL through DATABASE_URL so that several processes can share it.',
-      );
+      throw new DataDirInUseError(dataDir, holder);
     }
     rmSync(lockFile, { force: true });
   }

@@ -1,6 +1,6 @@
 import pg from 'pg';
-import { DatabaseUnavailableError } from '../domain-errors.js';
 import type { Database, Statement, Transaction } from './database.js';
+import { DatabaseUnavailableError } from './errors.js';
 
 /**
  * Bounded waits, so that a half-dead connection cannot hang a request: for a connection, for an

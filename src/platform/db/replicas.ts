@@ -1,6 +1,7 @@
 import type { FastifyBaseLogger } from 'fastify';
-import { DOMAIN_CODES, hasCode } from '../domain-errors.js';
+import { hasCode } from '../domain-errors.js';
 import type { Database, Queryable, Statement } from './database.js';
+import { DATABASE_CODES } from './errors.js';
 import { createPostgresDatabase, type PostgresOptions } from './postgres.js';
 
 /**
@@ -262,7 +263,7 @@ export function createReplicaReads(primary: Database, options: ReplicaOptions, n
       rows = await replica.db.query<Row>(statement, params);
     } catch (error) {
       // Whatever failed there (gone, or a query cancelled by a conflict with recovery) is asked of the primary.
-      if (hasCode(error, DOMAIN_CODES.databaseUnavailable)) replica.reachable = false;
+      if (hasCode(error, DATABASE_CODES.unavailable)) replica.reachable = false;
       return onPrimary<Row>(statement, params);
     }
     if (confirmEmpty && rows.length === 0) return onPrimary<Row>(statement, params);

@@ -1,0 +1,45 @@
+import { domainError, fieldOf, type ApiAnswer } from '../platform/domain-errors.js';
+import { errors } from '../platform/errors.js';
+
+/** The codes of the key rules' refusals: the admin API answers them, the keys command gives them as usage errors or refusals. */
+export const API_KEY_CODES = {
+  /** Limits that do not go with a key's plan, or below an operation's cost; `field`, when set, names the limit (plans.ts). */
+  limits: 'PETSTORE_LIMITS',
+  /** An expiry that is no date-time on the calendar, not in the future, or too far in it (expiry.ts). */
+  expiry: 'PETSTORE_EXPIRY',
+  /** A change a key's state does not allow: changing or rotating a revoked or rotated key (rules.ts). */
+  keyState: 'PETSTORE_KEY_STATE',
+} as const;
+
+/** A refusal of the limits given, as the body's field it names, when it names one. */
+const badLimits: ApiAnswer = {
+  error: (domain) => errors.badRequest(`body${fieldOf(domain) ? `/${fieldOf(domain)}` : ''} ${domain.message}`),
+};
+const badExpiry: ApiAnswer = { error: ({ message }) => errors.badRequest(`body/expiresAt ${message}`) };
+const conflictingState: ApiAnswer = { error: ({ message }) => errors.conflict(message) };
+
+export const FixedLimitsError = domainError(
+  API_KEY_CODES.limits,
+  'per-minute and per-day limits are for enterprise keys; the %s plan has fixed limits',
+  badLimits,
+);
+export const MissingLimitsError = domainError(API_KEY_CODES.limits, 'enterprise keys need per-minute and per-day limits', badLimits);
+/** Thrown with its `field`, the limit below the cost. */
+export const LimitBelowCostError = domainError(
+  API_KEY_CODES.limits,
+  'is %s, less than the %s units %s costs (RATE_LIMIT_COSTS): the key could never call it',
+  badLimits,
+);
+
+export const ExpiryFormatError = domainError(
+  API_KEY_CODES.expiry,
+  'must be an ISO 8601 date-time with a time zone, such as 2027-01-31T00:00:00Z',
+  badExpiry,
+);
+export const ExpiryNotOnCalendarError = domainError(API_KEY_CODES.expiry, 'must be a date and time on the calendar; %s is not', badExpiry);
+export const ExpiryPastError = domainError(API_KEY_CODES.expiry, 'must be in the future', badExpiry);
+export const ExpiryTooLateError = domainError(API_KEY_CODES.expiry, 'must be no later than %s', badExpiry);
+
+/** The last value says what to do instead: it differs between a rotation and a change. */
+export const RevokedKeyError = domainError(API_KEY_CODES.keyState, 'API key %s is revoked; %s', conflictingState);
+export const RotatedKeyError = domainError(API_KEY_CODES.keyState, 'API key %s was rotated into key %s; %s', conflictingState);
