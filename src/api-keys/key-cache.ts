@@ -1,6 +1,7 @@
 import { Lru } from '../platform/lib/lru.js';
 import { SingleFlight } from '../platform/lib/single-flight.js';
-import type { ApiKeyIdentity, ApiKeysRepository } from './repository.js';
+import type { ApiKeyIdentity } from './identity.js';
+import type { ApiKeysRepository } from './repository.js';
 
 /** What changed in the api_keys table: the keys of these ids, or, for `*`, any number of keys. */
 export type ApiKeysChange = number[] | '*';

@@ -1,22 +1,9 @@
 import { generateKey, hashKey } from './format.js';
+import type { ApiKeyIdentity } from './identity.js';
 import type { KeyState } from './lifecycle.js';
 import type { Database, Queryable } from '../platform/db/database.js';
 import { PLAN_LIMITS, type Limits, type Plan } from './plans.js';
-
-/** What a request learns from its key: who it is and what it may do. */
-export interface ApiKeyIdentity extends Limits {
-  id: number;
-  /** The rate-limit quota the key counts in: shared by every key rotated from the same first key. */
-  quotaId: number;
-  plan: Plan;
-  readOnly: boolean;
-  /** When the key stops working, in ms since the epoch; null for never. */
-  expiresAt: number | null;
-  /** False in shadow mode: past its limits it is served, and counted as a would-be refusal. */
-  enforceLimits: boolean;
-  /** Its own limit of requests in flight; null for its plan's. */
-  concurrency: number | null;
-}
+import { pageStatement, statements } from './statements.js';
 
 /** A key as listed to operators: never the key, never its hash. */
 export interface ApiKeyRecord {
@@ -32,7 +19,7 @@ export interface ApiKeyRecord {
   /** The key this one was rotated into. */
   replacedBy: number | null;
   state: KeyState;
-  /** The rate-limit quota the key counts in (see ApiKeyIdentity). */
+  /** The rate-limit quota the key counts in (see ApiKeyIdentity, identity.ts). */
   quotaId: number;
   enforceLimits: boolean;
   concurrency: number | null;
@@ -58,89 +45,6 @@ const limitsOf = (row: Pick<ApiKeyRow, 'plan' | 'per_minute' | 'per_day'>): Limi
   row.plan === 'enterprise' ? { perMinute: row.per_minute!, perDay: row.per_day! } : PLAN_LIMITS[row.plan];
 
 const iso = (value: Date | null) => value && new Date(value).toISOString();
-
-const COLUMNS =
-  'id, name, plan, per_minute, per_day, read_only, quota_id, created_at, expires_at, revoked_at, replaced_by, enforce_limits, concurrency';
-
-/** A revoked key is revoked, also when it was rotated with no overlap; a rotated one stays rotated once its overlap ends. */
-const STATE = `CASE WHEN revoked_at IS NOT NULL THEN 'revoked' WHEN replaced_by IS NOT NULL THEN 'rotated'
-                    WHEN expires_at <= now() THEN 'expired' ELSE 'active' END`;
-const RECORD_COLUMNS = `${COLUMNS}, ${STATE} AS state`;
-
-const USABLE = 'revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())';
-
-const statements = {
-  insert: {
-    name: 'api_keys_insert',
-    text: `INSERT INTO api_keys (name, plan, per_minute, per_day, key_hash, expires_at, read_only, quota_id, enforce_limits, concurrency)
-           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING ${RECORD_COLUMNS}`,
-  },
-  list: { name: 'api_keys_list', text: `SELECT ${RECORD_COLUMNS} FROM api_keys ORDER BY id` },
-  get: { name: 'api_keys_get', text: `SELECT ${RECORD_COLUMNS} FROM api_keys WHERE id = $1` },
-  // The key, and the keys rotated into it still in their overlap, which would otherwise outlive it: the
-  // older keys of its quota (a quota's keys are one chain, each rotated into the next one made). One
-  // statement, so one notice names them all.
-  revoke: {
-    name: 'api_keys_revoke',
-    text: `UPDATE api_keys SET revoked_at = now()
-           WHERE id = $1 OR ((quota_id = $2 OR id = $2) AND id < $1 AND revoked_at IS NULL AND expires_at > now())
-           RETURNING ${RECORD_COLUMNS}`,
-  },
-  // Revoked keys are not usable; expired ones are returned with their expiry, which the caller
-  // checks against its clock on every request, so expiry needs no notice.
-  findUsable: {
-    name: 'api_keys_find_usable',
-    text: `SELECT ${COLUMNS} FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL`,
-  },
-  forChange: { name: 'api_keys_for_change', text: `SELECT ${RECORD_COLUMNS} FROM api_keys WHERE id = $1 FOR UPDATE` },
-  // The key, and the keys rotated into it still in their overlap, which would otherwise outlive it
-  // (a 30-day overlap rotated again with none): they stop when it does.
-  retire: {
-    name: 'api_keys_retire',
-    text: `UPDATE api_keys
-           SET replaced_by = CASE WHEN id = $1 THEN $2 ELSE replaced_by END,
-               expires_at = least(coalesce(expires_at, 'infinity'), now() + make_interval(secs => $3::int)),
-               revoked_at = CASE WHEN $3::int = 0 THEN now() END
-           WHERE id = $1 OR ((quota_id = $4 OR id = $4) AND id < $1 AND revoked_at IS NULL
-                             AND expires_at > now() + make_interval(secs => $3::int))
-           RETURNING id`,
-  },
-  // The key, and the rotated keys of its quota still in their overlap: one statement, so one notice names them all.
-  // Limits stay on each key's row, so the limiter reads them from the key presented, with no lookup of the quota's newest key.
-  update: {
-    name: 'api_keys_update',
-    text: `UPDATE api_keys SET plan = $2, per_minute = $3, per_day = $4, name = CASE WHEN id = $1 THEN $5 ELSE name END,
-                              enforce_limits = $7, concurrency = $8
-           WHERE id = $1 OR ((quota_id = $6 OR id = $6) AND revoked_at IS NULL AND expires_at > now())
-           RETURNING ${RECORD_COLUMNS}`,
-  },
-  // Usable keys for the key filter (src/api-keys/key-filter.ts): expired ones would only be refused.
-  countUsable: { name: 'api_keys_count_usable', text: `SELECT count(*)::int AS count FROM api_keys WHERE ${USABLE}` },
-  usableHashes: {
-    name: 'api_keys_usable_hashes',
-    text: `SELECT id, key_hash FROM api_keys WHERE id > $1 AND ${USABLE} ORDER BY id LIMIT $2`,
-  },
-  usableHashesOf: {
-    name: 'api_keys_usable_hashes_of',
-    text: `SELECT id, key_hash FROM api_keys WHERE id = ANY($1::bigint[]) AND ${USABLE}`,
-  },
-} as const;
-
-/** The admin listing's filters, as SQL conditions on their parameter. */
-const FILTERS = { plan: 'plan = $', name: 'name = $', state: `${STATE} = $` } as const;
-
-/**
- * A page of keys after an id, with the filters given and no others: one statement per combination,
- * so each is planned for its own (the name and plan indexes of migrations/008), where one
- * statement with optional filters would be planned for none.
- */
-function pageStatement(filters: Array<keyof typeof FILTERS>) {
-  const conditions = ['id > $1', ...filters.map((filter, i) => `${FILTERS[filter]}${i + 2}`)];
-  return {
-    name: `api_keys_page_${filters.join('_') || 'all'}`,
-    text: `SELECT ${RECORD_COLUMNS} FROM api_keys WHERE ${conditions.join(' AND ')} ORDER BY id LIMIT $${filters.length + 2}`,
-  };
-}
 
 export interface NewApiKey {
   plan: Plan;
@@ -202,8 +106,8 @@ const recordOf = (row: ApiKeyRecordRow): ApiKeyRecord => ({
 });
 
 /**
- * The api_keys table: its statements and the rows as records. What a change may do, and its audit
- * entry, are the key rules' (rules.ts), which run these in their transaction (`tx`).
+ * The api_keys table: its statements (statements.ts) run, and the rows as records. What a change
+ * may do, and its audit entry, are the key rules' (rules.ts), which run these in their transaction (`tx`).
  */
 export function createApiKeysRepository(db: Database) {
   return {

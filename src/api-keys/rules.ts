@@ -56,6 +56,37 @@ const sameQuotaOf = (id: number, ids: number[]) => {
 
 const ascending = (ids: number[]) => ids.sort((a, b) => a - b);
 
+/** What an update may change, in the order its audit entry records them before and after. */
+const SETTINGS = ['plan', 'perMinute', 'perDay', 'name', 'enforceLimits', 'concurrency'] as const;
+type KeySettings = Pick<ApiKeyRecord, (typeof SETTINGS)[number]>;
+
+const settingsOf = ({ plan, perMinute, perDay, name, enforceLimits, concurrency }: KeySettings): KeySettings => ({
+  plan,
+  perMinute,
+  perDay,
+  name,
+  enforceLimits,
+  concurrency,
+});
+
+/**
+ * A key's settings once changed (absent fields keep their value), and its own limits (enterprise
+ * only); a LimitsError when the limits do not go with the plan, or new ones fall short of a cost.
+ */
+function settingsAfter(before: ApiKeyRecord, change: ApiKeyChange, costs: Record<string, number>) {
+  const plan = change.plan ?? before.plan;
+  // An enterprise key keeps the limits it has unless given new ones; another plan's come from its table.
+  const kept = plan === 'enterprise' && before.plan === 'enterprise' ? before : undefined;
+  const limits = ownLimits(plan, change.perMinute ?? kept?.perMinute, change.perDay ?? kept?.perDay);
+  // New limits must fit; a key's limits stored before a cost rose do not stop a change of its name.
+  if (limits && (limits.perMinute !== before.perMinute || limits.perDay !== before.perDay)) checkCostsFit(limits, costs);
+  const name = change.name ?? before.name;
+  const enforceLimits = change.enforceLimits ?? before.enforceLimits;
+  const concurrency = change.concurrency === undefined ? before.concurrency : change.concurrency;
+  const after: KeySettings = { plan, ...(limits ?? PLAN_LIMITS[plan as Exclude<Plan, 'enterprise'>]), name, enforceLimits, concurrency };
+  return { after, limits };
+}
+
 /**
  * What may be done to a key, and the audit entry of each change, in one transaction with it: the
  * one place the admin API and the keys command change keys through, so the two cannot drift.
@@ -135,30 +166,13 @@ export function createKeyRules(db: Database, keys: ApiKeysRepository, costs: Rec
       return db.transaction(async (tx): Promise<ApiKeyRecord | undefined> => {
         const before = await changeable(tx, id, 'change its successor, or create a new key');
         if (!before) return undefined;
-        const plan = change.plan ?? before.plan;
-        // An enterprise key keeps the limits it has unless given new ones; another plan's come from its table.
-        const kept = plan === 'enterprise' && before.plan === 'enterprise' ? before : undefined;
-        const limits = ownLimits(plan, change.perMinute ?? kept?.perMinute, change.perDay ?? kept?.perDay);
-        // New limits must fit; a key's limits stored before a cost rose do not stop a change of its name.
-        if (limits && (limits.perMinute !== before.perMinute || limits.perDay !== before.perDay)) checkCostsFit(limits, costs);
-        const name = change.name ?? before.name;
-        const enforceLimits = change.enforceLimits ?? before.enforceLimits;
-        const concurrency = change.concurrency === undefined ? before.concurrency : change.concurrency;
-        const after = { plan, ...(limits ?? PLAN_LIMITS[plan as Exclude<Plan, 'enterprise'>]), name, enforceLimits, concurrency };
-        const fields = ['plan', 'perMinute', 'perDay', 'name', 'enforceLimits', 'concurrency'] as const;
-        if (fields.every((field) => after[field] === before[field])) return before;
+        const { after, limits } = settingsAfter(before, change, costs);
+        if (SETTINGS.every((field) => after[field] === before[field])) return before;
+        const { plan, name, enforceLimits, concurrency } = after;
         const updated = await keys.updateQuota(tx, id, { plan, limits, name, quotaId: before.quotaId, enforceLimits, concurrency });
         if (actor) {
-          const { perMinute, perDay } = before;
           await recordAudit(tx, actor, 'key.update', id, {
-            before: {
-              plan: before.plan,
-              perMinute,
-              perDay,
-              name: before.name,
-              enforceLimits: before.enforceLimits,
-              concurrency: before.concurrency,
-            },
+            before: settingsOf(before),
             after,
             ...sameQuotaOf(
               id,

@@ -5,7 +5,7 @@ import { hashKey, isPlausibleKey } from '../api-keys/format.js';
 import { errors, type ApiError } from '../platform/errors.js';
 import { bearerToken } from '../platform/http/bearer.js';
 import { annotateRequestSpan } from '../platform/observability/tracing.js';
-import type { ApiKeyIdentity } from '../api-keys/repository.js';
+import type { ApiKeyIdentity } from '../api-keys/identity.js';
 import { createLookupBudget } from './lookup-budget.js';
 
 declare module 'fastify' {

@@ -1,6 +1,7 @@
 import { Lru } from '../platform/lib/lru.js';
 import { SingleFlight } from '../platform/lib/single-flight.js';
 import { PetStatus, type Pet } from './schemas.js';
+import { ENTRY_OVERHEAD, ListingRuns, petBytes, type Run } from './listing-runs.js';
 import type { ListPage, ListQuery, PetsRepository } from './repository.js';
 
 /**
@@ -30,41 +31,9 @@ export interface PetsCacheOptions {
   onLookup?: (kind: 'list' | 'pet', outcome: 'hit' | 'miss') => void;
 }
 
-/**
- * What is known of one listing (all pets, or those of one status): every pet with an id after
- * `afterId` up to `lastId` is in `pets`, in id order. When `toEnd`, the read reached the end of
- * the listing and no pet follows; otherwise at least one does (a page is read with one row more).
- */
-interface Run {
-  filter: string;
-  afterId: number;
-  lastId: number;
-  toEnd: boolean;
-  pets: Pet[];
-  bytes: number;
-  expiresAt: number;
-}
-
-/** Estimated bytes of a run or pet entry besides its pets, and of a pet besides its name. */
-const ENTRY_OVERHEAD = 200;
-const PET_OVERHEAD = 100;
-const petBytes = (pet: Pet) => PET_OVERHEAD + pet.name.length * 2;
-
 const ALL = 'all';
 const PETS = 'pets';
 const filterOf = (status: PetStatus | undefined) => status ?? ALL;
-
-/** Index of the first pet with an id above `id`. */
-function firstAfter(pets: Pet[], id: number): number {
-  let low = 0;
-  let high = pets.length;
-  while (low < high) {
-    const middle = (low + high) >>> 1;
-    if (pets[middle]!.id <= id) low = middle + 1;
-    else high = middle;
-  }
-  return low;
-}
 
 /**
  * A bounded, invalidated cache in front of the pets repository, with identical concurrent reads
@@ -87,88 +56,25 @@ function firstAfter(pets: Pet[], id: number): number {
  */
 export function cachedPetsRepository(repository: PetsRepository, options: PetsCacheOptions) {
   const { maxBytes, ttlMs, now, onLookup = () => {} } = options;
-  /** Runs of each listing, ordered by afterId, never overlapping. */
-  const runs = new Map<string, Run[]>();
   const pets = new Map<number, { pet: Pet; expiresAt: number }>();
   /**
    * Everything held, weighed in estimated bytes, oldest first: what goes when the bytes run out.
    * Reads answered from it leave the order as it was, sparing the hot path.
    */
   const age = new Lru<Run | Pet, undefined>(maxBytes, {
-    onEvict: (oldest) => ('afterId' in oldest ? unlist(oldest) : pets.delete(oldest.id)),
+    onEvict: (oldest) => ('afterId' in oldest ? runs.unlist(oldest) : pets.delete(oldest.id)),
   });
+  const runs = new ListingRuns(age, { ttlMs, now });
   /** Reads under way, scoped by filter (PETS for pets by id). */
   const flights = new SingleFlight<string>();
   /** Counts every change that may make a read answer differently: creates, notices, flushes. */
   let dataVersion = 0;
-
-  const runsOf = (filter: string) => runs.get(filter) ?? [];
-
-  function unlist(run: Run) {
-    const list = runsOf(run.filter);
-    const at = list.indexOf(run);
-    if (at !== -1) list.splice(at, 1);
-  }
-
-  function forgetRun(run: Run) {
-    unlist(run);
-    age.delete(run);
-  }
 
   function forgetPet(id: number) {
     const held = pets.get(id);
     if (!held) return;
     pets.delete(id);
     age.delete(held.pet);
-  }
-
-  /** Adds what a page read learned, merged with the runs it meets or touches. */
-  function learn(filter: string, afterId: number, page: Pet[], toEnd: boolean) {
-    let run: Run = { filter, afterId, lastId: page.at(-1)?.id ?? afterId, toEnd, pets: page, bytes: 0, expiresAt: now() + ttlMs };
-    const list = runsOf(filter);
-    for (const other of [...list]) {
-      const meets = other.afterId <= (run.toEnd ? Infinity : run.lastId) && run.afterId <= (other.toEnd ? Infinity : other.lastId);
-      if (!meets) continue;
-      forgetRun(other);
-      const [first, second] = other.afterId <= run.afterId ? [other, run] : [run, other];
-      const later = second.lastId >= first.lastId ? second : first;
-      run = {
-        filter,
-        afterId: first.afterId,
-        lastId: later.lastId,
-        toEnd: later.toEnd,
-        pets: [
-          ...first.pets.slice(0, firstAfter(first.pets, second.afterId)),
-          ...second.pets,
-          ...first.pets.slice(firstAfter(first.pets, second.lastId)),
-        ],
-        bytes: 0,
-        expiresAt: Math.min(first.expiresAt, second.expiresAt),
-      };
-    }
-    run.bytes = ENTRY_OVERHEAD + run.pets.reduce((sum, pet) => sum + petBytes(pet), 0);
-    if (!age.set(run, undefined, run.bytes)) return;
-    const updated = runsOf(filter);
-    const before = updated.findIndex((other) => other.afterId > run.afterId);
-    updated.splice(before === -1 ? updated.length : before, 0, run);
-    runs.set(filter, updated);
-  }
-
-  /** The page from what is known, or undefined when the runs cannot tell. */
-  function answer(filter: string, { limit, afterId = 0 }: ListQuery): ListPage | undefined {
-    const run = runsOf(filter).find((candidate) => candidate.afterId <= afterId && (candidate.toEnd || afterId < candidate.lastId));
-    if (!run) return undefined;
-    if (run.expiresAt <= now()) {
-      forgetRun(run);
-      return undefined;
-    }
-    const from = firstAfter(run.pets, afterId);
-    const remaining = run.pets.length - from;
-    if (remaining > limit || (remaining === limit && !run.toEnd)) {
-      const page = run.pets.slice(from, from + limit);
-      return { pets: page, nextAfterId: page.at(-1)!.id };
-    }
-    return run.toEnd ? { pets: run.pets.slice(from) } : undefined;
   }
 
   function invalidate(change: PetsChange) {
@@ -180,12 +86,7 @@ export function cachedPetsRepository(repository: PetsRepository, options: PetsCa
     const filters = new Set([ALL, ...change.statuses.filter((status): status is PetStatus => status !== null)]);
     for (const filter of filters) {
       flights.invalidate(filter);
-      for (const run of [...runsOf(filter)]) {
-        if (change.maxId <= run.afterId) continue;
-        // Pets added after all a run knows leave what it knows true, but it no longer reaches the end.
-        if (change.minId > run.lastId) run.toEnd = false;
-        else forgetRun(run);
-      }
+      runs.added(filter, change);
     }
   }
 
@@ -231,7 +132,7 @@ export function cachedPetsRepository(repository: PetsRepository, options: PetsCa
     async list(query: ListQuery): Promise<ListPage> {
       const { limit, status, afterId = 0 } = query;
       const filter = filterOf(status);
-      const known = answer(filter, query);
+      const known = runs.answer(filter, query);
       onLookup('list', known ? 'hit' : 'miss');
       if (known) return known;
       // The repository reads one row more than the page to learn whether more follow; the page
@@ -239,7 +140,7 @@ export function cachedPetsRepository(repository: PetsRepository, options: PetsCa
       return flights.run(
         `list:${filter}:${afterId}:${limit}`,
         () => repository.list(query),
-        (page) => learn(filter, afterId, page.pets, page.nextAfterId === undefined),
+        (page) => runs.learn(filter, afterId, page.pets, page.nextAfterId === undefined),
         filter,
       );
     },

@@ -6,7 +6,7 @@ import { errors, secondsUntil } from '../platform/errors.js';
 import { ConfigError } from '../platform/domain-errors.js';
 import { annotateRequestSpan } from '../platform/observability/tracing.js';
 import { limitBelowCost, PLAN_LIMITS, PLANS, type Limits } from '../api-keys/plans.js';
-import type { ApiKeyIdentity } from '../api-keys/repository.js';
+import type { ApiKeyIdentity } from '../api-keys/identity.js';
 import { clientOf } from './address.js';
 import { FallbackStore } from './fallback-store.js';
 import { MemoryStore } from './memory-store.js';

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import type { ApiKeyIdentity } from '../api-keys/repository.js';
+import type { ApiKeyIdentity } from '../api-keys/identity.js';
 
 /** A usage event as its receiver gets it: the body of the POST, the same bytes on every attempt. */
 export interface UsageEvent {

@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { FastifyInstance } from 'fastify';
-import type { ApiKeyIdentity } from '../../src/api-keys/repository.js';
+import type { ApiKeyIdentity } from '../../src/api-keys/identity.js';
 import { loadConfig } from '../../src/platform/config.js';
 import { keyBanned, usageThreshold } from '../../src/webhooks/events.js';
 import { createWebhookDeliveriesRepository } from '../../src/webhooks/repository.js';

@@ -3,6 +3,7 @@ import { hasCode } from '../domain-errors.js';
 import type { Database, Queryable, Statement } from './database.js';
 import { DATABASE_CODES } from './errors.js';
 import { createPostgresDatabase, type PostgresOptions } from './postgres.js';
+import { hasReplayed, insertedWalEnd, lagMs, parseLsn, withSample, type WalLayout, type WalSample } from './wal-position.js';
 
 /**
  * Reads spread over PostgreSQL streaming replicas without giving up read-your-writes. The
@@ -61,34 +62,6 @@ const STALE_POLL_MS = 1_000;
 /** Positions of the primary closer together than this are kept as one sample. */
 const SAMPLE_SPACING_MS = 50;
 
-/** A WAL position, 'X/Y' in hexadecimal (the high and low 32 bits), as a number that compares correctly. */
-export function parseLsn(text: string): bigint {
-  const match = /^([0-9A-Fa-f]{1,8})\/([0-9A-Fa-f]{1,8})$/.exec(text);
-  if (!match) throw new Error(`Not a WAL position: ${JSON.stringify(text)}`);
-  return (BigInt(`0x${match[1]}`) << 32n) | BigInt(`0x${match[2]}`);
-}
-
-export interface WalLayout {
-  blockSize: number;
-  segmentSize: number;
-}
-
-/** Sizes of the page headers WAL pages begin with: the long one on a segment's first page. */
-const SHORT_PAGE_HEADER = 24n;
-const LONG_PAGE_HEADER = 40n;
-
-/**
- * The end of all WAL inserted, from pg_current_wal_insert_lsn(). The insert position includes
- * every commit made so far, also one not yet flushed (synchronous_commit off), but when the last
- * record ended exactly at a page boundary it points past the next page's header, where a replica
- * that has replayed everything reports the boundary itself.
- */
-export function insertedWalEnd(insertLsn: bigint, { blockSize, segmentSize }: WalLayout): bigint {
-  if (insertLsn % BigInt(segmentSize) === LONG_PAGE_HEADER) return insertLsn - LONG_PAGE_HEADER;
-  if (insertLsn % BigInt(blockSize) === SHORT_PAGE_HEADER) return insertLsn - SHORT_PAGE_HEADER;
-  return insertLsn;
-}
-
 interface Replica {
   name: string;
   db: Database;
@@ -109,6 +82,134 @@ export function replicaName(url: string): string {
   return `${parsed.host}${parsed.pathname}`;
 }
 
+interface Cluster {
+  layout: WalLayout;
+  systemIdentifier: string;
+}
+
+/**
+ * The primary as the router knows it: its cluster (read once: replicas are polled from then on),
+ * `required`, the position after the last change of pets known, and its recent positions, which
+ * tell how long a replica has been behind.
+ */
+function trackPrimary(
+  primary: Database,
+  { keptMs, now, onFirstPosition }: { keptMs: number; now: () => number; onFirstPosition: () => void },
+) {
+  let required = 0n;
+  /** Changes whose position is not known yet: while any, reads go to the primary. */
+  let unsettled = 0;
+  /** Changes waiting for the next read of the primary's position (one read under way covers only those before it). */
+  let queued = 0;
+  let reading = false;
+  let cluster: Cluster | undefined;
+  /** The primary's positions and when they were read, oldest first, for keptMs. */
+  let history: WalSample[] = [];
+  const bounds = { spacingMs: SAMPLE_SPACING_MS, keptMs };
+
+  async function readCluster(): Promise<Cluster> {
+    const [row] = await primary.query<{ block: number; segment: number; system: string }>(
+      "SELECT current_setting('wal_block_size')::int AS block, pg_size_bytes(current_setting('wal_segment_size'))::int AS segment, " +
+        'system_identifier::text AS system FROM pg_control_system()',
+    );
+    return { layout: { blockSize: row!.block, segmentSize: row!.segment }, systemIdentifier: row!.system };
+  }
+
+  /** Reads the primary's position once for every change queued so far; queued changes are read again after a failure. */
+  function read() {
+    if (reading) return;
+    reading = true;
+    const settling = queued;
+    queued = 0;
+    void (async () => {
+      try {
+        cluster ??= await readCluster();
+        const [row] = await primary.query<{ lsn: string }>('SELECT pg_current_wal_insert_lsn()::text AS lsn');
+        const lsn = insertedWalEnd(parseLsn(row!.lsn), cluster.layout);
+        if (settling > 0 && lsn > required) required = lsn;
+        unsettled -= settling;
+        const first = history.length === 0;
+        history = withSample(history, { at: now(), lsn }, bounds);
+        // The replicas are polled at once, not at the next tick: until then a new instance reads all on the primary.
+        if (first) onFirstPosition();
+        reading = false;
+        if (queued > 0) read();
+      } catch {
+        queued += settling;
+        reading = false;
+      }
+    })();
+  }
+
+  return {
+    read,
+    changed() {
+      unsettled++;
+      queued++;
+      read();
+    },
+    get cluster() {
+      return cluster;
+    },
+    get required() {
+      return required;
+    },
+    /** Every change's position is known. */
+    settled: () => unsettled === 0,
+    lagOf: (replayed: bigint) => lagMs(history, replayed, now(), keptMs),
+  };
+}
+
+type PrimaryPosition = ReturnType<typeof trackPrimary>;
+
+/**
+ * Why a replica that answered takes no reads, if it does not: a server not in recovery has no
+ * replay position, and a standby of another cluster replays other WAL, into other rows.
+ */
+function refusalOf({ lsn, system }: { lsn: string | null; system: string }, primarySystem: string): ReplicaRefusal | undefined {
+  if (lsn === null) return 'not_in_recovery';
+  if (system !== primarySystem) return 'other_cluster';
+  return undefined;
+}
+
+/** Reads the replica's replay position and identity, once the primary's are known: the replica's is compared with it. */
+async function poll(replica: Replica, primary: PrimaryPosition, log: FastifyBaseLogger, now: () => number) {
+  const cluster = primary.cluster;
+  if (replica.polling || !cluster) return;
+  replica.polling = true;
+  try {
+    const [row] = await replica.db.query<{ lsn: string | null; system: string }>(
+      'SELECT pg_last_wal_replay_lsn()::text AS lsn, system_identifier::text AS system FROM pg_control_system()',
+    );
+    const refused = refusalOf(row!, cluster.systemIdentifier);
+    if (refused && refused !== replica.refused) {
+      log.warn(
+        { replica: replica.name, systemIdentifier: row!.system, primarySystemIdentifier: cluster.systemIdentifier },
+        REFUSAL_MESSAGES[refused],
+      );
+    }
+    replica.refused = refused;
+    replica.reachable = true;
+    if (!refused) {
+      replica.replayed = parseLsn(row!.lsn!);
+      replica.polledAt = now();
+    }
+  } catch {
+    replica.reachable = false;
+  } finally {
+    replica.polling = false;
+  }
+  if (replica.replayed !== undefined) replica.lagMs = primary.lagOf(replica.replayed);
+}
+
+/** A replica takes reads when its last poll answered, recently, from a standby of the primary's cluster close enough behind. */
+const available = (replica: Replica, at: number, maxLagMs: number) =>
+  replica.reachable &&
+  !replica.refused &&
+  replica.replayed !== undefined &&
+  at - replica.polledAt <= STALE_POLL_MS &&
+  replica.lagMs <= maxLagMs;
+
 export function createReplicaReads(primary: Database, options: ReplicaOptions, now: () => number = Date.now): ReplicaReads {
   const { urls, maxLagMs, timeoutMs, pollMs = POLL_MS, log, ...postgres } = options;
   const replicas: Replica[] = urls.map((url) => ({
@@ -121,131 +222,25 @@ export function createReplicaReads(primary: Database, options: ReplicaOptions, n
     polling: false,
   }));
   const reads: Record<ReadTarget, number> = { primary: 0, replica: 0 };
-  let required = 0n;
-  /** Changes whose position is not known yet: while any, reads go to the primary. */
-  let unsettled = 0;
-  /** Changes waiting for the next read of the primary's position (one read under way covers only those before it). */
-  let queued = 0;
-  let reading = false;
-  /** The primary's, read once: replicas are polled from then on. */
-  let cluster: { layout: WalLayout; systemIdentifier: string } | undefined;
-  /** The primary's positions and when they were read, oldest first, for this long: how long a replica has been behind. */
-  const samples: Array<{ at: number; lsn: bigint }> = [];
-  const keptMs = 2 * maxLagMs;
+  const pollAll = () => {
+    for (const replica of replicas) void poll(replica, position, log, now);
+  };
+  const position = trackPrimary(primary, { keptMs: 2 * maxLagMs, now, onFirstPosition: pollAll });
   let next = 0;
 
-  async function readCluster() {
-    const [row] = await primary.query<{ block: number; segment: number; system: string }>(
-      "SELECT current_setting('wal_block_size')::int AS block, pg_size_bytes(current_setting('wal_segment_size'))::int AS segment, " +
-        'system_identifier::text AS system FROM pg_control_system()',
-    );
-    return { layout: { blockSize: row!.block, segmentSize: row!.segment }, systemIdentifier: row!.system };
-  }
-
-  /** Reads the primary's position once for every change queued so far; queued changes are read again after a failure. */
-  function readPrimary() {
-    if (reading) return;
-    reading = true;
-    const settling = queued;
-    queued = 0;
-    void (async () => {
-      try {
-        cluster ??= await readCluster();
-        const [row] = await primary.query<{ lsn: string }>('SELECT pg_current_wal_insert_lsn()::text AS lsn');
-        const lsn = insertedWalEnd(parseLsn(row!.lsn), cluster.layout);
-        if (settling > 0 && lsn > required) required = lsn;
-        unsettled -= settling;
-        const first = samples.length === 0;
-        record(lsn);
-        // The replicas are polled at once, not at the next tick: until then a new instance reads all on the primary.
-        if (first) for (const replica of replicas) void poll(replica);
-        reading = false;
-        if (queued > 0) readPrimary();
-      } catch {
-        queued += settling;
-        reading = false;
-      }
-    })();
-  }
-
-  function record(lsn: bigint) {
-    const at = now();
-    const last = samples.at(-1);
-    if (!last || at - last.at >= SAMPLE_SPACING_MS) samples.push({ at, lsn });
-    else if (lsn > last.lsn) last.lsn = lsn;
-    while (samples.length > 1 && samples[0]!.at < at - keptMs) samples.shift();
-  }
-
-  /**
-   * How long the replica has been behind: since the first position of the primary it has not
-   * replayed. Behind the oldest position kept (at start, the primary's first one, or before any),
-   * it has been behind for longer than the positions tell: at least as long as they are kept.
-   */
-  function lagOf(replayed: bigint): number {
-    const behindSince = samples.findIndex((sample) => sample.lsn > replayed);
-    if (behindSince > 0) return now() - samples[behindSince]!.at;
-    if (behindSince === -1 && samples.length > 0) return 0;
-    return Math.max(keptMs, now() - (samples[0]?.at ?? now()));
-  }
-
-  /**
-   * Why a replica that answered takes no reads, if it does not: a server not in recovery has no
-   * replay position, and a standby of another cluster replays other WAL, into other rows.
-   */
-  function refusalOf({ lsn, system }: { lsn: string | null; system: string }, primarySystem: string): ReplicaRefusal | undefined {
-    if (lsn === null) return 'not_in_recovery';
-    if (system !== primarySystem) return 'other_cluster';
-    return undefined;
-  }
-
-  async function poll(replica: Replica) {
-    // Not before the primary's identity is known: the replica's is compared with it.
-    if (replica.polling || !cluster) return;
-    replica.polling = true;
-    try {
-      const [row] = await replica.db.query<{ lsn: string | null; system: string }>(
-        'SELECT pg_last_wal_replay_lsn()::text AS lsn, system_identifier::text AS system FROM pg_control_system()',
-      );
-      const refused = refusalOf(row!, cluster.systemIdentifier);
-      if (refused && refused !== replica.refused) {
-        log.warn(
-          { replica: replica.name, systemIdentifier: row!.system, primarySystemIdentifier: cluster.systemIdentifier },
-          REFUSAL_MESSAGES[refused],
-        );
-      }
-      replica.refused = refused;
-      replica.reachable = true;
-      if (!refused) {
-        replica.replayed = parseLsn(row!.lsn!);
-        replica.polledAt = now();
-      }
-    } catch {
-      replica.reachable = false;
-    } finally {
-      replica.polling = false;
-    }
-    if (replica.replayed !== undefined) replica.lagMs = lagOf(replica.replayed);
-  }
-
   const timer = setInterval(() => {
-    readPrimary();
-    for (const replica of replicas) void poll(replica);
+    position.read();
+    pollAll();
   }, pollMs).unref();
   // The replicas are polled once the primary's identity and position are known.
-  readPrimary();
+  position.read();
 
-  const available = (replica: Replica) =>
-    replica.reachable &&
-    !replica.refused &&
-    replica.replayed !== undefined &&
-    now() - replica.polledAt <= STALE_POLL_MS &&
-    replica.lagMs <= maxLagMs;
-
+  /** A replica that has replayed every change known, round robin; undefined for the primary. */
   function pick(): Replica | undefined {
-    if (unsettled > 0) return undefined;
+    if (!position.settled()) return undefined;
     for (let tried = 0; tried < replicas.length; tried++) {
       const replica = replicas[next++ % replicas.length]!;
-      if (available(replica) && replica.replayed! >= required) return replica;
+      if (available(replica, now(), maxLagMs) && hasReplayed(replica.replayed, position.required)) return replica;
     }
     return undefined;
   }
@@ -274,17 +269,13 @@ export function createReplicaReads(primary: Database, options: ReplicaOptions, n
   return {
     query: (statement, params) => query(statement, params, false),
     queryConfirmingEmpty: (statement, params) => query(statement, params, true),
-    changed() {
-      unsettled++;
-      queued++;
-      readPrimary();
-    },
+    changed: () => position.changed(),
     stats: () => ({
       reads: { ...reads },
       replicas: replicas.map((replica) => ({
         name: replica.name,
         lagSeconds: replica.lagMs / 1000,
-        available: available(replica),
+        available: available(replica, now(), maxLagMs),
         refused: replica.refused,
       })),
     }),

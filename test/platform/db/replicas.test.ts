@@ -1,10 +1,10 @@
 import { describe, expect, it } from 'vitest';
 import { loadConfig } from '../../../src/platform/config.js';
 import { ConfigError } from '../../../src/platform/domain-errors.js';
-import { insertedWalEnd, parseLsn, replicaName } from '../../../src/platform/db/replicas.js';
+import { replicaName } from '../../../src/platform/db/replicas.js';
 
-// The pieces of read routing over replicas that need no server; test/engines/replicas.test.ts
-// runs the routing on a real primary and streaming standby.
+// The pieces of read routing over replicas that need no server (the WAL arithmetic: wal-position.test.ts);
+// test/engines/replicas.test.ts runs the routing on a real primary and streaming standby.
 
 describe('DATABASE_REPLICA_URLS', () => {
   const primary = 'postgres://pets@db:5432/pets';
@@ -34,27 +34,5 @@ describe('DATABASE_REPLICA_URLS', () => {
 
   it('names a replica without its credentials', () => {
     expect(replicaName('postgres://pets:secret@replica-1:5432/pets')).toBe('replica-1:5432/pets');
-  });
-});
-
-describe('WAL positions', () => {
-  it('compare by their value, not as text', () => {
-    expect(parseLsn('0/16B3748')).toBe(0x16b3748n);
-    expect(parseLsn('1/0')).toBeGreaterThan(parseLsn('0/FFFFFFFF'));
-    expect(parseLsn('A/0')).toBeGreaterThan(parseLsn('9/FFFFFFFF'));
-    expect(parseLsn('0/10')).toBeGreaterThan(parseLsn('0/F'));
-    expect(parseLsn('FFFFFFFF/FFFFFFFF')).toBe(2n ** 64n - 1n);
-  });
-
-  it('refuse what is not one', () => {
-    for (const text of ['', '0', '0/', '/0', 'G/0', '0/0/0', '123456789/0']) expect(() => parseLsn(text)).toThrow('Not a WAL position');
-  });
-
-  it('of an insert at the start of a page end at the page boundary, where a replica that has replayed everything stands', () => {
-    const layout = { blockSize: 8192, segmentSize: 16 * 1024 * 1024 };
-    expect(insertedWalEnd(3n * 8192n + 24n, layout)).toBe(3n * 8192n);
-    expect(insertedWalEnd(5n * 16777216n + 40n, layout)).toBe(5n * 16777216n);
-    expect(insertedWalEnd(3n * 8192n + 40n, layout)).toBe(3n * 8192n + 40n);
-    expect(insertedWalEnd(3n * 8192n + 128n, layout)).toBe(3n * 8192n + 128n);
   });
 });
