@@ -34,13 +34,13 @@ export interface ChangeOptions {
   actor?: Actor;
 }
 
-/** An expiry as given, checked (parseExpiry): undefined for none; an ExpiryError otherwise. */
+/** An expiry as given, checked (parseExpiry): undefined for none; an expiry error (errors.ts) otherwise. */
 export const expiryOf = (expiresAt: string | undefined, now: number): Date | undefined =>
   expiresAt === undefined ? undefined : parseExpiry(expiresAt, now);
 
 /**
  * The key a request or a command line asks for, checked: limits that go with its plan (a
- * LimitsError), then an expiry in the future (an ExpiryError). Touches no database, so the keys
+ * limits error, errors.ts), then an expiry in the future (an expiry error). Touches no database, so the keys
  * command refuses bad arguments before it opens one.
  */
 export function newKey({ plan, name, perMinute, perDay, expiresAt, ...settings }: KeyRequest, now: number): NewApiKey {
@@ -71,7 +71,7 @@ const settingsOf = ({ plan, perMinute, perDay, name, enforceLimits, concurrency 
 
 /**
  * A key's settings once changed (absent fields keep their value), and its own limits (enterprise
- * only); a LimitsError when the limits do not go with the plan, or new ones fall short of a cost.
+ * only); a limits error (errors.ts) when the limits do not go with the plan, or new ones fall short of a cost.
  */
 function settingsAfter(before: ApiKeyRecord, change: ApiKeyChange, costs: Record<string, number>) {
   const plan = change.plan ?? before.plan;
@@ -97,7 +97,7 @@ export function createKeyRules(db: Database, keys: ApiKeysRepository, costs: Rec
   /** Runs a change and its audit entry together: in the caller's transaction, or in one of their own. */
   const atomically = <T>(tx: Queryable | undefined, work: (target: Queryable) => Promise<T>) => (tx ? work(tx) : db.transaction(work));
 
-  /** The key for a change, locked; undefined when there is none; a KeyStateError when it is revoked or rotated. */
+  /** The key for a change, locked; undefined when there is none; a RevokedKeyError or RotatedKeyError when it is revoked or rotated. */
   async function changeable(tx: Queryable, id: number, instead: string): Promise<ApiKeyRecord | undefined> {
     const key = await keys.lockForChange(tx, id);
     if (!key) return undefined;
@@ -107,7 +107,7 @@ export function createKeyRules(db: Database, keys: ApiKeysRepository, costs: Rec
   }
 
   return {
-    /** Creates a key newKey checked, and returns it with its secret; a LimitsError when an operation costs more than its limits. */
+    /** Creates a key newKey checked, and returns it with its secret; a LimitBelowCostError when an operation costs more than its limits. */
     create: (key: NewApiKey, { tx, actor }: ChangeOptions = {}): Promise<IssuedApiKey> =>
       atomically(tx, async (target) => {
         if (key.limits) checkCostsFit(key.limits, costs);
@@ -132,7 +132,7 @@ export function createKeyRules(db: Database, keys: ApiKeysRepository, costs: Rec
      * Replaces a key with a new one of the same plan, limits, name, scope, enforcement and quota; the old one
      * keeps working for `overlapSeconds` more (a day by default; never longer than it would have),
      * or stops at once for 0, and so do the keys rotated into it still in their overlap. Undefined
-     * when there is no key with that id; a KeyStateError for a revoked or rotated key.
+     * when there is no key with that id; a RevokedKeyError or RotatedKeyError for a revoked or rotated key.
      */
     rotate(
       id: number,
@@ -159,8 +159,8 @@ export function createKeyRules(db: Database, keys: ApiKeysRepository, costs: Rec
      * Changes a key's plan, limits, name or enforcement (shadow mode, concurrency), effective wherever the key is cached as soon as the
      * change notice arrives. The plan and limits are the quota's: the keys rotated into this one
      * and still in their overlap take them too, so a cut binds every key counting in the quota.
-     * Undefined when there is no such key; a LimitsError when the limits do not go with the plan,
-     * or an operation costs more than them; a KeyStateError for a revoked or rotated key.
+     * Undefined when there is no such key; a limits error when the limits do not go with the plan,
+     * or an operation costs more than them; a RevokedKeyError or RotatedKeyError for a revoked or rotated key.
      */
     update(id: number, change: ApiKeyChange, { actor }: Pick<ChangeOptions, 'actor'> = {}) {
       return db.transaction(async (tx): Promise<ApiKeyRecord | undefined> => {
