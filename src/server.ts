@@ -1,7 +1,7 @@
 import closeWithGrace from 'close-with-grace';
 import type { FastifyInstance } from 'fastify';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { loadConfig } from './platform/config.js';
+import { loadConfig } from './platform/config/load.js';
 import { DOMAIN_CODES, hasCode, ListenError } from './platform/domain-errors.js';
 import { developmentKeyGreeting } from './api-keys/development-key.js';
 import { keysSocketPath, serveKeysCommands } from './keys-command/socket.js';

@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import type { TSchema } from '@sinclair/typebox';
 import { describe, expect, it } from 'vitest';
 import { DOCS_COMMAND, generatedFiles, settingsTable } from '../../scripts/config-docs.js';
-import { ConfigSchema, loadConfig, redactPasswords } from '../../src/platform/config.js';
+import { ConfigSchema, loadConfig, redactPasswords } from '../../src/platform/config/load.js';
 
 describe('configuration', () => {
   it('docs/configuration.md and .env.example are what the schema writes', () => {

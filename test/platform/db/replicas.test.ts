@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { loadConfig } from '../../../src/platform/config.js';
+import { loadConfig } from '../../../src/platform/config/load.js';
 import { ConfigError } from '../../../src/platform/domain-errors.js';
 import { insertedWalEnd, parseLsn, replicaName } from '../../../src/platform/db/replicas.js';
 

@@ -1,7 +1,7 @@
 import { Type, type Static, type TSchema } from '@sinclair/typebox';
 import { Value } from '@sinclair/typebox/value';
 import { isIP } from 'node:net';
-import { ConfigError } from './domain-errors.js';
+import { ConfigError } from '../domain-errors.js';
 
 /** `host:port,host:port,...`, an IPv6 address in brackets. */
 const HOST_PORT = '(\\[[0-9A-Fa-f:.]+\\]|[^,:\\s[\\]]+):[0-9]{1,5}';
