@@ -4,7 +4,7 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import type { TSchema } from '@sinclair/typebox';
-import { ConfigSchema } from '../src/platform/config/load.js';
+import { ConfigSchema } from '../src/platform/config/schema.js';
 
 export const DOCS_COMMAND = 'npm run docs:config';
 

@@ -40,7 +40,6 @@ export const DatabaseUnavailableError = createError<typeof DOMAIN_CODES.database
   'The database is unreachable',
 );
 export const DataDirInUseError = coded(DOMAIN_CODES.dataDirInUse);
-export const ConfigError = coded(DOMAIN_CODES.config);
 export const ListenError = coded(DOMAIN_CODES.listen);
 export const UsageError = coded(DOMAIN_CODES.usage);
 

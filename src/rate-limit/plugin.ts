@@ -3,7 +3,7 @@ import fp from 'fastify-plugin';
 import { Counter, Gauge } from 'prom-client';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { errors, secondsUntil } from '../platform/errors.js';
-import { ConfigError } from '../platform/domain-errors.js';
+import { InvalidSettingError } from '../platform/config/errors.js';
 import { annotateRequestSpan } from '../platform/observability/tracing.js';
 import { limitBelowCost, PLAN_LIMITS, PLANS, type Limits } from '../api-keys/plans.js';
 import type { ApiKeyIdentity } from '../api-keys/repository.js';
@@ -181,14 +181,15 @@ export default fp<RateLimitOptions>(
       ['RATE_LIMIT_CONCURRENCY', Object.keys(options.concurrency)],
     ] as const) {
       const unknown = plans.filter((plan) => !(PLANS as readonly string[]).includes(plan));
-      if (unknown.length > 0) throw new ConfigError(`Invalid ${setting}: no plan ${unknown.join(', ')}; the plans are ${PLANS.join(', ')}`);
+      if (unknown.length > 0) throw new InvalidSettingError(setting, `no plan ${unknown.join(', ')}; the plans are ${PLANS.join(', ')}`);
     }
     for (const [plan, limits] of Object.entries(PLAN_LIMITS)) {
       const below = limitBelowCost(limits, options.costs);
       if (below) {
         const window = below.field === 'perMinute' ? 'minute' : 'day';
-        throw new ConfigError(
-          `Invalid RATE_LIMIT_COSTS: ${below.operation} costs ${below.cost}, more than the ${plan} plan's ${below.limit} a ${window}; its keys could never call it`,
+        throw new InvalidSettingError(
+          'RATE_LIMIT_COSTS',
+          `${below.operation} costs ${below.cost}, more than the ${plan} plan's ${below.limit} a ${window}; its keys could never call it`,
         );
       }
     }

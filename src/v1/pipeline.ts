@@ -3,7 +3,7 @@ import auth from '../auth/plugin.js';
 import conditionalRequests from '../platform/http/conditional-requests.js';
 import deprecation from './deprecation.js';
 import idempotency from '../idempotency/plugin.js';
-import { ConfigError } from '../platform/domain-errors.js';
+import { InvalidSettingError } from '../platform/config/errors.js';
 import { notFoundHandler } from '../platform/errors.js';
 import { createIdempotencyKeysRepository } from '../idempotency/repository.js';
 import { documentOperation } from './contract.js';
@@ -92,8 +92,9 @@ const v1: FastifyPluginAsync<V1Options> = async (app, options) => {
   await app.register(rateLimitRoutes, { operations: () => [...operations] });
   const unserved = app.rateLimit.pricedOperations().filter((operation) => !operations.has(operation));
   if (unserved.length > 0) {
-    throw new ConfigError(
-      `Invalid RATE_LIMIT_COSTS: no operation ${unserved.join(', ')} here; the operations are ${[...operations].join(', ')}`,
+    throw new InvalidSettingError(
+      'RATE_LIMIT_COSTS',
+      `no operation ${unserved.join(', ')} here; the operations are ${[...operations].join(', ')}`,
     );
   }
 };

@@ -2,7 +2,9 @@ import { readFileSync } from 'node:fs';
 import type { TSchema } from '@sinclair/typebox';
 import { describe, expect, it } from 'vitest';
 import { DOCS_COMMAND, generatedFiles, settingsTable } from '../../scripts/config-docs.js';
-import { ConfigSchema, loadConfig, redactPasswords } from '../../src/platform/config/load.js';
+import { redactPasswords } from '../../src/platform/config/errors.js';
+import { loadConfig } from '../../src/platform/config/load.js';
+import { ConfigSchema } from '../../src/platform/config/schema.js';
 
 describe('configuration', () => {
   it('docs/configuration.md and .env.example are what the schema writes', () => {

@@ -1,8 +1,8 @@
 import Fastify from 'fastify';
 import { describe, expect, test } from 'vitest';
 import errorHandler from '../../src/platform/http/error-handler.js';
+import { InvalidSettingError } from '../../src/platform/config/errors.js';
 import {
-  ConfigError,
   DatabaseUnavailableError,
   DataDirInUseError,
   DOMAIN_CODES,
@@ -32,8 +32,12 @@ async function answerTo(fail: () => Error) {
 
 describe('the catalogue of domain errors', () => {
   test('every error has a code of its own, PETSTORE_ and the kind', () => {
-    const constructors = [LimitsError, ExpiryError, KeyStateError, DataDirInUseError, ConfigError, ListenError, UsageError];
-    const codes = [...constructors.map((Coded) => new Coded('why').code), new DatabaseUnavailableError({ cause: new Error('down') }).code];
+    const constructors = [LimitsError, ExpiryError, KeyStateError, DataDirInUseError, ListenError, UsageError];
+    const codes = [
+      ...constructors.map((Coded) => new Coded('why').code),
+      new DatabaseUnavailableError({ cause: new Error('down') }).code,
+      new InvalidSettingError('PORT', 'why').code,
+    ];
     expect(new Set(codes).size).toBe(codes.length);
     expect(codes.sort()).toEqual(Object.values(DOMAIN_CODES).sort());
     for (const code of codes) expect(code).toMatch(/^PETSTORE_[A-Z_]+$/);
@@ -89,7 +93,7 @@ describe('each domain error a request can raise, as the API answers it', () => {
   });
 
   test.each([
-    ['an error of the catalogue no request raises', () => new ConfigError('Invalid PORT=x: secret detail')],
+    ['an error of the catalogue no request raises', () => new InvalidSettingError('PORT="x"', 'secret detail')],
     ['an unknown error', () => new Error('relation "pets" does not exist: secret detail')],
   ])('%s: the 500 that leaks nothing, logged', async (_kind, fail) => {
     const { response, body, logs } = await answerTo(fail);
