@@ -9,7 +9,7 @@ import { ConfigSchema } from '../../src/platform/config/schema.js';
 describe('configuration', () => {
   it('docs/configuration.md and .env.example are what the schema writes', () => {
     for (const { path, text } of generatedFiles()) {
-      expect(readFileSync(path, 'utf8'), `${path} differs from the schema in src/platform/config.ts: run ${DOCS_COMMAND}`).toBe(text);
+      expect(readFileSync(path, 'utf8'), `${path} differs from src/platform/config/schema.ts: run ${DOCS_COMMAND}`).toBe(text);
     }
   });
 
