@@ -2,10 +2,12 @@ import { Type } from '@sinclair/typebox';
 
 // The Redis the instances share their rate-limit counters in: one, a cluster, or Sentinels.
 // Each description is the setting's documentation (see schema.ts).
+
 /** `host:port,host:port,...`, an IPv6 address in brackets. */
 const HOST_PORT = '(\\[[0-9A-Fa-f:.]+\\]|[^,:\\s[\\]]+):[0-9]{1,5}';
 const HOST_PORT_LIST = `^${HOST_PORT}(,${HOST_PORT})*$`;
 
+/** Which Redis, its credentials and TLS, and the prefix of its keys. */
 export const redis = {
   REDIS_URL: Type.Optional(
     Type.String({
