@@ -33,13 +33,12 @@ const coded = <C extends string>(code: C) => domainError(code, '%s');
 
 /** The codes of the errors no feature folder holds yet; each feature defines its own beside its errors. */
 export const DOMAIN_CODES = {
-  /** A setting of the environment that is missing or wrong (src/platform/config.ts). */
+  /** A setting of the environment that is missing or wrong: the errors of src/platform/config/errors.ts. */
   config: 'PETSTORE_CONFIG',
   /** Bad arguments to the keys command: exit 2, one line on stderr, nothing written. */
   usage: 'PETSTORE_USAGE',
 } as const;
 
-export const ConfigError = coded(DOMAIN_CODES.config);
 export const UsageError = coded(DOMAIN_CODES.usage);
 
 const codeOf = (error: unknown) => (error as { code?: unknown } | null | undefined)?.code;

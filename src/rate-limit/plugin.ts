@@ -3,15 +3,15 @@ import fp from 'fastify-plugin';
 import { Counter, Gauge } from 'prom-client';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { errors, secondsUntil } from '../platform/errors.js';
-import { ConfigError } from '../platform/domain-errors.js';
 import { annotateRequestSpan } from '../platform/observability/tracing.js';
-import { limitBelowCost, PLAN_LIMITS, PLANS, type Limits } from '../api-keys/plans.js';
+import { PLAN_LIMITS, type Limits } from '../api-keys/plans.js';
 import type { ApiKeyIdentity } from '../api-keys/identity.js';
 import { clientOf } from './address.js';
 import { FallbackStore } from './fallback-store.js';
 import { MemoryStore } from './memory-store.js';
 import { createRedisClient, REDIS_START_WAIT_MS, type RedisCredentials, type RedisTarget } from './redis-connection.js';
 import { RedisStore } from './redis-store.js';
+import { checkPlanSettings } from './settings.js';
 import {
   served,
   type Admission,
@@ -176,22 +176,7 @@ export interface RateLimiter {
  */
 export default fp<RateLimitOptions>(
   async function rateLimit(app, options) {
-    for (const [setting, plans] of [
-      ['RATE_LIMIT_SHADOW_PLANS', options.shadowPlans],
-      ['RATE_LIMIT_CONCURRENCY', Object.keys(options.concurrency)],
-    ] as const) {
-      const unknown = plans.filter((plan) => !(PLANS as readonly string[]).includes(plan));
-      if (unknown.length > 0) throw new ConfigError(`Invalid ${setting}: no plan ${unknown.join(', ')}; the plans are ${PLANS.join(', ')}`);
-    }
-    for (const [plan, limits] of Object.entries(PLAN_LIMITS)) {
-      const below = limitBelowCost(limits, options.costs);
-      if (below) {
-        const window = below.field === 'perMinute' ? 'minute' : 'day';
-        throw new ConfigError(
-          `Invalid RATE_LIMIT_COSTS: ${below.operation} costs ${below.cost}, more than the ${plan} plan's ${below.limit} a ${window}; its keys could never call it`,
-        );
-      }
-    }
+    checkPlanSettings(options);
     const shadowPlans = new Set(options.shadowPlans);
     const memory = new MemoryStore(options.ban, { now: app.now });
     let store: RateLimitStore = memory;

@@ -3,12 +3,12 @@ import auth from '../auth/plugin.js';
 import conditionalRequests from '../platform/http/conditional-requests.js';
 import deprecation from './deprecation.js';
 import idempotency from '../idempotency/plugin.js';
-import { ConfigError } from '../platform/domain-errors.js';
 import { notFoundHandler } from '../platform/errors.js';
 import { createIdempotencyKeysRepository } from '../idempotency/repository.js';
 import { documentOperation } from './contract.js';
 import pets from '../pets/routes.js';
 import rateLimitRoutes from '../rate-limit/routes.js';
+import { checkCostsServed } from '../rate-limit/settings.js';
 
 export const API_PREFIX = '/v1';
 
@@ -90,12 +90,7 @@ const v1: FastifyPluginAsync<V1Options> = async (app, options) => {
   app.get('/openapi.json', { schema: { hide: true }, config: { public: true } }, async () => app.swagger());
   await app.register(pets);
   await app.register(rateLimitRoutes, { operations: () => [...operations] });
-  const unserved = app.rateLimit.pricedOperations().filter((operation) => !operations.has(operation));
-  if (unserved.length > 0) {
-    throw new ConfigError(
-      `Invalid RATE_LIMIT_COSTS: no operation ${unserved.join(', ')} here; the operations are ${[...operations].join(', ')}`,
-    );
-  }
+  checkCostsServed(app.rateLimit.pricedOperations(), operations);
 };
 
 export default v1;

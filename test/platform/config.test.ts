@@ -2,12 +2,14 @@ import { readFileSync } from 'node:fs';
 import type { TSchema } from '@sinclair/typebox';
 import { describe, expect, it } from 'vitest';
 import { DOCS_COMMAND, generatedFiles, settingsTable } from '../../scripts/config-docs.js';
-import { ConfigSchema, loadConfig, redactPasswords } from '../../src/platform/config.js';
+import { redactPasswords } from '../../src/platform/config/errors.js';
+import { loadConfig } from '../../src/platform/config/load.js';
+import { ConfigSchema } from '../../src/platform/config/schema.js';
 
 describe('configuration', () => {
   it('docs/configuration.md and .env.example are what the schema writes', () => {
     for (const { path, text } of generatedFiles()) {
-      expect(readFileSync(path, 'utf8'), `${path} differs from the schema in src/platform/config.ts: run ${DOCS_COMMAND}`).toBe(text);
+      expect(readFileSync(path, 'utf8'), `${path} differs from src/platform/config/schema.ts: run ${DOCS_COMMAND}`).toBe(text);
     }
   });
 

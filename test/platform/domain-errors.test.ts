@@ -13,7 +13,8 @@ import {
   RotatedKeyError,
 } from '../../src/api-keys/errors.js';
 import { DATABASE_CODES, DatabaseUnavailableError, DataDirInUseError } from '../../src/platform/db/errors.js';
-import { apiAnswerOf, ConfigError, DOMAIN_CODES, domainError, UsageError } from '../../src/platform/domain-errors.js';
+import { InvalidSettingError } from '../../src/platform/config/errors.js';
+import { apiAnswerOf, DOMAIN_CODES, domainError, UsageError } from '../../src/platform/domain-errors.js';
 import { errors } from '../../src/platform/errors.js';
 import errorHandler from '../../src/platform/http/error-handler.js';
 import { LISTEN_CODE, ListenError } from '../../src/platform/http/listen.js';
@@ -73,7 +74,7 @@ describe('the catalogue of domain errors', () => {
     const codes = [...Object.values(API_KEY_CODES), ...Object.values(DATABASE_CODES), LISTEN_CODE, ...Object.values(DOMAIN_CODES)];
     expect(new Set(codes).size).toBe(codes.length);
     for (const code of codes) expect(code).toMatch(/^PETSTORE_[A-Z_]+$/);
-    const raised = [...CATALOGUE.map(([error]) => error.code), new ConfigError('why').code, new UsageError('why').code];
+    const raised = [...CATALOGUE.map(([error]) => error.code), new InvalidSettingError('PORT', 'why').code, new UsageError('why').code];
     expect([...new Set(raised)].sort()).toEqual(codes.sort());
   });
 
@@ -142,7 +143,7 @@ describe('each domain error a request can raise, as the API answers it', () => {
   });
 
   test.each([
-    ['an error of the catalogue no request raises', () => new ConfigError('Invalid PORT=x: secret detail')],
+    ['an error of the catalogue no request raises', () => new InvalidSettingError('PORT="x"', 'secret detail')],
     ['a process error', () => new DataDirInUseError('/secret detail', 4242)],
     ['an unknown error', () => new Error('relation "pets" does not exist: secret detail')],
   ])('%s: the 500 that leaks nothing, logged', async (_kind, fail) => {

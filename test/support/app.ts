@@ -1,6 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import { buildApp, type AppDependencies } from '../../src/app.js';
-import { loadConfig } from '../../src/platform/config.js';
+import { loadConfig } from '../../src/platform/config/load.js';
 import type { Database } from '../../src/platform/db/database.js';
 import { createScratchDatabase, POSTGRES_URL } from './databases.js';
 import { eventually } from './eventually.js';

@@ -1,4 +1,4 @@
-import { ConfigError } from '../domain-errors.js';
+import { NoEmbeddedDatabaseError } from '../config/errors.js';
 import type { Database } from './database.js';
 import type { EmbeddedOptions } from './pglite.js';
 
@@ -25,11 +25,7 @@ export async function openDatabase(
   const { createPgliteDatabase } = await import('./pglite.js').catch((error: NodeJS.ErrnoException) => {
     // PGlite is an optional dependency: the container image leaves it out (npm ci --omit=optional).
     if (error.code !== 'ERR_MODULE_NOT_FOUND') throw error;
-    throw new ConfigError(
-      'DATABASE_URL is not set, and this install has no embedded database (@electric-sql/pglite, an optional dependency, ' +
-        'is left out of the container image): set DATABASE_URL to a PostgreSQL database.',
-      { cause: error },
-    );
+    throw new NoEmbeddedDatabaseError({ cause: error });
   });
   return createPgliteDatabase(config.DATA_DIR, embedded);
 }

@@ -1,6 +1,6 @@
 import { isUtf8 } from 'node:buffer';
 import type { FastifyInstance } from 'fastify';
-import type { Config } from '../config.js';
+import type { Config } from '../config/load.js';
 import { errors } from '../errors.js';
 import { formatValidationError, validatorCompiler } from '../validation.js';
 import { clientErrorHandler, frameworkErrors } from './client-errors.js';

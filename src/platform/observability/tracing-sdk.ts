@@ -42,7 +42,7 @@ import {
   ATTR_URL_SCHEME,
 } from '@opentelemetry/semantic-conventions';
 import type { FastifyInstance, FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify';
-import type { Config } from '../config.js';
+import type { Config } from '../config/load.js';
 
 /**
  * Requests that are not worth a trace: probes, scraped every few seconds (and the metrics server's

@@ -1,5 +1,5 @@
 import type { FastifyRequest } from 'fastify';
-import type { Config } from '../config.js';
+import type { Config } from '../config/load.js';
 // Types only: the SDK's module itself is imported by startTracing, and only when tracing is on.
 import type { RequestFacts } from './tracing-sdk.js';
 

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { loadConfig } from '../../../src/platform/config.js';
-import { ConfigError } from '../../../src/platform/domain-errors.js';
+import { loadConfig } from '../../../src/platform/config/load.js';
+import { SettingNeedsError } from '../../../src/platform/config/errors.js';
 import { replicaName } from '../../../src/platform/db/replicas.js';
 
 // The pieces of read routing over replicas that need no server (the WAL arithmetic: wal-position.test.ts);
@@ -24,7 +24,7 @@ describe('DATABASE_REPLICA_URLS', () => {
   });
 
   it('is refused without DATABASE_URL: the embedded database has no replicas', () => {
-    expect(() => loadConfig({ DATABASE_REPLICA_URLS: 'postgres://pets@replica-1/pets' })).toThrow(ConfigError);
+    expect(() => loadConfig({ DATABASE_REPLICA_URLS: 'postgres://pets@replica-1/pets' })).toThrow(SettingNeedsError);
     expect(() => loadConfig({ DATABASE_REPLICA_URLS: 'postgres://pets@replica-1/pets' })).toThrow(/needs DATABASE_URL/);
   });
 
