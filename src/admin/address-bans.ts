@@ -4,7 +4,7 @@ import { errors } from '../platform/errors.js';
 import type { RateLimiter } from '../rate-limit/plugin.js';
 import type { AdminAuditRepository } from '../audit/repository.js';
 import { refuseOtherMethods } from '../platform/http/method-not-allowed.js';
-import { AddressBans, AddressParams } from './schemas.js';
+import { AddressBans, AddressParams } from '../rate-limit/admin-schemas.js';
 import { ErrorBody } from '../platform/schemas/error.js';
 import { actorOf } from './auth.js';
 

@@ -4,7 +4,7 @@ import { decodeCursor, encodeCursor, nextLink } from '../platform/pagination.js'
 import type { AdminAuditRepository } from '../audit/repository.js';
 import type { WebhookDeliveriesRepository } from '../webhooks/repository.js';
 import { refuseOtherMethods } from '../platform/http/method-not-allowed.js';
-import { DeliveryParams, ListDeliveriesQuery, WebhookDeliveries, WebhookDelivery } from './schemas.js';
+import { DeliveryParams, ListDeliveriesQuery, WebhookDeliveries, WebhookDelivery } from '../webhooks/admin-schemas.js';
 import { DEFAULT_PAGE_SIZE } from '../platform/schemas/common.js';
 import { ErrorBody } from '../platform/schemas/error.js';
 import { actorOf } from './auth.js';
