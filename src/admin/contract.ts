@@ -10,9 +10,9 @@ import { ADMIN_SECURITY_SCHEME } from './auth.js';
 const WWW_AUTHENTICATE = { 'www-authenticate': { type: 'string', description: 'Bearer realm="pets-admin" (RFC 6750)' } } as const;
 
 /**
- * What the admin listener adds to every operation's declared responses (admin/keys.ts): the admin
- * token (401, and 403 for a read token on an operation that writes), the Idempotency-Key of the
- * create, and the request id on every response.
+ * What the admin listener adds to every operation's declared responses (the features'
+ * admin-routes.ts): the admin token (401, and 403 for a read token on an operation that writes),
+ * the Idempotency-Key of the create, and the request id on every response.
  */
 export function documentAdminOperation(route: RouteOptions, { retentionHours }: { retentionHours: number }) {
   const schema = route.schema;

@@ -7,12 +7,12 @@ import openapi from '../platform/http/openapi.js';
 import { createAdminAuditRepository } from '../audit/repository.js';
 import { createAdminTokensRepository } from './tokens-repository.js';
 import { createIdempotencyKeysRepository } from '../idempotency/repository.js';
-import adminAudit from './audit.js';
-import adminAuth, { ADMIN_SECURITY_SCHEME } from './auth.js';
+import adminAuth, { actorOf, ADMIN_SECURITY_SCHEME } from './auth.js';
 import { documentAdminOperation } from './contract.js';
-import adminKeys from './keys.js';
-import adminAddressBans from './address-bans.js';
-import adminWebhookDeliveries from './webhook-deliveries.js';
+import adminKeys from '../api-keys/admin-routes.js';
+import { adminAddressBans, adminKeyUsage } from '../rate-limit/admin-routes.js';
+import adminWebhookDeliveries from '../webhooks/admin-routes.js';
+import adminAudit from '../audit/admin-routes.js';
 import { createWebhookDeliveriesRepository } from '../webhooks/repository.js';
 
 export const ADMIN_PREFIX = '/admin/v1';
@@ -70,6 +70,7 @@ export async function buildAdminServer(app: FastifyInstance): Promise<FastifyIns
   const retentionHours = config.IDEMPOTENCY_KEY_RETENTION_HOURS;
   const audit = createAdminAuditRepository(db);
   // The operations, behind the admin token; the document and the docs page above are open to whoever reaches the listener.
+  // The features declare them, in the document's order (the order of registration); changes are recorded as actorOf says.
   await admin.register(async (operations) => {
     operations.addHook('onRoute', (route) => documentAdminOperation(route, { retentionHours }));
     await operations.register(adminAuth, { tokens: createAdminTokensRepository(db) });
@@ -78,9 +79,10 @@ export async function buildAdminServer(app: FastifyInstance): Promise<FastifyIns
       keys: createIdempotencyKeysRepository(db, 'admin'),
       ownerOf: (request) => request.adminToken?.id,
     });
-    await operations.register(adminKeys, { keys: app.apiKeysRepository, rules: app.keyRules, audit, rateLimit: app.rateLimit });
-    await operations.register(adminAddressBans, { audit, rateLimit: app.rateLimit });
-    await operations.register(adminWebhookDeliveries, { deliveries: createWebhookDeliveriesRepository(db), audit });
+    await operations.register(adminKeys, { keys: app.apiKeysRepository, rules: app.keyRules, actorOf });
+    await operations.register(adminKeyUsage, { keys: app.apiKeysRepository, rateLimit: app.rateLimit, audit, actorOf });
+    await operations.register(adminAddressBans, { rateLimit: app.rateLimit, audit, actorOf });
+    await operations.register(adminWebhookDeliveries, { deliveries: createWebhookDeliveriesRepository(db), audit, actorOf });
     await operations.register(adminAudit, { audit });
   });
   return admin;

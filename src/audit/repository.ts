@@ -1,3 +1,4 @@
+import type { FastifyRequest } from 'fastify';
 import type { Database, Queryable } from '../platform/db/database.js';
 
 /** Who made a change: what did (the admin API, the keys command, the server itself) and, for the admin API, with which token in which request. */
@@ -7,6 +8,9 @@ export interface Actor {
   adminTokenId: number | null;
   requestId?: string;
 }
+
+/** Who a request's changes are recorded as: the listener that authenticated it knows (the admin API: its token and request id). */
+export type ActorOf = (request: FastifyRequest) => Actor;
 
 export type AuditAction =
   | 'key.create'

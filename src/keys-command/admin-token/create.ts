@@ -1,5 +1,5 @@
 import { ADMIN_SCOPES, isAdminScope } from '../../admin/tokens-repository.js';
-import { AdminTokenName } from '../../admin/schemas.js';
+import { AdminTokenName } from '../../admin/token-name.js';
 import { UsageError } from '../../platform/domain-errors.js';
 import { checked, COMMAND, noArguments, type KeysCommand } from '../command.js';
 

@@ -1,4 +1,4 @@
-import { Type } from '@sinclair/typebox';
+import { Type, type Static, type TSchema } from '@sinclair/typebox';
 
 /** Entries in a page when the caller does not say. */
 export const DEFAULT_PAGE_SIZE = 20;
@@ -64,3 +64,16 @@ export const Name = ({ max, description, emptyAllowed = false }: { max: number; 
     'x-error-message': `must be ${emptyAllowed ? 'empty or ' : ''}1 to ${max} characters, one of them visible, without control characters, bidi overrides or lone surrogates`,
   });
 };
+
+/** A value or null, as OpenAPI 3.0 writes it (`nullable`), for responses. */
+export const Nullable = <T extends TSchema>(schema: T) => Type.Unsafe<Static<T> | null>({ ...schema, nullable: true });
+
+/** One of a few strings (a plan, a state), refused with the list of them. */
+export const Literals = <T extends string>(values: readonly T[], description: string) =>
+  Type.Union(
+    values.map((value) => Type.Literal(value)),
+    { description, 'x-error-message': `must be one of ${values.join(', ')}` },
+  );
+
+/** An instant in an answer, as RFC 3339 writes it. */
+export const Timestamp = Type.String({ format: 'date-time' });

@@ -2,28 +2,30 @@ import { createHash } from 'node:crypto';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { errors } from '../platform/errors.js';
 import { decodeCursor, encodeCursor, nextLink } from '../platform/pagination.js';
-import type { RateLimiter } from '../rate-limit/plugin.js';
-import type { AdminAuditRepository } from '../audit/repository.js';
-import type { ApiKeyRecord, ApiKeysRepository } from '../api-keys/repository.js';
-import { expiryOf, newKey, type KeyRules } from '../api-keys/rules.js';
+import type { ActorOf } from '../audit/repository.js';
+import type { ApiKeyRecord, ApiKeysRepository } from './repository.js';
+import { expiryOf, newKey, type KeyRules } from './rules.js';
 import { refuseOtherMethods } from '../platform/http/method-not-allowed.js';
-import { AdminKey, AdminKeyChange, AdminKeys, KeyParams, KeyUsage, ListKeysQuery, NewAdminKey, RotateKey } from './schemas.js';
+import { AdminKey, AdminKeyChange, AdminKeys, KeyParams, ListKeysQuery, NewAdminKey, RotateKey } from './admin-schemas.js';
 import { DEFAULT_PAGE_SIZE } from '../platform/schemas/common.js';
 import { ErrorBody } from '../platform/schemas/error.js';
-import { actorOf } from './auth.js';
 
-const KEYS_PATH = '/admin/v1/keys';
+export const KEYS_PATH = '/admin/v1/keys';
 
 export interface AdminKeysOptions {
   keys: ApiKeysRepository;
   rules: KeyRules;
-  audit: AdminAuditRepository;
-  rateLimit: RateLimiter;
+  /** Who the admin request's change is recorded as, in the audit trail. */
+  actorOf: ActorOf;
 }
+
+/** The admin listener's scope the operations are declared in, with the types TypeBox gives their requests. */
+type Admin = Parameters<FastifyPluginAsyncTypebox>[0];
 
 const LOCATION = { location: { type: 'string', description: 'Path of the key' } } as const;
 
-const found = (key: ApiKeyRecord | undefined, id: number): ApiKeyRecord => {
+/** The key, or the 404 of an operation on a key id that names none. */
+export const foundKey = (key: ApiKeyRecord | undefined, id: number): ApiKeyRecord => {
   if (!key) throw errors.notFound(`No API key with id ${id}`);
   return key;
 };
@@ -35,13 +37,7 @@ const filterOf = (query: { plan?: string; state?: string; name?: string }) =>
     .digest('base64url')
     .slice(0, 12);
 
-/**
- * The keys, as a sign-up page, a billing system and support see them: thin routes over the key
- * rules (changes) and the repository (reads) the keys command uses too, so the two cannot drift.
- * Changes take effect on every instance through the api_keys notices (migrations/006), as the
- * command's do.
- */
-const adminKeys: FastifyPluginAsyncTypebox<AdminKeysOptions> = async (admin, { keys, rules, audit, rateLimit }) => {
+function createKey(admin: Admin, { rules, actorOf }: AdminKeysOptions) {
   admin.post(
     KEYS_PATH,
     {
@@ -69,7 +65,9 @@ const adminKeys: FastifyPluginAsyncTypebox<AdminKeysOptions> = async (admin, { k
         .send(secret === undefined ? body : { ...body, key: secret });
     },
   );
+}
 
+function listKeys(admin: Admin, { keys }: AdminKeysOptions) {
   admin.get(
     KEYS_PATH,
     {
@@ -95,7 +93,9 @@ const adminKeys: FastifyPluginAsyncTypebox<AdminKeysOptions> = async (admin, { k
       return page.keys;
     },
   );
+}
 
+function getKey(admin: Admin, { keys }: AdminKeysOptions) {
   admin.get(
     `${KEYS_PATH}/:id`,
     {
@@ -107,9 +107,11 @@ const adminKeys: FastifyPluginAsyncTypebox<AdminKeysOptions> = async (admin, { k
         response: { 200: AdminKey, 400: ErrorBody, 404: ErrorBody },
       },
     },
-    async (request) => found(await keys.get(request.params.id), request.params.id),
+    async (request) => foundKey(await keys.get(request.params.id), request.params.id),
   );
+}
 
+function changeKey(admin: Admin, { rules, actorOf }: AdminKeysOptions) {
   admin.patch(
     `${KEYS_PATH}/:id`,
     {
@@ -125,10 +127,12 @@ const adminKeys: FastifyPluginAsyncTypebox<AdminKeysOptions> = async (admin, { k
     },
     async (request) => {
       const { id } = request.params;
-      return found(await rules.update(id, request.body, { actor: actorOf(request) }), id);
+      return foundKey(await rules.update(id, request.body, { actor: actorOf(request) }), id);
     },
   );
+}
 
+function rotateKey(admin: Admin, { rules, actorOf }: AdminKeysOptions) {
   admin.post(
     `${KEYS_PATH}/:id/rotate`,
     {
@@ -166,7 +170,9 @@ const adminKeys: FastifyPluginAsyncTypebox<AdminKeysOptions> = async (admin, { k
         .send({ ...rotated.record, key: rotated.key });
     },
   );
+}
 
+function revokeKey(admin: Admin, { rules, actorOf }: AdminKeysOptions) {
   admin.post(
     `${KEYS_PATH}/:id/revoke`,
     {
@@ -180,67 +186,22 @@ const adminKeys: FastifyPluginAsyncTypebox<AdminKeysOptions> = async (admin, { k
       },
       config: { writes: true },
     },
-    async (request) => found(await rules.revoke(request.params.id, { actor: actorOf(request) }), request.params.id),
+    async (request) => foundKey(await rules.revoke(request.params.id, { actor: actorOf(request) }), request.params.id),
   );
+}
 
-  admin.get(
-    `${KEYS_PATH}/:id/usage`,
-    {
-      schema: {
-        operationId: 'getKeyUsage',
-        tags: ['keys'],
-        summary: "What the key's minute and day windows hold now, and its ban, from the store the limiter uses",
-        params: KeyParams,
-        response: { 200: KeyUsage, 400: ErrorBody, 404: ErrorBody },
-      },
-    },
-    async (request) => {
-      const key = found(await keys.get(request.params.id), request.params.id);
-      const { decision, source } = await rateLimit.usage(key.quotaId, key, admin.now());
-      const window = ({ limit, used, resetAt }: { limit: number; used: number; resetAt: number }) => ({
-        limit,
-        used,
-        resetAt: new Date(resetAt).toISOString(),
-      });
-      return {
-        minute: window(decision.minute),
-        day: window(decision.day),
-        bannedUntil: decision.outcome === 'banned' ? new Date(decision.bannedUntil).toISOString() : null,
-        source,
-      };
-    },
-  );
-
-  admin.delete(
-    `${KEYS_PATH}/:id/ban`,
-    {
-      schema: {
-        operationId: 'liftKeyBan',
-        tags: ['keys'],
-        summary: "Lift the key's ban, in the store the limiter uses; answered 204 also when there was none",
-        params: KeyParams,
-        response: { 204: { type: 'null', description: 'The key is not banned (any more)' }, 400: ErrorBody, 404: ErrorBody },
-      },
-      config: { writes: true },
-    },
-    async (request, reply) => {
-      const key = found(await keys.get(request.params.id), request.params.id);
-      const now = admin.now();
-      const { decision } = await rateLimit.usage(key.quotaId, key, now);
-      const source = await rateLimit.liftBan(key.quotaId, now);
-      if (decision.outcome === 'banned') {
-        await audit.record(actorOf(request), 'key.ban_lift', key.id, { bannedUntil: new Date(decision.bannedUntil).toISOString(), source });
-      }
-      return reply.code(204).send();
-    },
-  );
-
+/**
+ * The keys, as a sign-up page, a billing system and support see them: thin routes over the key
+ * rules (changes) and the repository (reads) the keys command uses too, so the two cannot drift.
+ * Changes take effect on every instance through the api_keys notices (migrations/006), as the
+ * command's do. Declared in the admin document's order, which is the order of registration.
+ */
+const adminKeys: FastifyPluginAsyncTypebox<AdminKeysOptions> = async (admin, options) => {
+  for (const declare of [createKey, listKeys, getKey, changeKey, rotateKey, revokeKey]) declare(admin, options);
   refuseOtherMethods(admin, KEYS_PATH, ['GET', 'POST']);
   refuseOtherMethods(admin, `${KEYS_PATH}/:id`, ['GET', 'PATCH']);
   refuseOtherMethods(admin, `${KEYS_PATH}/:id/rotate`, ['POST']);
   refuseOtherMethods(admin, `${KEYS_PATH}/:id/revoke`, ['POST']);
-  refuseOtherMethods(admin, `${KEYS_PATH}/:id/usage`, ['GET']);
-  refuseOtherMethods(admin, `${KEYS_PATH}/:id/ban`, ['DELETE']);
 };
 
 export default adminKeys;

@@ -1,21 +1,22 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { errors } from '../platform/errors.js';
 import { decodeCursor, encodeCursor, nextLink } from '../platform/pagination.js';
-import type { AdminAuditRepository } from '../audit/repository.js';
-import type { WebhookDeliveriesRepository } from '../webhooks/repository.js';
+import type { ActorOf, AdminAuditRepository } from '../audit/repository.js';
+import type { WebhookDeliveriesRepository } from './repository.js';
 import { refuseOtherMethods } from '../platform/http/method-not-allowed.js';
-import { DeliveryParams, ListDeliveriesQuery, WebhookDeliveries, WebhookDelivery } from './schemas.js';
+import { DeliveryParams, ListDeliveriesQuery, WebhookDeliveries, WebhookDelivery } from './admin-schemas.js';
 import { DEFAULT_PAGE_SIZE } from '../platform/schemas/common.js';
 import { ErrorBody } from '../platform/schemas/error.js';
-import { actorOf } from './auth.js';
 
 const DELIVERIES_PATH = '/admin/v1/webhook-deliveries';
 
 /** The usage events sent to WEBHOOK_URL, for whoever runs the receiver: what is pending, delivered or failed, and a retry of one not delivered. */
-const adminWebhookDeliveries: FastifyPluginAsyncTypebox<{ deliveries: WebhookDeliveriesRepository; audit: AdminAuditRepository }> = async (
-  admin,
-  { deliveries, audit },
-) => {
+const adminWebhookDeliveries: FastifyPluginAsyncTypebox<{
+  deliveries: WebhookDeliveriesRepository;
+  audit: AdminAuditRepository;
+  /** Who the admin request's retry is recorded as, in the audit trail. */
+  actorOf: ActorOf;
+}> = async (admin, { deliveries, audit, actorOf }) => {
   admin.get(
     DELIVERIES_PATH,
     {

@@ -1,8 +1,8 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { decodeCursor, encodeCursor, nextLink } from '../platform/pagination.js';
-import type { AdminAuditRepository } from '../audit/repository.js';
+import type { AdminAuditRepository } from './repository.js';
 import { refuseOtherMethods } from '../platform/http/method-not-allowed.js';
-import { AuditEntries, AuditQuery } from './schemas.js';
+import { AuditEntries, AuditQuery } from './admin-schemas.js';
 import { DEFAULT_PAGE_SIZE } from '../platform/schemas/common.js';
 import { ErrorBody } from '../platform/schemas/error.js';
 

@@ -1,0 +1,144 @@
+import { Type, type Static } from '@sinclair/typebox';
+import { DEFAULT_OVERLAP_SECONDS, KEY_STATES, MAX_OVERLAP_SECONDS } from './lifecycle.js';
+import { DATE_TIME, LATEST_EXPIRY } from './expiry.js';
+import { PLANS } from './plans.js';
+import { Cursor, Id, Literals, Name, Nullable, PageLimit, Timestamp } from '../platform/schemas/common.js';
+
+export const Plan = Literals(PLANS, 'The plan, whose limits the key gets (enterprise: its own)');
+export const KeyState = Literals(
+  KEY_STATES,
+  'active; expired (past expiresAt); revoked; rotated (replaced by replacedBy, working until expiresAt)',
+);
+
+// The column's type: a whole number up to 2^31 - 1.
+const Limit = (window: string) =>
+  Type.Integer({
+    minimum: 1,
+    maximum: 2_147_483_647,
+    description: `Requests per ${window}: enterprise keys only, required for them`,
+    'x-error-message': 'must be an integer from 1 to 2147483647',
+  });
+
+const EnforceLimits = Type.Boolean({
+  description:
+    'False for shadow mode: past its limits the key is served, with the headers of a refusal, and counted as a would-be refusal; never banned',
+});
+
+const Concurrency = Type.Integer({
+  minimum: 1,
+  maximum: 100_000,
+  description: "The key's own limit of requests in flight at once; null for its plan's (RATE_LIMIT_CONCURRENCY)",
+});
+/** In a body: null puts the key back on its plan's limit. */
+const ConcurrencyInput = Type.Union([Concurrency, Type.Null()], {
+  description: Concurrency.description,
+  'x-error-message': 'must be an integer from 1 to 100000, or null',
+});
+
+// The column's bound; '' is a key without a name.
+export const KeyName = Name({
+  max: 200,
+  emptyAllowed: true,
+  description:
+    'Who or what the key is for (a customer, a subscription): up to 200 characters, one of them visible; no control characters or bidi overrides',
+});
+
+/** An ISO 8601 date-time with a time zone, as the keys command takes it; the route checks it is on the calendar, ahead and not past LATEST_EXPIRY (parseExpiry). */
+const FutureTimestamp = Type.String({
+  pattern: DATE_TIME.source,
+  description: `When the key stops working: an ISO 8601 date-time with a time zone, in the future, no later than ${LATEST_EXPIRY}`,
+  'x-error-message': 'must be an ISO 8601 date-time with a time zone, such as 2027-01-31T00:00:00Z',
+});
+
+export const AdminKey = Type.Object(
+  {
+    id: Type.Integer({ format: 'int64' }),
+    name: Type.String(),
+    plan: Plan,
+    perMinute: Type.Integer({ description: "Requests per minute: the plan's, or the enterprise key's own" }),
+    perDay: Type.Integer({ description: "Requests per day: the plan's, or the enterprise key's own" }),
+    readOnly: Type.Boolean({ description: 'May call the GET operations only' }),
+    enforceLimits: EnforceLimits,
+    concurrency: Nullable(Concurrency),
+    state: KeyState,
+    createdAt: Timestamp,
+    expiresAt: Nullable(Timestamp),
+    revokedAt: Nullable(Timestamp),
+    replacedBy: Nullable(Type.Integer({ format: 'int64', description: 'The key this one was rotated into' })),
+    quotaId: Type.Integer({
+      format: 'int64',
+      description: 'The rate-limit quota the key counts in, shared by the keys rotated from one another',
+    }),
+    key: Type.Optional(
+      Type.String({
+        description: 'The secret API key: in the answer of a create or a rotation only, and never again (not in a replay either)',
+      }),
+    ),
+  },
+  { title: 'AdminKey', description: 'An API key as the admin API shows it: never its hash' },
+);
+export type AdminKey = Static<typeof AdminKey>;
+
+export const AdminKeys = Type.Array(AdminKey, { title: 'AdminKeys', description: 'One page of keys, in id order' });
+
+export const NewAdminKey = Type.Object(
+  {
+    plan: Plan,
+    name: Type.Optional(KeyName),
+    perMinute: Type.Optional(Limit('minute')),
+    perDay: Type.Optional(Limit('day')),
+    expiresAt: Type.Optional(FutureTimestamp),
+    readOnly: Type.Optional(Type.Boolean({ description: 'A key for the GET operations only' })),
+    enforceLimits: Type.Optional({ ...EnforceLimits, default: true }),
+    concurrency: Type.Optional(ConcurrencyInput),
+  },
+  { title: 'NewAdminKey', additionalProperties: false, 'x-error-message': 'must be a JSON object with known fields only' },
+);
+export type NewAdminKey = Static<typeof NewAdminKey>;
+
+export const AdminKeyChange = Type.Object(
+  {
+    plan: Type.Optional(Plan),
+    perMinute: Type.Optional(Limit('minute')),
+    perDay: Type.Optional(Limit('day')),
+    name: Type.Optional(KeyName),
+    enforceLimits: Type.Optional(EnforceLimits),
+    concurrency: Type.Optional(ConcurrencyInput),
+  },
+  {
+    title: 'AdminKeyChange',
+    description: 'Absent fields keep their value; an enterprise key keeps its limits unless given new ones',
+    additionalProperties: false,
+    minProperties: 1,
+    'x-error-message': 'must be a JSON object with at least one of plan, perMinute, perDay, name, enforceLimits, concurrency',
+  },
+);
+export type AdminKeyChange = Static<typeof AdminKeyChange>;
+
+export const RotateKey = Type.Object(
+  {
+    overlapSeconds: Type.Optional(
+      Type.Integer({
+        minimum: 0,
+        maximum: MAX_OVERLAP_SECONDS,
+        default: DEFAULT_OVERLAP_SECONDS,
+        description: 'How long the old key keeps working (never past its own expiry); 0 revokes it at once',
+        'x-error-message': `must be an integer from 0 to ${MAX_OVERLAP_SECONDS}`,
+      }),
+    ),
+    expiresAt: Type.Optional({ ...FutureTimestamp, description: 'When the new key stops working; by default never' }),
+  },
+  { title: 'RotateKey', additionalProperties: false, 'x-error-message': 'must be a JSON object with known fields only' },
+);
+export type RotateKey = Static<typeof RotateKey>;
+
+export const KeyParams = Type.Object({ id: Type.Integer({ ...Id, description: 'The key id' }) });
+
+export const ListKeysQuery = Type.Object({
+  plan: Type.Optional(Plan),
+  state: Type.Optional(KeyState),
+  name: Type.Optional({ ...KeyName, description: 'Keys with exactly this name' }),
+  limit: PageLimit('Entries per page'),
+  cursor: Cursor,
+});
+export type ListKeysQuery = Static<typeof ListKeysQuery>;
