@@ -5,7 +5,7 @@ import { SECURITY_SCHEME } from '../auth/plugin.js';
 import { CACHING_HEADERS, readsOnly } from '../platform/http/conditional-requests.js';
 import { DEPRECATION_HEADERS } from './deprecation.js';
 import { documentIdempotency } from '../idempotency/plugin.js';
-import { RATE_LIMIT_HEADERS } from '../rate-limit/plugin.js';
+import { RATE_LIMIT_HEADERS } from '../rate-limit/headers.js';
 import { REQUEST_ID_RESPONSE_HEADERS } from '../platform/http/request-id.js';
 import { ErrorBody } from '../platform/schemas/error.js';
 import { IfNoneMatch } from '../platform/schemas/headers.js';

@@ -1,5 +1,5 @@
 import { describe, expect } from 'vitest';
-import type { UsageWatcher } from '../../src/rate-limit/plugin.js';
+import type { UsageWatcher } from '../../src/rate-limit/admission.js';
 import { describeAppTest } from '../support/fixtures.js';
 import { keyInFreshWindows } from '../support/keys.js';
 import { RATE_LIMIT_STORES, REDIS_URL } from '../support/redis.js';

@@ -1,0 +1,41 @@
+import type { Limits } from '../api-keys/plans.js';
+import { clientOf } from './address.js';
+import type { Inspection, RateLimitStore, StoreKind } from './store.js';
+import { addressSubject, ANONYMOUS, keySubject } from './subjects.js';
+
+/** What the admin API reads of the limiter and changes in it: a key's usage, the bans. */
+export interface AdminOperations {
+  /** What a key's quota holds now (both windows, a ban), counting nothing, and which store answered (the admin API). */
+  usage(quotaId: number, limits: Limits, now: number): Promise<Inspection>;
+  /** Lifts a key's ban in the store decisions go to now (the admin API); says which. */
+  liftBan(quotaId: number, now: number): Promise<StoreKind>;
+  /** The clients (see clientOf) banned now, and which store answered (the admin API). */
+  addressBans(now: number): Promise<{ bans: Array<{ address: string; bannedUntil: number }>; source: StoreKind }>;
+  /**
+   * Lifts the ban of the client an address (or a client as addressBans names it) counts as, in
+   * the store decisions go to now; says which client, when its ban would have ended, if it had one, and which store.
+   */
+  liftAddressBan(address: string, now: number): Promise<{ address: string; bannedUntil?: number; source: StoreKind }>;
+}
+
+/** The admin API's operations on the store; `ipv6Prefix` as the limiter counts addresses (see clientOf). */
+export function adminOperations(store: RateLimitStore, ipv6Prefix: number): AdminOperations {
+  return {
+    usage: (quotaId, limits, now) => store.inspect(keySubject(quotaId), limits, now),
+    liftBan: (quotaId, now) => store.liftBan(keySubject(quotaId), now),
+
+    async addressBans(now) {
+      const { bans, source } = await store.bans(addressSubject(''), now);
+      const listed = bans.map(({ subject, bannedUntil }) => ({ address: subject.slice(addressSubject('').length), bannedUntil }));
+      return { bans: listed.sort((a, b) => a.address.localeCompare(b.address)), source };
+    },
+
+    async liftAddressBan(address, now) {
+      const client = clientOf(address.replace(/\/\d+$/, ''), ipv6Prefix);
+      const subject = addressSubject(client);
+      const { decision } = await store.inspect(subject, ANONYMOUS, now);
+      const source = await store.liftBan(subject, now);
+      return { address: client, bannedUntil: decision.outcome === 'banned' ? decision.bannedUntil : undefined, source };
+    },
+  };
+}

@@ -1,0 +1,253 @@
+import { randomBytes } from 'node:crypto';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { errors, secondsUntil } from '../platform/errors.js';
+import { annotateRequestSpan } from '../platform/observability/tracing.js';
+import type { Limits } from '../api-keys/plans.js';
+import type { ApiKeyIdentity } from '../api-keys/identity.js';
+import { clientOf } from './address.js';
+import { setHeaders } from './headers.js';
+import type { RateLimitMetrics, RateLimitOutcome } from './metrics.js';
+import { served, type Admission, type Decision, type RateLimitStore, type WindowUsage } from './store.js';
+import { addressSubject, ANONYMOUS, keySubject } from './subjects.js';
+
+/** What a watcher of keys' usage hears (app.rateLimit.watchUsage): the webhooks' usage events. */
+export interface UsageWatcher {
+  /** Percentages of a window's limit: crossed() hears of each one a key's request takes its window to or past. */
+  thresholds: number[];
+  crossed(event: { key: ApiKeyIdentity; window: 'minute' | 'day'; limit: number; used: number; threshold: number; resetAt: number }): void;
+  /** A key's refusals started a ban, ending at bannedUntil (ms since the epoch). */
+  banned(event: { key: ApiKeyIdentity; bannedUntil: number }): void;
+}
+
+/** The limiter's hot path: each request of the /v1 pipeline admitted, then settled. */
+export interface RequestAdmission {
+  /**
+   * Tells the watcher of each threshold a key's counted request crosses and of each ban a key's
+   * request starts, on the instance whose decision did it: with Redis, one instance each time.
+   */
+  watchUsage(watcher: UsageWatcher): void;
+  /**
+   * Decides the request of its caller (its key, else its address), sets the headers, and throws
+   * its 429. A request sure to be a free revalidation, or of an operation that costs 0 (the quota
+   * lookup), is only checked against the limits. A key spends its operation's `cost` (costOf) and
+   * holds a slot of its concurrency limit while in flight (unless the operation costs 0); an
+   * address, whose requests never reach an operation, spends 1. The slot is given back by settle,
+   * or when the connection closes first (before admit too: a client gone during the key lookup).
+   */
+  admit(
+    request: FastifyRequest,
+    reply: FastifyReply,
+    caller: { key: ApiKeyIdentity | undefined; now: number; free: boolean; cost: number },
+  ): Promise<void>;
+  /**
+   * Once answered: takes back a counted request that turned out free, or counts an uncounted one
+   * that did not, and gives back the request's slot of its key's concurrency limit. The response
+   * waits for both, so the caller's next request, on any instance, sees them.
+   * A request answered before it was decided (load shedding, shutdown, a key lookup that failed)
+   * counts nothing and gets the headers of its caller as they stand: of its key, else of its address.
+   */
+  settle(
+    request: FastifyRequest,
+    reply: FastifyReply,
+    caller: { key: ApiKeyIdentity | undefined; free: boolean },
+  ): Promise<unknown> | undefined;
+}
+
+/** What admission takes of the limiter's settings. */
+export interface AdmissionSettings {
+  /** The plans whose keys are served past their limits (RATE_LIMIT_SHADOW_PLANS). */
+  shadowPlans: ReadonlySet<string>;
+  /** Requests a key may have in flight, by plan (RATE_LIMIT_CONCURRENCY). */
+  concurrency: Record<string, number>;
+  /** Callers without a key count per IPv6 network of this many leading bits (see clientOf). */
+  ipv6Prefix: number;
+}
+
+interface Charge {
+  subject: string;
+  limits: Limits;
+  decision: Decision;
+  /** The units the request spends in both windows. */
+  cost: number;
+  now: number;
+  /** False for a request admitted uncounted, as a sure free revalidation. */
+  counted: boolean;
+  /** Whether its refusals count towards a ban: false in shadow mode. */
+  bans: boolean;
+}
+
+/** A request decided and with nothing left to settle: refused, or settled already. */
+const SETTLED = 0;
+
+/**
+ * Where a request's charge waits for settle(), unset while the limiter has not decided it: a
+ * request decoration that only this module can name. Set on every request, it is cheaper than a
+ * WeakMap entry.
+ */
+const CHARGE = Symbol('rateLimitCharge');
+/** Where a request that holds a slot of its key's concurrency limit keeps the way to give it back: as CHARGE, this module's alone. */
+const SLOT = Symbol('rateLimitSlot');
+type Charged = FastifyRequest & { [CHARGE]?: Charge | typeof SETTLED; [SLOT]?: () => Promise<void> };
+
+/** The key's limit of requests in flight: its own, else its plan's; undefined for none. */
+export const concurrencyLimit = (key: ApiKeyIdentity, concurrency: Record<string, number>): number | undefined =>
+  key.concurrency ?? concurrency[key.plan];
+
+/** Admits and settles the requests of the context whose pipeline calls them, deciding them in `store`. */
+export function createAdmission(
+  app: FastifyInstance,
+  store: RateLimitStore,
+  { decisions, shadowRefusals }: RateLimitMetrics,
+  { shadowPlans, concurrency, ipv6Prefix }: AdmissionSettings,
+): RequestAdmission {
+  app.decorateRequest(CHARGE, undefined);
+  app.decorateRequest(SLOT, undefined);
+  /** Counts the decision, and names it on the request's span. */
+  const decided = (request: FastifyRequest, outcome: RateLimitOutcome) => {
+    decisions.inc({ outcome });
+    annotateRequestSpan(request, { rateLimitOutcome: outcome });
+  };
+  /** Leases name their instance, so that no two instances' leases on one Redis are the same. */
+  const leasePrefix = randomBytes(6).toString('hex');
+  let leases = 0;
+
+  /** Gives the slot the request holds back once its answer is about to leave (settle) or its connection closes, whichever comes first. */
+  function keepSlot(request: FastifyRequest, reply: FastifyReply, subject: string, lease: string) {
+    let released: Promise<void> | undefined;
+    const release = () =>
+      (released ??= store
+        .release(subject, lease)
+        .catch((error: unknown) => app.log.warn({ err: error }, 'rate limiting: releasing a slot failed')));
+    // A connection that closed before now (while the key was looked up, or Redis answered) has
+    // emitted its 'close' already: its slot is given back at once.
+    if (reply.raw.destroyed) return void release();
+    reply.raw.once('close', () => void release());
+    (request as Charged)[SLOT] = release;
+  }
+
+  const watchers: UsageWatcher[] = [];
+
+  return {
+    watchUsage: (watcher) => void watchers.push(watcher),
+
+    async admit(request, reply, { key, now, free, cost: operationCost }) {
+      const shadow = key !== undefined && (!key.enforceLimits || shadowPlans.has(key.plan));
+      // Dearer than a window of the key (limits stored before RATE_LIMIT_COSTS rose): no wait would let it through.
+      if (key && !shadow && !free && operationCost > Math.min(key.perMinute, key.perDay)) {
+        decided(request, 'cost_exceeds_limit');
+        const [limit, window] = operationCost > key.perMinute ? [key.perMinute, 'minute' as const] : [key.perDay, 'day' as const];
+        throw errors.costExceedsLimit(operationCost, limit, window);
+      }
+      const client = key ? undefined : clientOf(request.ip, ipv6Prefix);
+      const subject = client === undefined ? keySubject(key!.quotaId) : addressSubject(client);
+      const limits = key ?? ANONYMOUS;
+      const cost = key ? operationCost : 1;
+      const limit = key && operationCost > 0 ? concurrencyLimit(key, concurrency) : undefined;
+      // With a concurrency limit, the slot and the windows are decided together: one round trip to Redis.
+      const slot = limit === undefined ? undefined : { limit, lease: `${leasePrefix}:${++leases}` };
+      const decide = (count: boolean): Promise<Admission> => {
+        if (slot) return store.admit(subject, limits, now, { cost, bans: !shadow, count, slot });
+        return count ? store.consume(subject, limits, now, cost, !shadow) : store.check(subject, limits, now, cost);
+      };
+      const checked = free || cost === 0 ? await decide(false) : undefined;
+      const decision = checked?.outcome === 'allowed' || checked?.outcome === 'busy' ? checked : await decide(true);
+      if (decision.outcome === 'busy') {
+        (request as Charged)[CHARGE] = SETTLED;
+        setHeaders(reply, decision.standing, now);
+        decided(request, 'concurrency_limited');
+        throw errors.concurrencyLimited(limit!);
+      }
+      if (slot && served(decision, decision !== checked, !shadow)) keepSlot(request, reply, subject, slot.lease);
+      const binding = setHeaders(reply, decision, now, cost);
+      decided(request, decision.outcome);
+      switch (decision.outcome) {
+        case 'allowed':
+          (request as Charged)[CHARGE] = { subject, limits, decision, cost, now, counted: decision !== checked, bans: !shadow };
+          if (key && watchers.length > 0 && decision !== checked) reportCrossings(watchers, key, decision, cost);
+          return;
+        case 'banned': {
+          (request as Charged)[CHARGE] = SETTLED;
+          const until = new Date(decision.bannedUntil).toISOString();
+          if (decision.banStarted) {
+            request.log.warn({ keyId: key?.id, address: client, until }, 'rate limit ban');
+            if (key) for (const watcher of watchers) watcher.banned({ key, bannedUntil: decision.bannedUntil });
+          }
+          throw errors.banned(until, secondsUntil(decision.bannedUntil - now));
+        }
+        case 'limited':
+          (request as Charged)[CHARGE] = SETTLED;
+          if (shadow) {
+            shadowRefusals.inc({ plan: key.plan });
+            const window = binding === decision.day ? 'day' : 'minute';
+            // The first of the minute, on whichever instance: the store counts them.
+            if (decision.refusals === 1) request.log.warn({ keyId: key.id, plan: key.plan, window, cost }, 'rate limit shadow refusal');
+            return;
+          }
+          throw errors.rateLimited(binding.limit, binding === decision.day ? 'day' : 'minute', secondsUntil(binding.resetAt - now), {
+            cost,
+            remaining: binding.limit - binding.used,
+          });
+      }
+    },
+
+    settle: createSettle(app, store, ipv6Prefix),
+  };
+}
+
+/** Tells the watchers which thresholds this request's cost took either window of its key across. */
+function reportCrossings(watchers: UsageWatcher[], key: ApiKeyIdentity, decision: Decision, cost: number) {
+  for (const watcher of watchers) {
+    for (const window of ['minute', 'day'] as const) {
+      const { limit, used, resetAt } = decision[window];
+      for (const threshold of watcher.thresholds) {
+        const mark = threshold * limit;
+        if ((used - cost) * 100 < mark && mark <= used * 100) watcher.crossed({ key, window, limit, used, threshold, resetAt });
+      }
+    }
+  }
+}
+
+/** settle(), over the charges admit left on the requests. */
+function createSettle(app: FastifyInstance, store: RateLimitStore, ipv6Prefix: number): RequestAdmission['settle'] {
+  /** What `check` says of the caller now: honest headers for a request that was never counted. */
+  async function describeUndecided(request: FastifyRequest, reply: FastifyReply, key: ApiKeyIdentity | undefined) {
+    const now = app.now();
+    setHeaders(
+      reply,
+      await store.check(key ? keySubject(key.quotaId) : addressSubject(clientOf(request.ip, ipv6Prefix)), key ?? ANONYMOUS, now, 1),
+      now,
+    );
+  }
+
+  // GitHub's rule: a revalidation that finds the client's copy current (304 for a tag it sent)
+  // costs nothing. The request was admitted like any other, so a caller over its limit still got its 429.
+  function settleCharge(request: FastifyRequest, reply: FastifyReply, key: ApiKeyIdentity | undefined, free: boolean) {
+    const charge = (request as Charged)[CHARGE];
+    if (charge === undefined) {
+      (request as Charged)[CHARGE] = SETTLED;
+      return describeUndecided(request, reply, key);
+    }
+    if (charge === SETTLED || free !== charge.counted) return undefined;
+    (request as Charged)[CHARGE] = SETTLED;
+    if (charge.counted) {
+      const uncount = (window: WindowUsage) => ({ ...window, used: Math.max(0, window.used - charge.cost) });
+      setHeaders(
+        reply,
+        { ...charge.decision, minute: uncount(charge.decision.minute), day: uncount(charge.decision.day) },
+        charge.now,
+        charge.cost,
+      );
+      return store.refund(charge.subject, charge.decision, charge.cost);
+    }
+    // Admitted uncounted as a sure 304, it was refused further on (a sunset meanwhile): it counts.
+    return store.consume(charge.subject, charge.limits, charge.now, charge.cost, charge.bans);
+  }
+
+  return (request, reply, { key, free }) => {
+    const settling = settleCharge(request, reply, key, free);
+    const releaseSlot = (request as Charged)[SLOT];
+    if (releaseSlot === undefined) return settling;
+    // Given back before the answer leaves: the caller's next request, on any instance, finds it free.
+    return settling ? Promise.all([releaseSlot(), settling]) : releaseSlot();
+  };
+}
