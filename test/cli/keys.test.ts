@@ -5,7 +5,7 @@ import { test as base, describe, expect } from 'vitest';
 import { createTestDatabase, POSTGRES_URL } from '../support/databases.js';
 import { eventually } from '../support/eventually.js';
 import { freePort } from '../support/free-port.js';
-import { parseCommandLine } from '../../src/keys-command/commands.js';
+import { parseCommandLine } from '../../src/cli/keys/commands.js';
 import { run, runCommand, startServer, type ServerProcess } from '../support/processes.js';
 import { bearer, KEY } from '../support/keys.js';
 
