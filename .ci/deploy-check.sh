@@ -164,9 +164,9 @@ say "kubernetes: ${#renders[@]} overlays rendered, $objects objects valid agains
 
 # --- 3. metric names used by the rules and the dashboard, against the running service ---------------
 npm run --silent build > "$RUN_DIR/build.log" 2>&1 || { tail -n 30 "$RUN_DIR/build.log"; fail "npm run build"; }
-port="$(node --import tsx test/support/free-port.ts)"
-metrics_port="$(node --import tsx test/support/free-port.ts)"
-[ "$port" != "$metrics_port" ] || metrics_port="$(node --import tsx test/support/free-port.ts)"
+port="$(node --import tsx harness/free-port.ts)"
+metrics_port="$(node --import tsx harness/free-port.ts)"
+[ "$port" != "$metrics_port" ] || metrics_port="$(node --import tsx harness/free-port.ts)"
 data_dir="$RUN_DIR/data"
 database_url=""
 if command -v psql > /dev/null && psql -h "$PGHOST" -p "$PGPORT" -U postgres -qtAc 'SELECT 1' > /dev/null 2>&1; then
@@ -176,13 +176,13 @@ if command -v psql > /dev/null && psql -h "$PGHOST" -p "$PGPORT" -U postgres -qt
 fi
 # REDIS_URL as the caller set it (CI: its Redis); unset, a closed port: the limiter then falls back
 # to memory, and its fallback gauge is exported all the same.
-redis_url="${REDIS_URL:-redis://127.0.0.1:$(node --import tsx test/support/free-port.ts)}"
+redis_url="${REDIS_URL:-redis://127.0.0.1:$(node --import tsx harness/free-port.ts)}"
 # The primary named as its own replica, so that the replica metrics are exported: not in recovery,
 # it never takes a read, and every read stays on the primary. Usage webhooks on (to a closed port;
 # no event occurs), so that their metrics are exported too.
 PORT="$port" METRICS_PORT="$metrics_port" DATA_DIR="$data_dir" DATABASE_URL="$database_url" REDIS_URL="$redis_url" \
   DATABASE_REPLICA_URLS="$database_url" REDIS_KEY_PREFIX="deploy-check:$$:" LOG_LEVEL=warn \
-  WEBHOOK_URL="http://127.0.0.1:$(node --import tsx test/support/free-port.ts)/hooks" WEBHOOK_SECRET="deploy-check-secret-0123456789abcdef" \
+  WEBHOOK_URL="http://127.0.0.1:$(node --import tsx harness/free-port.ts)/hooks" WEBHOOK_SECRET="deploy-check-secret-0123456789abcdef" \
   node dist/server.js > "$RUN_DIR/server.log" 2>&1 &
 server=$!
 for _ in $(seq 60); do

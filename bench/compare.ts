@@ -21,8 +21,8 @@ import { buildService, watchSteal } from './processes.js';
 import { median, percent, stealNote } from './report.js';
 import { operations, oursSpec, revalidating, TRACING_SAMPLE_RATIO } from './scenarios.js';
 import { countWrites, perResponse } from './syscalls.js';
-import { ROOT, startServer, type ServerProcess, type ServerSpec } from '../test/support/processes.js';
-import { assertRedisUp } from '../test/support/redis.js';
+import { ROOT, startServer, type ServerProcess, type ServerSpec } from '../harness/processes.js';
+import { assertRedisUp } from '../harness/redis.js';
 
 const RESULTS_DIR = join(ROOT, 'bench/results');
 const BUILDS = ['now', 'before'] as const;

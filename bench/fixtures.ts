@@ -2,7 +2,7 @@ import type { Database } from '../src/platform/db/database.js';
 import { migrate } from '../src/platform/db/migrate.js';
 import { encodeCursor } from '../src/platform/pagination.js';
 import { createApiKeysRepository } from '../src/api-keys/repository.js';
-import { createScratchDatabase, openExistingDatabase } from '../test/support/databases.js';
+import { createScratchDatabase, openExistingDatabase } from '../harness/databases.js';
 
 export const PET_COUNT = 10_000;
 /** How many pets serve as the walk's cursors: spread evenly over the whole table, in id order. */

@@ -9,8 +9,8 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { migrate } from '../src/platform/db/migrate.js';
 import { createApiKeysRepository } from '../src/api-keys/repository.js';
-import { createScratchDatabase, openExistingDatabase } from '../test/support/databases.js';
-import { ROOT, startServer } from '../test/support/processes.js';
+import { createScratchDatabase, openExistingDatabase } from '../harness/databases.js';
+import { ROOT, startServer } from '../harness/processes.js';
 import { buildService } from './processes.js';
 
 const { values } = parseArgs({ options: { keys: { type: 'string', default: '1000000' }, postgres: { type: 'string' } } });

@@ -1,6 +1,6 @@
 import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
-import { ROOT } from '../test/support/processes.js';
+import { ROOT } from '../harness/processes.js';
 
 /** Compiles the service, so `ours` is exactly what `npm start` runs. */
 export async function buildService(): Promise<void> {

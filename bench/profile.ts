@@ -9,7 +9,7 @@ import { monotonicMicroseconds, renderProfile, summarizeProfile, type CpuProfile
 import { createSeededPostgres } from './fixtures.js';
 import { load } from './load.js';
 import { parseOptions } from './options.js';
-import { ROOT, startServer } from '../test/support/processes.js';
+import { ROOT, startServer } from '../harness/processes.js';
 import { buildService } from './processes.js';
 import { LIST, operations, oursSpec } from './scenarios.js';
 

@@ -11,8 +11,8 @@ import { join } from 'node:path';
 import { createSeededPostgres, seedPglite } from './fixtures.js';
 import { drawRequest, load, requestsOf, type Measurement, type RequestShape, type RequestSpec } from './load.js';
 import { parseOptions, type BenchOptions } from './options.js';
-import { ROOT, startServer, type ServerProcess, type ServerSpec } from '../test/support/processes.js';
-import { assertRedisUp, commandCalls, countKeys, deleteKeys } from '../test/support/redis.js';
+import { ROOT, startServer, type ServerProcess, type ServerSpec } from '../harness/processes.js';
+import { assertRedisUp, commandCalls, countKeys, deleteKeys } from '../harness/redis.js';
 import { buildService, watchSteal } from './processes.js';
 import {
   concurrencyCosts,

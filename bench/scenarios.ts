@@ -3,7 +3,7 @@ import { ConfigSchema } from '../src/platform/config/schema.js';
 import { encodeCursor } from '../src/platform/pagination.js';
 import { WALK_CURSOR_COUNT, type Fixture } from './fixtures.js';
 import type { RequestShape, RequestSpec } from './load.js';
-import type { ServerSpec } from '../test/support/processes.js';
+import type { ServerSpec } from '../harness/processes.js';
 
 /** The servers of a run, by the name the report shows. */
 export const SERVER_LABELS = {

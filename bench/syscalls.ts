@@ -2,7 +2,7 @@ import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, realpathSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { ServerProcess } from '../test/support/processes.js';
+import type { ServerProcess } from '../harness/processes.js';
 
 /** The system calls a process writes with: Node writes sockets with write and writev, pino its log with write. */
 export const WRITE_CALLS = ['write', 'writev', 'sendmsg', 'sendto'] as const;

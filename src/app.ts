@@ -9,7 +9,7 @@ import errorHandler from './platform/http/error-handler.js';
 import health from './platform/http/health.js';
 import loadShedding from './platform/http/load-shedding.js';
 import metrics from './platform/observability/metrics.js';
-import { SECURITY_SCHEME } from './auth/plugin.js';
+import { KEY_IN_REQUEST_LOG, SECURITY_SCHEME } from './auth/plugin.js';
 import openapi from './platform/http/openapi.js';
 import rateLimit from './rate-limit/plugin.js';
 import pets from './pets/plugin.js';
@@ -72,7 +72,7 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
       // With tracing on, each line written within a request names its trace and span.
       mixin: await traceLogMixin(config),
     },
-    ...listenerOptions(config),
+    ...listenerOptions(config, KEY_IN_REQUEST_LOG),
     // X-Request-Id from a trusted proxy when well-formed, else a new UUID (platform/http/request-id.ts).
     genReqId: requestIdGenerator(config.trustedProxies),
     bodyLimit: BODY_LIMIT,

@@ -6,7 +6,7 @@ import { DATABASE_CODES } from './platform/db/errors.js';
 import { DOMAIN_CODES, hasCode } from './platform/domain-errors.js';
 import { LISTEN_CODE, listenOn } from './platform/http/listen.js';
 import { developmentKeyGreeting } from './api-keys/development-key.js';
-import { keysSocketPath, serveKeysCommands } from './keys-command/socket.js';
+import { keysSocketPath, serveKeysCommands } from './cli/keys/socket.js';
 import { buildMetricsServer } from './platform/observability/metrics-server.js';
 import { startTracing } from './platform/observability/tracing.js';
 

@@ -3,8 +3,9 @@ import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { freePort } from './support/free-port.js';
-import { developmentKey, ROOT, run, startServer } from './support/processes.js';
+import { freePort } from '../harness/free-port.js';
+import { developmentKey } from './support/keys.js';
+import { ROOT, run, startServer } from '../harness/processes.js';
 
 /** A fenced shell block of the docs, with the HTML comment right above it. */
 interface ShellBlock {

@@ -8,10 +8,11 @@ import { randomUUID } from 'node:crypto';
 import { test as base, describe, expect } from 'vitest';
 import { createApiKeysRepository } from '../src/api-keys/repository.js';
 import { cleanupStack } from './support/fixtures.js';
-import { createScratchDatabase, openExistingDatabase, POSTGRES_URL } from './support/databases.js';
-import { developmentKey, startServer, type ServerProcess } from './support/processes.js';
+import { createScratchDatabase, openExistingDatabase } from '../harness/databases.js';
+import { POSTGRES_URL } from './support/databases.js';
+import { startServer, type ServerProcess } from '../harness/processes.js';
 import { eventually } from './support/eventually.js';
-import { waitForKeyAt } from './support/keys.js';
+import { developmentKey, waitForKeyAt } from './support/keys.js';
 import { sleep } from './support/time.js';
 
 const DRAIN_MS = 3_000;

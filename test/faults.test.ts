@@ -4,11 +4,13 @@
  * are in test/engines/faults.test.ts, whose private-server SIGTERM test covers the PostgreSQL run.
  */
 import { describe, expect } from 'vitest';
-import { openExistingDatabase, POSTGRES_URL } from './support/databases.js';
+import { openExistingDatabase } from '../harness/databases.js';
+import { POSTGRES_URL } from './support/databases.js';
 import { eventually } from './support/eventually.js';
 import { expectCleanStop, keyAccepted, seconds, send, startLoad, tally } from './support/fault-load.js';
 import { tempDirTest } from './support/fixtures.js';
-import { developmentKey, startServer } from './support/processes.js';
+import { developmentKey } from './support/keys.js';
+import { startServer } from '../harness/processes.js';
 
 // The embedded database's data directory.
 const dataDirTest = tempDirTest('pets-faults-');

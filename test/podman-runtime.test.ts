@@ -2,7 +2,7 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect } from 'vitest';
 import { tempDirTest } from './support/fixtures.js';
-import { runCommand } from './support/processes.js';
+import { runCommand } from '../harness/processes.js';
 
 // .ci/compose-check.sh runs podman with runc where crun refuses every container; these are its two steps.
 const test = tempDirTest('podman-runtime-');

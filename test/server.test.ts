@@ -2,9 +2,9 @@ import { once } from 'node:events';
 import { createServer, type AddressInfo } from 'node:net';
 import { describe, expect } from 'vitest';
 import { tempDirTest } from './support/fixtures.js';
-import { developmentKey, run, startServer } from './support/processes.js';
-import { freePort } from './support/free-port.js';
-import { bearer } from './support/keys.js';
+import { run, startServer } from '../harness/processes.js';
+import { freePort } from '../harness/free-port.js';
+import { bearer, developmentKey } from './support/keys.js';
 
 // The embedded database's data directory, kept across the restarts of one test.
 const test = tempDirTest('pets-data-');

@@ -1,7 +1,7 @@
 // The client against the real service (built by buildTestApp on its embedded database, over loopback HTTP).
 import { describe, vi } from 'vitest';
 import { appTest, expect } from '../../test/support/fixtures.js';
-import { freePort } from '../../test/support/free-port.js';
+import { freePort } from '../../harness/free-port.js';
 import { countPets } from '../../test/support/pets.js';
 import {
   AuthenticationError,

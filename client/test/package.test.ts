@@ -4,7 +4,7 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, 
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CLIENT_TYPES_COMMAND, CLIENT_TYPES_FILE, clientTypes } from '../../scripts/client-types.js';
-import { ROOT, runCommand } from '../../test/support/processes.js';
+import { ROOT, runCommand } from '../../harness/processes.js';
 import { VERSION } from '../src/index.js';
 
 const packageJson = JSON.parse(readFileSync(join(ROOT, 'client/package.json'), 'utf8')) as {

@@ -1,7 +1,7 @@
 // The client behind a reverse proxy that rewrites Host, in front of the real service (buildTestApp
 // on its embedded database, over loopback HTTP) started without PUBLIC_BASE_URL.
 import { appTest, expect } from '../../test/support/fixtures.js';
-import { freePort } from '../../test/support/free-port.js';
+import { freePort } from '../../harness/free-port.js';
 import { PetStoreClient, type Pet } from '../src/index.js';
 import { hostRewritingProxy, recordingFetch } from './support.js';
 

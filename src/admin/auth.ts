@@ -2,6 +2,7 @@ import fp from 'fastify-plugin';
 import { hashKey, isPlausibleAdminToken } from '../api-keys/format.js';
 import { errors } from '../platform/errors.js';
 import { bearerToken } from '../platform/http/bearer.js';
+import type { RequestLogCaller } from '../platform/http/request-log.js';
 import type { Actor } from '../audit/repository.js';
 import type { AdminTokenIdentity, AdminTokensRepository } from './tokens-repository.js';
 import type { FastifyRequest } from 'fastify';
@@ -14,6 +15,9 @@ declare module 'fastify' {
 }
 
 export const ADMIN_SECURITY_SCHEME = 'adminToken';
+
+/** The caller each admin request's log line names: its token's id (never the token itself). */
+export const TOKEN_IN_REQUEST_LOG: RequestLogCaller = { field: 'adminTokenId', idOf: (request) => request.adminToken?.id };
 
 /** Who an admin request's changes are recorded as: its token and its request id. */
 export const actorOf = (request: FastifyRequest): Actor => ({

@@ -7,7 +7,7 @@ import openapi from '../platform/http/openapi.js';
 import { createAdminAuditRepository } from '../audit/repository.js';
 import { createAdminTokensRepository } from './tokens-repository.js';
 import { createIdempotencyKeysRepository } from '../idempotency/repository.js';
-import adminAuth, { actorOf, ADMIN_SECURITY_SCHEME } from './auth.js';
+import adminAuth, { actorOf, ADMIN_SECURITY_SCHEME, TOKEN_IN_REQUEST_LOG } from './auth.js';
 import { documentAdminOperation } from './contract.js';
 import adminKeys from '../api-keys/admin-routes.js';
 import { adminAddressBans, adminKeyUsage } from '../rate-limit/admin-routes.js';
@@ -31,7 +31,7 @@ const BODY_LIMIT = 4 * 1024;
 export async function buildAdminServer(app: FastifyInstance): Promise<FastifyInstance> {
   const { config, db } = app;
   const admin = Fastify({
-    ...listenerOptions(config),
+    ...listenerOptions(config, TOKEN_IN_REQUEST_LOG),
     loggerInstance: app.log.child({ listener: 'admin' }),
     // Nothing stands in front of this listener whose request ids could be trusted.
     genReqId: requestIdGenerator([]),

@@ -4,6 +4,7 @@ import type { FastifyContextConfig, FastifyRequest } from 'fastify';
 import { hashKey, isPlausibleKey } from '../api-keys/format.js';
 import { errors, type ApiError } from '../platform/errors.js';
 import { bearerToken } from '../platform/http/bearer.js';
+import type { RequestLogCaller } from '../platform/http/request-log.js';
 import { annotateRequestSpan } from '../platform/observability/tracing.js';
 import type { ApiKeyIdentity } from '../api-keys/identity.js';
 import { createLookupBudget } from './lookup-budget.js';
@@ -23,6 +24,9 @@ declare module 'fastify' {
     auth: Authenticator;
   }
 }
+
+/** The caller each request's log line names: the id of the key the request authenticated with. */
+export const KEY_IN_REQUEST_LOG: RequestLogCaller = { field: 'keyId', idOf: (request) => request.apiKey?.id };
 
 /** What a request presents, as far as this instance can tell. */
 export type Credential =

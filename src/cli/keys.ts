@@ -9,12 +9,12 @@ import { DOMAIN_CODES, hasCode } from '../platform/domain-errors.js';
 import { DATABASE_CODES } from '../platform/db/errors.js';
 import { migrate } from '../platform/db/migrate.js';
 import { openDatabase } from '../platform/db/open.js';
-import { askRunningServer, keysSocketPath } from '../keys-command/socket.js';
+import { askRunningServer, keysSocketPath } from './keys/socket.js';
 import { createAdminTokensRepository } from '../admin/tokens-repository.js';
 import { createApiKeysRepository } from '../api-keys/repository.js';
 import { createKeyRules } from '../api-keys/rules.js';
-import type { Output } from '../keys-command/command.js';
-import { parseCommandLine, runKeysCommand } from '../keys-command/commands.js';
+import type { Output } from './keys/command.js';
+import { parseCommandLine, runKeysCommand } from './keys/commands.js';
 
 const terminal: Output = { out: (line) => console.log(line), err: (line) => console.error(line) };
 const argv = process.argv.slice(2);

@@ -28,9 +28,6 @@ export function domainError<const Code extends string, const Template extends st
   return Coded;
 }
 
-/** A domain error whose message is written where it is thrown: `%s` is the message given. */
-const coded = <C extends string>(code: C) => domainError(code, '%s');
-
 /** The codes of the errors no feature folder holds yet; each feature defines its own beside its errors. */
 export const DOMAIN_CODES = {
   /** A setting of the environment that is missing or wrong: the errors of src/platform/config/errors.ts. */
@@ -38,8 +35,6 @@ export const DOMAIN_CODES = {
   /** Bad arguments to the keys command: exit 2, one line on stderr, nothing written. */
   usage: 'PETSTORE_USAGE',
 } as const;
-
-export const UsageError = coded(DOMAIN_CODES.usage);
 
 const codeOf = (error: unknown) => (error as { code?: unknown } | null | undefined)?.code;
 

@@ -70,7 +70,8 @@ const v1: FastifyPluginAsync<V1Options> = async (app, options) => {
     const { config } = request.routeOptions;
     const authentication = await app.auth.authenticate(request, now);
     const key = authentication.kind === 'key' ? authentication.key : undefined;
-    await app.rateLimit.admit(request, reply, { key, now, free: app.conditionalRequests.knownCurrent(request), cost: config.cost ?? 1 });
+    const free = app.conditionalRequests.knownCurrent(request, key !== undefined);
+    await app.rateLimit.admit(request, reply, { key, now, free, cost: config.cost ?? 1 });
     const refusal = app.auth.refusal(authentication, config);
     if (refusal) throw refusal;
   });

@@ -7,7 +7,7 @@ import { POSTGRES_URL } from '../support/databases.js';
 import { eventually } from '../support/eventually.js';
 import { databaseTest as databaseFixtures, describeAppTest, twoInstancesTest } from '../support/fixtures.js';
 import { startHoldingProxy } from '../support/holding-proxy.js';
-import { startServer } from '../support/processes.js';
+import { startServer } from '../../harness/processes.js';
 import { bearer, keyLookups, keyNotices, waitForKeyAt, waitUntilCached, waitUntilListed } from '../support/keys.js';
 import { T0 } from '../support/time.js';
 

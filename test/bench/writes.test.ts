@@ -3,7 +3,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { load } from '../../bench/load.js';
 import { countWriteLines, countWrites } from '../../bench/syscalls.js';
-import { startServer } from '../support/processes.js';
+import { startServer } from '../../harness/processes.js';
 
 /** strace is installed and may attach to a process it did not start (root, or Yama's ptrace_scope 0). */
 function straceCanAttach(): boolean {

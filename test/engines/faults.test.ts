@@ -9,14 +9,15 @@ import { Redis } from 'ioredis';
 import pg from 'pg';
 import { test as base, expect, it } from 'vitest';
 import { createApiKeysRepository } from '../../src/api-keys/repository.js';
-import { createTestDatabase, openExistingDatabase, POSTGRES_URL } from '../support/databases.js';
+import { createTestDatabase, POSTGRES_URL } from '../support/databases.js';
+import { openExistingDatabase } from '../../harness/databases.js';
 import { eventually } from '../support/eventually.js';
-import { developmentKey, type ServerProcess, startServer } from '../support/processes.js';
+import { type ServerProcess, startServer } from '../../harness/processes.js';
 import { describeNeeding, NEEDS } from '../support/engines/index.js';
 import { startRedis } from '../support/redis.js';
 import { startPostgresServer, type PostgresServer } from '../support/postgres-server.js';
 import { buildTestApp } from '../support/app.js';
-import { bearer } from '../support/keys.js';
+import { bearer, developmentKey } from '../support/keys.js';
 import { sleep } from '../support/time.js';
 import {
   CLIENT_TIMEOUT_MS,

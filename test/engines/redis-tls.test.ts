@@ -6,11 +6,11 @@ import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { eventually } from '../support/eventually.js';
 import { cleanupStack, expect, tempDirTest } from '../support/fixtures.js';
-import { freePort } from '../support/free-port.js';
-import { bearer } from '../support/keys.js';
+import { freePort } from '../../harness/free-port.js';
+import { bearer, developmentKey } from '../support/keys.js';
 import { spawnDaemon } from '../support/engines/daemon.js';
 import { describeNeeding, NEEDS } from '../support/engines/index.js';
-import { developmentKey, startServer } from '../support/processes.js';
+import { startServer } from '../../harness/processes.js';
 
 // Redis over TLS with AUTH (issue #20), as managed offerings require: real redis-servers with a
 // certificate of their own, trusted by the server process through Node's NODE_EXTRA_CA_CERTS. One

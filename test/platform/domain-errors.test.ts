@@ -14,7 +14,8 @@ import {
 } from '../../src/api-keys/errors.js';
 import { DATABASE_CODES, DatabaseUnavailableError, DataDirInUseError } from '../../src/platform/db/errors.js';
 import { InvalidSettingError } from '../../src/platform/config/errors.js';
-import { apiAnswerOf, DOMAIN_CODES, domainError, UsageError } from '../../src/platform/domain-errors.js';
+import { UsageError } from '../../src/cli/keys/command.js';
+import { apiAnswerOf, DOMAIN_CODES, domainError } from '../../src/platform/domain-errors.js';
 import { errors } from '../../src/platform/errors.js';
 import errorHandler from '../../src/platform/http/error-handler.js';
 import { LISTEN_CODE, ListenError } from '../../src/platform/http/listen.js';

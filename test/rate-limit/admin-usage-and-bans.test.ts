@@ -4,7 +4,8 @@ import { buildTestApp } from '../support/app.js';
 import { eventually } from '../support/eventually.js';
 import { describeAppTest } from '../support/fixtures.js';
 import { bearer, waitForKeyOnApp } from '../support/keys.js';
-import { countKeys, RATE_LIMIT_STORES, REDIS_URL, startRedis } from '../support/redis.js';
+import { countKeys } from '../../harness/redis.js';
+import { RATE_LIMIT_STORES, REDIS_URL, startRedis } from '../support/redis.js';
 import { DAY, MINUTE, T0, testClock } from '../support/time.js';
 
 // Usage and bans, read from and lifted in each store the limiter may use, on a clock that stands still so windows hold.

@@ -13,7 +13,8 @@ import { hangUpOnceReceived, holdKeyLookups, rawGet } from '../support/hang-up.j
 import { bearer, metricTotal, waitForKeyOnApp } from '../support/keys.js';
 import { openSocket, type RawClient } from '../support/raw-socket.js';
 import { startCommandHoldingProxy, startHoldingProxy } from '../support/holding-proxy.js';
-import { commandCalls, deleteKeys, RATE_LIMIT_STORES, REDIS_URL, redisStoreEnv, startRedis } from '../support/redis.js';
+import { commandCalls, deleteKeys } from '../../harness/redis.js';
+import { RATE_LIMIT_STORES, REDIS_URL, redisStoreEnv, startRedis } from '../support/redis.js';
 import { testClock, T0 } from '../support/time.js';
 
 /**

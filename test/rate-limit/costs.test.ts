@@ -6,7 +6,8 @@ import { RedisStore } from '../../src/rate-limit/redis-store.js';
 import { describeAppTest } from '../support/fixtures.js';
 import { buildTestApp } from '../support/app.js';
 import { keyInFreshWindows } from '../support/keys.js';
-import { deleteKeys, RATE_LIMIT_STORES, REDIS_URL, redisStoreEnv } from '../support/redis.js';
+import { deleteKeys } from '../../harness/redis.js';
+import { RATE_LIMIT_STORES, REDIS_URL, redisStoreEnv } from '../support/redis.js';
 import { DAY, MINUTE, T0 } from '../support/time.js';
 
 describe('RATE_LIMIT_COSTS', () => {

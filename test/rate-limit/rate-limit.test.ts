@@ -6,7 +6,7 @@ import { MemoryStore } from '../../src/rate-limit/memory-store.js';
 import { POSTGRES_URL } from '../support/databases.js';
 import { eventually } from '../support/eventually.js';
 import { databaseTest as databaseFixtures, describeAppTest } from '../support/fixtures.js';
-import { startServer } from '../support/processes.js';
+import { startServer } from '../../harness/processes.js';
 import { buildTestApp } from '../support/app.js';
 import { portOf } from '../support/http.js';
 import { bearer, waitForKey } from '../support/keys.js';

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { expect } from 'vitest';
 import { eventually } from './eventually.js';
 import { waitForKeyAt } from './keys.js';
-import type { ServerProcess } from './processes.js';
+import type { ServerProcess } from '../../harness/processes.js';
 import { sleep } from './time.js';
 
 /**

@@ -1,5 +1,5 @@
 import { execFileSync } from 'node:child_process';
-import { ROOT } from './processes.js';
+import { ROOT } from '../../harness/processes.js';
 
 /**
  * Servers and commands the tests start run the built service (dist/), as `npm start` does:

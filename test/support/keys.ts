@@ -1,5 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import { hashKey } from '../../src/api-keys/format.js';
+import type { ServerProcess } from '../../harness/processes.js';
 import { eventually } from './eventually.js';
 import { DAY, MINUTE, type TestClock } from './time.js';
 
@@ -75,4 +76,11 @@ export async function keyInFreshWindows(
   });
   clock.set((Math.floor(clock.now() / DAY) + 1) * DAY + offsetMs);
   return { headers, quotaId: record.quotaId };
+}
+
+/** The development key a server prints on its first embedded start. */
+export async function developmentKey(server: ServerProcess): Promise<string> {
+  let key: string | undefined;
+  await eventually(async () => Boolean((key = server.output().match(/^ {2}(psk_\S+)$/m)?.[1])));
+  return key!;
 }

@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
-import { freePort } from './free-port.js';
+import { freePort } from '../../harness/free-port.js';
 import { sleep } from './time.js';
 
 /**

@@ -14,7 +14,7 @@ import { createKey, openAdmin } from '../support/admin.js';
 import { buildTestApp, type TestApp } from '../support/app.js';
 import { POSTGRES_URL } from '../support/databases.js';
 import { eventually } from '../support/eventually.js';
-import { freePort } from '../support/free-port.js';
+import { freePort } from '../../harness/free-port.js';
 import { bearer, keyInFreshWindows, waitForKey } from '../support/keys.js';
 import { DAY, MINUTE, T0, testClock, type TestClock } from '../support/time.js';
 

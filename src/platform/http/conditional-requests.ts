@@ -102,10 +102,11 @@ declare module 'fastify' {
 
 export interface ConditionalRequests {
   /**
-   * Whether this GET of an authenticated caller revalidates a tag known to be current: it will be
-   * answered 304 before its handler (see answerKnown), so the limiter need not count it.
+   * Whether this GET, of a caller `authenticated` (with a valid key, as auth found it), revalidates
+   * a tag known to be current: it will be answered 304 before its handler (see answerKnown), so the
+   * limiter need not count it.
    */
-  knownCurrent(request: FastifyRequest): boolean;
+  knownCurrent(request: FastifyRequest, authenticated: boolean): boolean;
   /** Before the handler: answers 304 for a known-current tag (true), or notes the data version the handler reads at. */
   answerKnown(request: FastifyRequest, reply: FastifyReply): boolean;
   /** Once answered: the ETag of a 200, a 304 when If-None-Match matches it; `free` when the answer revalidates a copy the client holds. */
@@ -137,11 +138,11 @@ export default fp<ConditionalRequestsOptions>(
     app.decorateRequest(READ_AT_VERSION, undefined);
 
     app.decorate('conditionalRequests', {
-      knownCurrent(request) {
+      knownCurrent(request, authenticated) {
         const ifNoneMatch = request.headers['if-none-match'];
         // Only for a caller already known to be let in: anyone else is refused, and counted, as usual.
         // HEAD is left to the handler, whose 304 carries the length of the body it would have had.
-        if (!dataVersion || request.method !== 'GET' || ifNoneMatch === undefined || !request.apiKey) return false;
+        if (!dataVersion || request.method !== 'GET' || ifNoneMatch === undefined || !authenticated) return false;
         const tag = known.get(request.url);
         if (!tag || tag.version !== dataVersion.current() || tag.expiresAt <= app.now() || !listsTag(ifNoneMatch, tag.etag)) return false;
         (request as Revalidating)[NOT_MODIFIED] = tag;

@@ -6,18 +6,18 @@ import { formatValidationError, validatorCompiler } from '../validation.js';
 import { clientErrorHandler, frameworkErrors } from './client-errors.js';
 import { escapeMalformedPath } from './malformed-url.js';
 import { REQUEST_ID_HEADER } from './request-id.js';
-import { RequestLog } from './request-log.js';
+import { RequestLog, type RequestLogCaller } from './request-log.js';
 import { SECURITY_HEADERS } from './security-headers.js';
 import { closeIfBodyUnread } from './unread-body.js';
 
 /**
  * Fastify's options that every JSON listener of the service shares (the API and the admin API):
- * the request log line, deadlines for slow or stalled clients (slowloris: headers, the whole
+ * the request log line (naming the caller as `caller` reads it), deadlines for slow or stalled clients (slowloris: headers, the whole
  * request, and a socket that sends or reads nothing, checked every second), and the Error
  * contract down to requests, URLs and bodies Node or the router cannot take.
  */
-export const listenerOptions = (config: Config) => ({
-  logController: new RequestLog(),
+export const listenerOptions = (config: Config, caller: RequestLogCaller) => ({
+  logController: new RequestLog(caller),
   http: {
     headersTimeout: Math.min(config.HEADERS_TIMEOUT_MS, config.REQUEST_TIMEOUT_MS),
     connectionsCheckingInterval: 1_000,

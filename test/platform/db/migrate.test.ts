@@ -3,7 +3,7 @@ import { expect } from 'vitest';
 import { migrate } from '../../../src/platform/db/migrate.js';
 import { POSTGRES_URL } from '../../support/databases.js';
 import { databaseTest } from '../../support/fixtures.js';
-import { ROOT } from '../../support/processes.js';
+import { ROOT } from '../../../harness/processes.js';
 
 // A new database: empty on PostgreSQL; on PGlite, the kept template, which the migrations made.
 const test = databaseTest({ migrated: false });

@@ -8,7 +8,7 @@ import type { SonicBoom } from 'sonic-boom';
 import { afterAll, describe, expect, it } from 'vitest';
 import { logFormat, logOutput, roundMs } from '../../../src/platform/observability/log-output.js';
 import { appTest, tempDirTest } from '../../support/fixtures.js';
-import { ROOT, SERVICE_NODE_ARGS, startServer, type ServerProcess } from '../../support/processes.js';
+import { ROOT, SERVICE_NODE_ARGS, startServer, type ServerProcess } from '../../../harness/processes.js';
 import { eventually } from '../../support/eventually.js';
 import type { TestApp } from '../../support/app.js';
 import { hangUpOnceReceived, holdKeyLookups, rawGet } from '../../support/hang-up.js';

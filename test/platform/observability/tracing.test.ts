@@ -7,10 +7,11 @@ import { test as base, describe, expect } from 'vitest';
 import { loadConfig } from '../../../src/platform/config/load.js';
 import { tracesEndpoint } from '../../../src/platform/observability/tracing.js';
 import { cleanupStack } from '../../support/fixtures.js';
-import { createScratchDatabase, POSTGRES_URL } from '../../support/databases.js';
+import { createScratchDatabase } from '../../../harness/databases.js';
+import { POSTGRES_URL } from '../../support/databases.js';
 import type { StartedSpans } from '../../support/count-spans.js';
-import { bearer } from '../../support/keys.js';
-import { developmentKey, run, SERVICE_NODE_ARGS, startServer } from '../../support/processes.js';
+import { bearer, developmentKey } from '../../support/keys.js';
+import { run, SERVICE_NODE_ARGS, startServer } from '../../../harness/processes.js';
 
 interface Attribute {
   key: string;

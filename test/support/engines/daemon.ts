@@ -4,7 +4,7 @@ import { chown, mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { freePort } from '../free-port.js';
+import { freePort } from '../../../harness/free-port.js';
 
 /**
  * What the engine harnesses share: a daemon run in the foreground as a child of the test (so its

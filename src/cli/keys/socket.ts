@@ -4,7 +4,7 @@ import { connect, createServer, type Socket } from 'node:net';
 import { join } from 'node:path';
 import type { Output } from './command.js';
 import { runKeysCommand } from './commands.js';
-import { createAdminTokensRepository } from '../admin/tokens-repository.js';
+import { createAdminTokensRepository } from '../../admin/tokens-repository.js';
 
 /**
  * The embedded database admits one process, the server; the keys command run beside it sends its

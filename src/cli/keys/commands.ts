@@ -2,9 +2,18 @@ import { parseArgs } from 'node:util';
 import { createAdminToken } from './admin-token/create.js';
 import { listAdminTokens } from './admin-token/list.js';
 import { revokeAdminToken } from './admin-token/revoke.js';
-import { API_KEY_CODES } from '../api-keys/errors.js';
-import { DOMAIN_CODES, hasCode, UsageError } from '../platform/domain-errors.js';
-import { quoted, usageRefusalOf, type KeysCommand, type OptionValues, type Output, type Repositories, type Run } from './command.js';
+import { API_KEY_CODES } from '../../api-keys/errors.js';
+import { DOMAIN_CODES, hasCode } from '../../platform/domain-errors.js';
+import {
+  quoted,
+  usageRefusalOf,
+  UsageError,
+  type KeysCommand,
+  type OptionValues,
+  type Output,
+  type Repositories,
+  type Run,
+} from './command.js';
 import { create } from './create.js';
 import { list } from './list.js';
 import { revoke } from './revoke.js';

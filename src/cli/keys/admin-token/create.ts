@@ -1,7 +1,6 @@
-import { ADMIN_SCOPES, isAdminScope } from '../../admin/tokens-repository.js';
-import { AdminTokenName } from '../../admin/token-name.js';
-import { UsageError } from '../../platform/domain-errors.js';
-import { checked, COMMAND, noArguments, type KeysCommand } from '../command.js';
+import { ADMIN_SCOPES, isAdminScope } from '../../../admin/tokens-repository.js';
+import { AdminTokenName } from '../../../admin/token-name.js';
+import { checked, COMMAND, noArguments, UsageError, type KeysCommand } from '../command.js';
 
 /** Issues an admin token; the token is the last line of stdout. Only this command makes them. */
 export const createAdminToken: KeysCommand = {

@@ -21,5 +21,5 @@ export async function freePort(): Promise<number> {
   }
 }
 
-// Run as a command (`node --import tsx test/support/free-port.ts`), it prints one: CI's shell steps use it.
+// Run as a command (`node --import tsx harness/free-port.ts`), it prints one: CI's shell steps use it.
 if (process.argv[1] === fileURLToPath(import.meta.url)) console.log(await freePort());

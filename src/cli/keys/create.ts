@@ -1,5 +1,5 @@
-import { newKey } from '../api-keys/rules.js';
-import { NewAdminKey } from '../api-keys/admin-schemas.js';
+import { newKey } from '../../api-keys/rules.js';
+import { NewAdminKey } from '../../api-keys/admin-schemas.js';
 import { COMMAND, noArguments, optionsOf, sharedRule, validated, type KeysCommand } from './command.js';
 
 /** Issues an API key, taking what the admin API's createKey takes; the key is the last line of stdout. */

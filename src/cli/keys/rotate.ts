@@ -1,5 +1,5 @@
-import { DEFAULT_OVERLAP_SECONDS } from '../api-keys/lifecycle.js';
-import { RotateKey } from '../api-keys/admin-schemas.js';
+import { DEFAULT_OVERLAP_SECONDS } from '../../api-keys/lifecycle.js';
+import { RotateKey } from '../../api-keys/admin-schemas.js';
 import { COMMAND, expiryOf, idArgument, optionsOf, validated, type KeysCommand } from './command.js';
 
 /** Replaces a key with a new one, taking what the admin API's rotateKey takes; the new key is the last line of stdout. */

@@ -1,5 +1,5 @@
 import { expect, it } from 'vitest';
-import { freePort } from './free-port.js';
+import { freePort } from '../../harness/free-port.js';
 
 // The system offers a closed port again soon enough that 500 sockets opened and closed in a row
 // met a dozen repeats; a test that takes two ports (the API's and the admin's) must get two.

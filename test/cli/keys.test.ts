@@ -4,9 +4,9 @@ import { join } from 'node:path';
 import { test as base, describe, expect } from 'vitest';
 import { createTestDatabase, POSTGRES_URL } from '../support/databases.js';
 import { eventually } from '../support/eventually.js';
-import { freePort } from '../support/free-port.js';
-import { parseCommandLine } from '../../src/keys-command/commands.js';
-import { run, runCommand, startServer, type ServerProcess } from '../support/processes.js';
+import { freePort } from '../../harness/free-port.js';
+import { parseCommandLine } from '../../src/cli/keys/commands.js';
+import { run, runCommand, startServer, type ServerProcess } from '../../harness/processes.js';
 import { bearer, KEY } from '../support/keys.js';
 
 /** The command as the npm script runs it once dist/ is current (the suite's global setup builds it), and as docs/api-keys.md shows it called in an image. */

@@ -2,13 +2,16 @@ import type { ParseArgsOptionsConfig } from 'node:util';
 import type { Static, TObject, TSchema } from '@sinclair/typebox';
 import { ValueErrorType, type ValueError } from '@sinclair/typebox/errors';
 import { Value } from '@sinclair/typebox/value';
-import { byCode, fieldOf, UsageError } from '../platform/domain-errors.js';
-import type { Actor } from '../audit/repository.js';
-import type { AdminTokensRepository } from '../admin/tokens-repository.js';
-import { API_KEY_CODES } from '../api-keys/errors.js';
-import type { ApiKeysRepository } from '../api-keys/repository.js';
-import { expiryOf as checkedExpiry, type KeyRules } from '../api-keys/rules.js';
-import { Id } from '../platform/schemas/common.js';
+import { byCode, DOMAIN_CODES, domainError, fieldOf } from '../../platform/domain-errors.js';
+import type { Actor } from '../../audit/repository.js';
+import type { AdminTokensRepository } from '../../admin/tokens-repository.js';
+import { API_KEY_CODES } from '../../api-keys/errors.js';
+import type { ApiKeysRepository } from '../../api-keys/repository.js';
+import { expiryOf as checkedExpiry, type KeyRules } from '../../api-keys/rules.js';
+import { Id } from '../../platform/schemas/common.js';
+
+/** Bad arguments to the keys command: exit 2, one line on stderr (its message), nothing written. */
+export const UsageError = domainError(DOMAIN_CODES.usage, '%s');
 
 /** Where a command's lines go: the terminal, or back over the socket to the command that sent it. */
 export interface Output {

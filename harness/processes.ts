@@ -3,13 +3,12 @@ import { randomUUID } from 'node:crypto';
 import { closeSync, mkdtempSync, openSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
-import { eventually } from './eventually.js';
 import { freePort } from './free-port.js';
-import { sleep } from './time.js';
 
 /** The repository root: servers and commands run from it, as `npm start` runs the service. */
-export const ROOT = fileURLToPath(new URL('../..', import.meta.url));
+export const ROOT = fileURLToPath(new URL('..', import.meta.url));
 
 /** How a server is started. */
 export interface ServerSpec {
@@ -150,13 +149,6 @@ export async function startServer(spec: ServerSpec = {}): Promise<ServerProcess>
       return code;
     },
   };
-}
-
-/** The development key a server prints on its first embedded start. */
-export async function developmentKey(server: ServerProcess): Promise<string> {
-  let key: string | undefined;
-  await eventually(async () => Boolean((key = server.output().match(/^ {2}(psk_\S+)$/m)?.[1])));
-  return key!;
 }
 
 /** Runs a command to completion and returns its exit code and what it printed. */

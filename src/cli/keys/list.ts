@@ -1,4 +1,4 @@
-import type { ApiKeyRecord } from '../api-keys/repository.js';
+import type { ApiKeyRecord } from '../../api-keys/repository.js';
 import { noArguments, type KeysCommand } from './command.js';
 
 /** The key's state as the admin API gives it, with when it was revoked and which key replaced it. */
