@@ -1,9 +1,15 @@
 import { isIP } from 'node:net';
+import type { Static, TObject, TProperties } from '@sinclair/typebox';
 import { ExclusiveSettingsError, invalidSetting, redactPasswords, SettingNeedsError, SettingsTogetherError } from './errors.js';
-import type { Settings } from './schema.js';
+import type { database } from './settings/database.js';
+import type { rateLimits, webhooks } from './settings/features.js';
+import type { redis } from './settings/redis.js';
 
 // The settings whose values the schema checks only as text, parsed and checked here, a function per group
 // of settings, so that no other code parses them again.
+
+/** A group's settings as the schema checks them, with their defaults, before parsing: what the group's parser takes. */
+export type SettingValues<Group extends TProperties> = Static<TObject<Group>>;
 
 /** Where the shared rate-limit counters live: one Redis, a Redis Cluster, or a master that Sentinels name. */
 export type RedisTarget =
@@ -36,7 +42,7 @@ const MAX_OPERATION_COST = 1000;
 const MAX_CONCURRENCY = 100_000;
 
 /** DATABASE_REPLICA_URLS, one URL each; empty without it. */
-export function databaseReplicaUrls(settings: Settings): string[] {
+export function databaseReplicaUrls(settings: SettingValues<typeof database>): string[] {
   if (settings.DATABASE_REPLICA_URLS !== undefined && settings.DATABASE_URL === undefined) {
     throw new SettingNeedsError(
       'DATABASE_REPLICA_URLS',
@@ -62,7 +68,10 @@ export function databaseReplicaUrls(settings: Settings): string[] {
 }
 
 /** The REDIS_* settings: which Redis, if any, and how to reach its nodes. */
-export function redisSettings(settings: Settings): { redisTarget: RedisTarget | undefined; redisCredentials: RedisCredentials } {
+export function redisSettings(settings: SettingValues<typeof redis>): {
+  redisTarget: RedisTarget | undefined;
+  redisCredentials: RedisCredentials;
+} {
   if (settings.REDIS_URL !== undefined && !URL.canParse(settings.REDIS_URL))
     throw invalidSetting('REDIS_URL', settings.REDIS_URL, 'not a URL');
   const redisModes = (['REDIS_URL', 'REDIS_CLUSTER_NODES', 'REDIS_SENTINELS'] as const).filter((name) => settings[name] !== undefined);
@@ -82,7 +91,7 @@ export function redisSettings(settings: Settings): { redisTarget: RedisTarget | 
 }
 
 /** The WEBHOOK_* settings: where and how usage events are sent; undefined without WEBHOOK_URL. */
-export function webhookSettings(settings: Settings): WebhookSettings | undefined {
+export function webhookSettings(settings: SettingValues<typeof webhooks>): WebhookSettings | undefined {
   if ((settings.WEBHOOK_URL === undefined) !== (settings.WEBHOOK_SECRET === undefined)) {
     throw new SettingsTogetherError(
       'WEBHOOK_URL and WEBHOOK_SECRET',
@@ -104,7 +113,7 @@ export function webhookSettings(settings: Settings): WebhookSettings | undefined
  * The RATE_LIMIT_* settings that name operations and plans, as values; the rate limiter checks the names
  * against its plans and operations (src/rate-limit/settings.ts).
  */
-export function rateLimitSettings(settings: Settings) {
+export function rateLimitSettings(settings: SettingValues<typeof rateLimits>) {
   const concurrency = settings.RATE_LIMIT_CONCURRENCY;
   return {
     rateLimitCosts: namedNumbers('RATE_LIMIT_COSTS', settings.RATE_LIMIT_COSTS, { max: MAX_OPERATION_COST, what: 'a cost' }),
@@ -162,7 +171,7 @@ const hostPorts = (list: string) =>
     return { host: entry.slice(0, at).replace(/^\[(.*)\]$/, '$1'), port: Number(entry.slice(at + 1)) };
   });
 
-function redisTarget(settings: Settings): RedisTarget | undefined {
+function redisTarget(settings: SettingValues<typeof redis>): RedisTarget | undefined {
   if (settings.REDIS_URL) return { mode: 'single', url: settings.REDIS_URL };
   if (settings.REDIS_CLUSTER_NODES) return { mode: 'cluster', nodes: hostPorts(settings.REDIS_CLUSTER_NODES) };
   if (settings.REDIS_SENTINELS && settings.REDIS_SENTINEL_MASTER) {

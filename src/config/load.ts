@@ -1,6 +1,6 @@
 import type { TSchema } from '@sinclair/typebox';
 import { Value } from '@sinclair/typebox/value';
-import { invalidSetting } from './errors.js';
+import { invalidSetting } from '../platform/config/errors.js';
 import {
   addressesOf,
   databaseReplicaUrls,
@@ -11,7 +11,7 @@ import {
   type RedisCredentials,
   type RedisTarget,
   type WebhookSettings,
-} from './parsers.js';
+} from '../platform/config/parsers.js';
 import { ConfigSchema, type Settings } from './schema.js';
 
 /** The settings parsed (parsers.ts) into the values of Config below, so that no other code parses them again. */
@@ -64,7 +64,7 @@ const INTEGER_SETTINGS = Object.entries(ConfigSchema.properties)
   .filter(([, schema]) => schema.type === 'integer')
   .map(([name]) => name);
 
-/** Validates the environment; throws an error of code PETSTORE_CONFIG (errors.ts) naming the first bad variable. */
+/** Validates the environment; throws an error of code PETSTORE_CONFIG (platform/config/errors.ts) naming the first bad variable. */
 export function loadConfig(env: Record<string, string | undefined> = process.env): Config {
   const settings = checkedSettings(env);
   const trustedProxies = addressesOf('TRUST_PROXY', settings.TRUST_PROXY);

@@ -1,0 +1,34 @@
+import { Type, type Static } from '@sinclair/typebox';
+import { database, databasePool } from '../platform/config/settings/database.js';
+import { idempotency, keyCache, petsCache, rateLimits, webhooks } from '../platform/config/settings/features.js';
+import { adminListener, connections, listener, proxies, publicBaseUrl, shutdownAndLoadShedding } from '../platform/config/settings/http.js';
+import { logs, metrics, tracing } from '../platform/config/settings/observability.js';
+import { redis } from '../platform/config/settings/redis.js';
+
+/**
+ * Every setting a user can make, read from the environment in one place, its groups in platform/config/settings/. Each
+ * description is the setting's documentation: scripts/config-docs.ts writes docs/configuration.md's table and .env.example
+ * from this schema (`examples` shows the shape a pattern asks for), in the order of the properties here.
+ */
+export const ConfigSchema = Type.Object({
+  ...listener,
+  ...database,
+  ...publicBaseUrl,
+  ...logs,
+  ...redis,
+  ...rateLimits,
+  ...webhooks,
+  ...keyCache,
+  ...idempotency,
+  ...proxies,
+  ...metrics,
+  ...adminListener,
+  ...connections,
+  ...petsCache,
+  ...tracing,
+  ...databasePool,
+  ...shutdownAndLoadShedding,
+});
+
+/** The settings as the schema checks them, before parsing (load.ts). */
+export type Settings = Static<typeof ConfigSchema>;
