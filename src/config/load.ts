@@ -1,17 +1,9 @@
 import type { TSchema } from '@sinclair/typebox';
 import { Value } from '@sinclair/typebox/value';
 import { invalidSetting } from '../platform/config/errors.js';
-import {
-  addressesOf,
-  databaseReplicaUrls,
-  defaultBaseUrl,
-  rateLimitSettings,
-  redisSettings,
-  webhookSettings,
-  type RedisCredentials,
-  type RedisTarget,
-  type WebhookSettings,
-} from '../platform/config/parsers.js';
+import { addressesOf, databaseReplicaUrls, defaultBaseUrl, webhookSettings, type WebhookSettings } from '../platform/config/parsers.js';
+import { redisSettings, type RedisCredentials, type RedisTarget } from '../rate-limit/redis-settings.js';
+import { rateLimitSettings } from '../rate-limit/settings.js';
 import { ConfigSchema, type Settings } from './schema.js';
 
 /** The settings parsed (parsers.ts) into the values of Config below, so that no other code parses them again. */

@@ -1,9 +1,10 @@
 import { Type, type Static } from '@sinclair/typebox';
 import { database, databasePool } from '../platform/config/settings/database.js';
-import { idempotency, keyCache, petsCache, rateLimits, webhooks } from '../platform/config/settings/features.js';
+import { idempotency, keyCache, petsCache, webhooks } from '../platform/config/settings/features.js';
 import { adminListener, connections, listener, proxies, publicBaseUrl, shutdownAndLoadShedding } from '../platform/config/settings/http.js';
 import { logs, metrics, tracing } from '../platform/config/settings/observability.js';
-import { redis } from '../platform/config/settings/redis.js';
+import { redis } from '../rate-limit/redis-settings.js';
+import { rateLimits } from '../rate-limit/settings.js';
 
 /**
  * Every setting a user can make, read from the environment in one place, its groups in platform/config/settings/. Each

@@ -1,46 +1,7 @@
 import { Type } from '@sinclair/typebox';
 
-// The features' own settings: rate limits, usage webhooks, the key cache, idempotency, the pets cache.
+// The features' own settings: usage webhooks, the key cache, idempotency, the pets cache.
 // Each description is the setting's documentation (see schema.ts).
-
-/** Bans, anonymous callers, costs, shadow mode, concurrency. */
-export const rateLimits = {
-  RATE_LIMIT_BAN_THRESHOLD: Type.Integer({
-    minimum: 1,
-    default: 30,
-    description: 'A caller refused more often than this within one minute window is banned.',
-  }),
-  RATE_LIMIT_BAN_SECONDS: Type.Integer({ minimum: 1, default: 900, description: 'How long a ban lasts.' }),
-  RATE_LIMIT_IPV6_PREFIX: Type.Integer({
-    minimum: 1,
-    maximum: 128,
-    default: 64,
-    description: 'Callers without a valid key are counted per IPv6 network of this many leading bits (IPv4: per address).',
-  }),
-  RATE_LIMIT_COSTS: Type.String({
-    default: '',
-    pattern: '^([A-Za-z]+=[0-9]+(,[A-Za-z]+=[0-9]+)*)?$',
-    examples: ['createPet=5,listPets=1'],
-    description:
-      "The units an operation spends of a key's quota in both windows, as `operationId=units` pairs (1 to 1000); every other " +
-      'operation costs 1, so unset the limits count requests. A request with fewer units left than its cost is refused. ' +
-      "A cost above a plan's per-minute or per-day limit stops the start (its keys could never call the operation).",
-  }),
-  RATE_LIMIT_SHADOW_PLANS: Type.String({
-    default: '',
-    pattern: '^([a-z]+(,[a-z]+)*)?$',
-    examples: ['free,pro'],
-    description:
-      "Plans in shadow mode: past its limits a key of these plans is served, with the headers of a refusal, counted in `rate_limit_shadow_refusals_total` and logged once a minute; never refused or banned. The admin API's `enforceLimits: false` does the same for one key.",
-  }),
-  RATE_LIMIT_CONCURRENCY: Type.String({
-    default: 'free=5,pro=20,business=50,enterprise=100',
-    pattern: '^(off|[a-z]+=[0-9]+(,[a-z]+=[0-9]+)*)$',
-    examples: ['free=2,pro=10', 'off'],
-    description:
-      "Requests a key may have in flight at once, per plan, as `plan=requests` pairs (1 to 100000); a plan not named has no such limit, `off` none. The admin API's `concurrency` sets one key's own. Over it: 429 `concurrency_limited`, costing no quota.",
-  }),
-};
 
 /** Usage events: where they go, how they are signed, when they are sent, how long they are kept. */
 export const webhooks = {
