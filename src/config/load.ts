@@ -1,12 +1,13 @@
 import type { TSchema } from '@sinclair/typebox';
 import { Value } from '@sinclair/typebox/value';
 import { invalidSetting } from '../platform/config/errors.js';
-import { addressesOf, databaseReplicaUrls, defaultBaseUrl, webhookSettings, type WebhookSettings } from '../platform/config/parsers.js';
+import { addressesOf, databaseReplicaUrls, defaultBaseUrl } from '../platform/config/parsers.js';
 import { redisSettings, type RedisCredentials, type RedisTarget } from '../rate-limit/redis-settings.js';
 import { rateLimitSettings } from '../rate-limit/settings.js';
+import { webhookSettings, type WebhookSettings } from '../webhooks/settings.js';
 import { ConfigSchema, type Settings } from './schema.js';
 
-/** The settings parsed (parsers.ts) into the values of Config below, so that no other code parses them again. */
+/** The settings parsed (platform/config/parsers.ts, the features' settings.ts) into the values of Config below, so that no other code parses them again. */
 const PARSED_SETTINGS = [
   'PUBLIC_BASE_URL',
   'DATABASE_REPLICA_URLS',
