@@ -7,7 +7,10 @@ import { rateLimitSettings } from '../rate-limit/settings.js';
 import { webhookSettings, type WebhookSettings } from '../webhooks/settings.js';
 import { ConfigSchema, type Settings } from './schema.js';
 
-/** The settings parsed (platform/config/parsers.ts, the features' settings.ts) into the values of Config below, so that no other code parses them again. */
+/**
+ * The settings parsed (platform/config/parsers.ts, the features' settings.ts) into the values of Config below, so that
+ * no other code parses them again.
+ */
 const PARSED_SETTINGS = [
   'PUBLIC_BASE_URL',
   'DATABASE_REPLICA_URLS',
