@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { ConfigSchema } from '../src/platform/config/schema.js';
+import { ConfigSchema } from '../src/config/schema.js';
 import { encodeCursor } from '../src/platform/pagination.js';
 import { WALK_CURSOR_COUNT, type Fixture } from './fixtures.js';
 import type { RequestShape, RequestSpec } from './load.js';

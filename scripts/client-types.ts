@@ -7,7 +7,7 @@ import { fileURLToPath } from 'node:url';
 import openapiTS, { astToString, COMMENT_HEADER, type OpenAPI3 } from 'openapi-typescript';
 import { format, resolveConfig } from 'prettier';
 import { buildApp } from '../src/app.js';
-import { loadConfig } from '../src/platform/config/load.js';
+import { loadConfig } from '../src/config/load.js';
 
 export const CLIENT_TYPES_COMMAND = 'npm run client:types';
 export const CLIENT_TYPES_FILE = 'client/src/generated/openapi.ts';

@@ -4,12 +4,12 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import type { TSchema } from '@sinclair/typebox';
-import { ConfigSchema } from '../src/platform/config/schema.js';
+import { ConfigSchema } from '../src/config/schema.js';
 
 export const DOCS_COMMAND = 'npm run docs:config';
 
 const ROOT = new URL('../', import.meta.url);
-const TABLE_START = `<!-- The settings table is generated from the schema in src/platform/config/schema.ts by \`${DOCS_COMMAND}\`: edit the schema, not the table. -->`;
+const TABLE_START = `<!-- The settings table is generated from the schema in src/config/schema.ts by \`${DOCS_COMMAND}\`: edit the schema, not the table. -->`;
 const TABLE_END = '<!-- End of the generated settings table. -->';
 
 const settings = Object.entries(ConfigSchema.properties as Record<string, TSchema>);
@@ -89,7 +89,7 @@ function comment(text: string): string[] {
 
 const ENV_HEADER = [
   '# The settings the service reads from its environment, each optional, with its default (empty: unset).',
-  `# Generated from the schema in src/platform/config/schema.ts by \`${DOCS_COMMAND}\`: edit the schema, not this file.`,
+  `# Generated from the schema in src/config/schema.ts by \`${DOCS_COMMAND}\`: edit the schema, not this file.`,
   '# docs/configuration.md has them as a table; docker compose reads a .env file.',
 ];
 

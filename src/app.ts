@@ -1,6 +1,6 @@
 import Fastify, { type FastifyInstance } from 'fastify';
 import type { DestinationStream } from 'pino';
-import type { Config } from './platform/config/load.js';
+import type { Config } from './config/load.js';
 import { listenerOptions, serveJson } from './platform/http/listener.js';
 import { requestIdGenerator } from './platform/http/request-id.js';
 import apiKeys from './api-keys/plugin.js';

@@ -1,7 +1,7 @@
 import closeWithGrace from 'close-with-grace';
 import type { FastifyInstance } from 'fastify';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { loadConfig } from './platform/config/load.js';
+import { loadConfig } from './config/load.js';
 import { DATABASE_CODES } from './platform/db/errors.js';
 import { DOMAIN_CODES, hasCode } from './platform/domain-errors.js';
 import { LISTEN_CODE, listenOn } from './platform/http/listen.js';

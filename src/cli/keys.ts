@@ -4,7 +4,7 @@
  * exit 2, having written nothing. On the embedded database a running server holds the data
  * directory, so the command is sent to it; with no server there, it opens the database itself.
  */
-import { loadConfig } from '../platform/config/load.js';
+import { loadConfig } from '../config/load.js';
 import { DOMAIN_CODES, hasCode } from '../platform/domain-errors.js';
 import { DATABASE_CODES } from '../platform/db/errors.js';
 import { migrate } from '../platform/db/migrate.js';

@@ -1,4 +1,4 @@
-import { loadConfig } from '../platform/config/load.js';
+import { loadConfig } from '../config/load.js';
 import { DOMAIN_CODES, hasCode } from '../platform/domain-errors.js';
 import { openDatabase } from '../platform/db/open.js';
 import { migrate } from '../platform/db/migrate.js';

@@ -1,8 +1,5 @@
 import { Cluster, Redis, type ClusterOptions, type RedisOptions } from 'ioredis';
-import type { RedisCredentials, RedisTarget } from '../platform/config/parsers.js';
-
-// The target and credentials are parsed with the rest of the configuration; the plugin takes them from here.
-export type { RedisCredentials, RedisTarget };
+import type { RedisCredentials, RedisTarget } from './redis-settings.js';
 
 const CLUSTER_SLOTS = 16_384;
 

@@ -1,7 +1,8 @@
 import type { FastifyInstance } from 'fastify';
 import { FallbackStore } from './fallback-store.js';
 import { MemoryStore } from './memory-store.js';
-import { createRedisClient, REDIS_START_WAIT_MS, type RedisCredentials, type RedisTarget } from './redis-connection.js';
+import { createRedisClient, REDIS_START_WAIT_MS } from './redis-connection.js';
+import type { RedisCredentials, RedisTarget } from './redis-settings.js';
 import { RedisStore } from './redis-store.js';
 import type { BanPolicy, RateLimitStore } from './store.js';
 

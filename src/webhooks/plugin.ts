@@ -1,6 +1,6 @@
 import fp from 'fastify-plugin';
 import { Counter, Gauge } from 'prom-client';
-import type { WebhookSettings } from '../platform/config/parsers.js';
+import type { WebhookSettings } from './settings.js';
 import { keyBanned, usageThreshold, type RecordedEvent } from './events.js';
 import { createWebhookDeliveriesRepository, DUE_CHANNEL } from './repository.js';
 import { FIRST_RETRY_MS, WebhookSender } from './sender.js';

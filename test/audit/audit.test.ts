@@ -1,7 +1,7 @@
 import { describe, expect } from 'vitest';
 import { developmentKeyGreeting } from '../../src/api-keys/development-key.js';
 import { buildApp } from '../../src/app.js';
-import { loadConfig } from '../../src/platform/config/load.js';
+import { loadConfig } from '../../src/config/load.js';
 import { adminTest, openAdmin } from '../support/admin.js';
 import { bearer } from '../support/keys.js';
 import { captureLogs } from '../support/logs.js';

@@ -3,13 +3,13 @@ import type { TSchema } from '@sinclair/typebox';
 import { describe, expect, it } from 'vitest';
 import { DOCS_COMMAND, generatedFiles, settingsTable } from '../../scripts/config-docs.js';
 import { redactPasswords } from '../../src/platform/config/errors.js';
-import { loadConfig } from '../../src/platform/config/load.js';
-import { ConfigSchema } from '../../src/platform/config/schema.js';
+import { loadConfig } from '../../src/config/load.js';
+import { ConfigSchema } from '../../src/config/schema.js';
 
 describe('configuration', () => {
   it('docs/configuration.md and .env.example are what the schema writes', () => {
     for (const { path, text } of generatedFiles()) {
-      expect(readFileSync(path, 'utf8'), `${path} differs from src/platform/config/schema.ts: run ${DOCS_COMMAND}`).toBe(text);
+      expect(readFileSync(path, 'utf8'), `${path} differs from src/config/schema.ts: run ${DOCS_COMMAND}`).toBe(text);
     }
   });
 

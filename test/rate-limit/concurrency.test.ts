@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
 import type { FastifyInstance } from 'fastify';
-import { loadConfig } from '../../src/platform/config/load.js';
+import { loadConfig } from '../../src/config/load.js';
 import { RedisStore } from '../../src/rate-limit/redis-store.js';
 import type { Slot } from '../../src/rate-limit/store.js';
 import { buildTestApp, type TestApp } from '../support/app.js';

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
-import { loadConfig } from '../../src/platform/config/load.js';
+import { loadConfig } from '../../src/config/load.js';
 import { MemoryStore } from '../../src/rate-limit/memory-store.js';
 import { RedisStore } from '../../src/rate-limit/redis-store.js';
 import { describeAppTest } from '../support/fixtures.js';

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { FastifyInstance } from 'fastify';
-import { loadConfig } from '../../src/platform/config/load.js';
+import { loadConfig } from '../../src/config/load.js';
 import { buildTestApp } from '../support/app.js';
 import { describeAppTest } from '../support/fixtures.js';
 import { keyInFreshWindows } from '../support/keys.js';

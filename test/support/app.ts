@@ -1,6 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import { buildApp, type AppDependencies } from '../../src/app.js';
-import { loadConfig } from '../../src/platform/config/load.js';
+import { loadConfig } from '../../src/config/load.js';
 import type { Database } from '../../src/platform/db/database.js';
 import { createScratchDatabase } from '../../harness/databases.js';
 import { POSTGRES_URL } from './databases.js';

@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { FastifyInstance } from 'fastify';
 import type { ApiKeyIdentity } from '../../src/api-keys/identity.js';
-import { loadConfig } from '../../src/platform/config/load.js';
+import { loadConfig } from '../../src/config/load.js';
 import { keyBanned, usageThreshold } from '../../src/webhooks/events.js';
 import { createWebhookDeliveriesRepository } from '../../src/webhooks/repository.js';
 import { FIRST_RETRY_MS } from '../../src/webhooks/sender.js';

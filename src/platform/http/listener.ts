@@ -1,6 +1,7 @@
 import { isUtf8 } from 'node:buffer';
 import type { FastifyInstance } from 'fastify';
-import type { Config } from '../config/load.js';
+import type { SettingValues } from '../config/parsers.js';
+import type { connections } from '../config/settings/http.js';
 import { errors } from '../errors.js';
 import { formatValidationError, validatorCompiler } from '../validation.js';
 import { clientErrorHandler, frameworkErrors } from './client-errors.js';
@@ -16,7 +17,7 @@ import { closeIfBodyUnread } from './unread-body.js';
  * request, and a socket that sends or reads nothing, checked every second), and the Error
  * contract down to requests, URLs and bodies Node or the router cannot take.
  */
-export const listenerOptions = (config: Config, caller: RequestLogCaller) => ({
+export const listenerOptions = (config: SettingValues<typeof connections>, caller: RequestLogCaller) => ({
   logController: new RequestLog(caller),
   http: {
     headersTimeout: Math.min(config.HEADERS_TIMEOUT_MS, config.REQUEST_TIMEOUT_MS),

@@ -42,7 +42,8 @@ import {
   ATTR_URL_SCHEME,
 } from '@opentelemetry/semantic-conventions';
 import type { FastifyInstance, FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify';
-import type { Config } from '../config/load.js';
+import type { SettingValues } from '../config/parsers.js';
+import type { tracing } from '../config/settings/observability.js';
 
 /**
  * Requests that are not worth a trace: probes, scraped every few seconds (and the metrics server's
@@ -86,9 +87,9 @@ function skipBeneathUnsampled(provider: TracerProvider): TracerProvider {
   };
 }
 
-type SamplerName = Config['OTEL_TRACES_SAMPLER'];
+type SamplerName = SettingValues<typeof tracing>['OTEL_TRACES_SAMPLER'];
 
-/** The sampler `OTEL_TRACES_SAMPLER` names, as the SDK builds it from the environment (config.ts validated both). */
+/** The sampler `OTEL_TRACES_SAMPLER` names, as the SDK builds it from the environment (the configuration's schema checked both). */
 function namedSampler(name: SamplerName, ratio: number): Sampler {
   const root = name.endsWith('always_on')
     ? new AlwaysOnSampler()

@@ -1,13 +1,17 @@
 import type { FastifyRequest } from 'fastify';
-import type { Config } from '../config/load.js';
+import type { SettingValues } from '../config/parsers.js';
+import type { tracing } from '../config/settings/observability.js';
 // Types only: the SDK's module itself is imported by startTracing, and only when tracing is on.
 import type { RequestFacts } from './tracing-sdk.js';
+
+/** The tracing settings, TRACING_TRUSTED_PARENTS parsed into its addresses and CIDRs. */
+type TracingSettings = Omit<SettingValues<typeof tracing>, 'TRACING_TRUSTED_PARENTS'> & { tracingTrustedParents: string[] };
 
 /**
  * Where spans are sent (OTLP over HTTP), by the OTLP exporter specification's rule: the traces
  * endpoint as given, else the general endpoint with `/v1/traces` appended; neither set, no tracing.
  */
-export function tracesEndpoint(config: Pick<Config, 'OTEL_EXPORTER_OTLP_ENDPOINT' | 'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT'>) {
+export function tracesEndpoint(config: Pick<TracingSettings, 'OTEL_EXPORTER_OTLP_ENDPOINT' | 'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT'>) {
   if (config.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) return config.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT;
   if (config.OTEL_EXPORTER_OTLP_ENDPOINT) return `${config.OTEL_EXPORTER_OTLP_ENDPOINT.replace(/\/+$/, '')}/v1/traces`;
   return undefined;
@@ -29,7 +33,7 @@ export function annotateRequestSpan(request: FastifyRequest, facts: RequestFacts
  * SDK is imported only here, behind the check). Must run before the modules of the app are
  * imported (server.ts imports app.js after it): pg and ioredis are instrumented as they load.
  */
-export async function startTracing(config: Config): Promise<void> {
+export async function startTracing(config: TracingSettings): Promise<void> {
   const url = tracesEndpoint(config);
   if (!url || stop) return;
   const { startSdk } = await import('./tracing-sdk.js');
@@ -55,7 +59,7 @@ export async function stopTracing(): Promise<void> {
  * trace: sampled, or with a caller's `traceparent`. An unsampled request of ours has no ids to
  * name. Only when tracing is configured: otherwise the OpenTelemetry API is not even loaded.
  */
-export async function traceLogMixin(config: Config): Promise<(() => object) | undefined> {
+export async function traceLogMixin(config: TracingSettings): Promise<(() => object) | undefined> {
   if (!tracesEndpoint(config)) return undefined;
   const { isSpanContextValid, trace } = await import('@opentelemetry/api');
   return () => {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { loadConfig } from '../../../src/platform/config/load.js';
+import { loadConfig } from '../../../src/config/load.js';
 import { SettingNeedsError } from '../../../src/platform/config/errors.js';
 import { replicaName } from '../../../src/platform/db/replicas.js';
 

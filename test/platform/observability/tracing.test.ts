@@ -4,7 +4,7 @@ import { createServer, request as httpRequest, type Server } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test as base, describe, expect } from 'vitest';
-import { loadConfig } from '../../../src/platform/config/load.js';
+import { loadConfig } from '../../../src/config/load.js';
 import { tracesEndpoint } from '../../../src/platform/observability/tracing.js';
 import { cleanupStack } from '../../support/fixtures.js';
 import { createScratchDatabase } from '../../../harness/databases.js';

@@ -1,20 +1,16 @@
 import type { TSchema } from '@sinclair/typebox';
 import { Value } from '@sinclair/typebox/value';
-import { invalidSetting } from './errors.js';
-import {
-  addressesOf,
-  databaseReplicaUrls,
-  defaultBaseUrl,
-  rateLimitSettings,
-  redisSettings,
-  webhookSettings,
-  type RedisCredentials,
-  type RedisTarget,
-  type WebhookSettings,
-} from './parsers.js';
+import { invalidSetting } from '../platform/config/errors.js';
+import { addressesOf, databaseReplicaUrls, defaultBaseUrl } from '../platform/config/parsers.js';
+import { redisSettings, type RedisCredentials, type RedisTarget } from '../rate-limit/redis-settings.js';
+import { rateLimitSettings } from '../rate-limit/settings.js';
+import { webhookSettings, type WebhookSettings } from '../webhooks/settings.js';
 import { ConfigSchema, type Settings } from './schema.js';
 
-/** The settings parsed (parsers.ts) into the values of Config below, so that no other code parses them again. */
+/**
+ * The settings parsed (platform/config/parsers.ts, the features' settings.ts) into the values of Config below, so that
+ * no other code parses them again.
+ */
 const PARSED_SETTINGS = [
   'PUBLIC_BASE_URL',
   'DATABASE_REPLICA_URLS',
@@ -64,7 +60,7 @@ const INTEGER_SETTINGS = Object.entries(ConfigSchema.properties)
   .filter(([, schema]) => schema.type === 'integer')
   .map(([name]) => name);
 
-/** Validates the environment; throws an error of code PETSTORE_CONFIG (errors.ts) naming the first bad variable. */
+/** Validates the environment; throws an error of code PETSTORE_CONFIG (platform/config/errors.ts) naming the first bad variable. */
 export function loadConfig(env: Record<string, string | undefined> = process.env): Config {
   const settings = checkedSettings(env);
   const trustedProxies = addressesOf('TRUST_PROXY', settings.TRUST_PROXY);
