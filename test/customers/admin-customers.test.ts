@@ -1,6 +1,8 @@
 import { describe, expect } from 'vitest';
-import { adminTest, expectError, type TestAdmin } from '../support/admin.js';
-import { bearer } from '../support/keys.js';
+import { createAdminTokensRepository } from '../../src/admin/tokens-repository.js';
+import { runKeysCommand } from '../../src/cli/keys/commands.js';
+import { adminTest, createKey, expectError, type TestAdmin } from '../support/admin.js';
+import { bearer, waitForKeyOnApp } from '../support/keys.js';
 
 const test = adminTest();
 
@@ -220,5 +222,81 @@ describe('change', () => {
       expect(response.body.message, JSON.stringify(json)).toMatch(new RegExp(`^${field}\\b`));
     }
     expect((await admin.request('GET', `/admin/v1/customers/${created.id}`)).body).toEqual(created);
+  });
+});
+
+describe('keys of a customer', () => {
+  test('a key made with customerId shows it, keeps it through rotation, and is listed by the customerId filter', async ({ t, admin }) => {
+    const customer = await createCustomer(admin, { externalId: 'cus_keys' });
+    const key = await createKey(admin, { plan: 'pro', name: 'production', customerId: customer.id });
+    expect(key).toMatchObject({ customerId: customer.id, plan: 'pro' });
+    expect((await admin.request('GET', `/admin/v1/keys/${key.id}`)).body.customerId).toBe(customer.id);
+    expect((await newestAudit(admin))[0]).toMatchObject({ action: 'key.create', keyId: key.id, details: { customerId: customer.id } });
+    // The key works on /v1 as any other.
+    await waitForKeyOnApp(t.app, bearer(key.key));
+    expect((await t.app.inject({ url: '/v1/pets', headers: bearer(key.key) })).statusCode).toBe(200);
+
+    const rotated = await admin.request('POST', `/admin/v1/keys/${key.id}/rotate`, { json: { overlapSeconds: 0 } });
+    expect(rotated.status, JSON.stringify(rotated.body)).toBe(201);
+    expect(rotated.body.customerId).toBe(customer.id);
+
+    const alone = await createKey(admin, { plan: 'pro', name: 'production' });
+    expect(alone.customerId).toBeNull();
+    const listed = await admin.request('GET', `/admin/v1/keys?customerId=${customer.id}&limit=1`);
+    expect(listed.body.map((one: { id: number }) => one.id)).toEqual([key.id]);
+    const next = listed.headers.get('link')!.match(/^<([^>]+)>; rel="next"$/)![1]!;
+    expect(next).toContain(`customerId=${customer.id}`);
+    expect((await admin.request('GET', next)).body.map((one: { id: number }) => one.id)).toEqual([rotated.body.id]);
+    // A cursor holds only with the filters it was made for.
+    expectError(await admin.request('GET', next.replace(`customerId=${customer.id}`, 'name=production')), 400, 'bad_request');
+  });
+
+  test('400 naming body/customerId for a customer that does not exist, or no id; nothing is created', async ({ t, admin }) => {
+    const before = (await t.app.apiKeysRepository.list()).length;
+    for (const customerId of [999_999_999, 0, 'abc']) {
+      const response = await admin.request('POST', '/admin/v1/keys', { json: { plan: 'free', customerId } });
+      expectError(response, 400, 'bad_request');
+      expect(response.body.message, String(customerId)).toMatch(/^body\/customerId /);
+    }
+    expect((await admin.request('POST', '/admin/v1/keys', { json: { plan: 'free', customerId: 999_999_999 } })).body.message).toBe(
+      'body/customerId is 999999999, which names no customer',
+    );
+    // With an Idempotency-Key too: the refusal is not stored as the key's answer.
+    const headers = { 'idempotency-key': 'unknown-customer' };
+    expectError(
+      await admin.request('POST', '/admin/v1/keys', { json: { plan: 'free', customerId: 999_999_999 }, headers }),
+      400,
+      'bad_request',
+    );
+    expect((await t.app.apiKeysRepository.list()).length).toBe(before);
+  });
+
+  test('the keys command: create --customer ID makes a key of that customer; an unknown one is a bad argument, nothing written', async ({
+    t,
+    admin,
+  }) => {
+    const customer = await createCustomer(admin, { externalId: 'cus_command' });
+    const repositories = { keys: t.app.apiKeysRepository, rules: t.app.keyRules, tokens: createAdminTokensRepository(t.db) };
+    const command = async (argv: string[]) => {
+      const lines = { out: [] as string[], err: [] as string[] };
+      const code = await runKeysCommand(argv, repositories, { out: (line) => lines.out.push(line), err: (line) => lines.err.push(line) });
+      return { code, ...lines };
+    };
+
+    const created = await command(['create', '--plan', 'free', '--customer', String(customer.id)]);
+    expect(created.code, created.err.join('\n')).toBe(0);
+    const id = Number(/^Created API key (\d+) /.exec(created.out[0]!)![1]);
+    expect((await admin.request('GET', `/admin/v1/keys/${id}`)).body.customerId).toBe(customer.id);
+
+    const before = (await t.app.apiKeysRepository.list()).length;
+    for (const [argv, refusal] of [
+      [['create', '--plan', 'free', '--customer', '999999999'], 'keys: --customer is 999999999, which names no customer. usage: '],
+      [['create', '--plan', 'free', '--customer', 'acme'], 'keys: --customer must be an integer from 1 to '],
+    ] as const) {
+      const refused = await command([...argv]);
+      expect(refused.code).toBe(2);
+      expect(refused.err.join('\n')).toContain(refusal);
+    }
+    expect((await t.app.apiKeysRepository.list()).length).toBe(before);
   });
 });

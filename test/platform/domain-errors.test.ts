@@ -11,6 +11,7 @@ import {
   MissingLimitsError,
   RevokedKeyError,
   RotatedKeyError,
+  UnknownCustomerError,
 } from '../../src/api-keys/errors.js';
 import { CUSTOMER_CODES, ExternalIdTakenError } from '../../src/customers/errors.js';
 import { DATABASE_CODES, DatabaseUnavailableError, DataDirInUseError } from '../../src/platform/db/errors.js';
@@ -52,6 +53,7 @@ const CATALOGUE: Array<[Error & { code: string }, string]> = [
   [new ExpiryTooLateError('9999-12-31T23:59:59Z'), 'must be no later than 9999-12-31T23:59:59Z'],
   [new RevokedKeyError(7, 'create a new key instead'), 'API key 7 is revoked; create a new key instead'],
   [new RotatedKeyError(7, 8, 'create a new key instead'), 'API key 7 was rotated into key 8; create a new key instead'],
+  [new UnknownCustomerError(42), 'is 42, which names no customer'],
   [new ExternalIdTakenError('cus_4711'), 'externalId cus_4711 is taken by another customer'],
   [new DatabaseUnavailableError({ cause: new Error('down') }), 'The database is unreachable'],
   [
@@ -130,6 +132,7 @@ describe('each domain error a request can raise, as the API answers it', () => {
       'conflict',
       'API key 7 was rotated into key 8; create a new key instead',
     ],
+    ['unknown customer', () => new UnknownCustomerError(42), 400, 'bad_request', 'body/customerId is 42, which names no customer'],
     ['externalId taken', () => new ExternalIdTakenError('cus_4711'), 409, 'conflict', 'externalId cus_4711 is taken by another customer'],
   ])("%s: %i %s with the rule's message", async (_kind, fail, status, code, message) => {
     const { response, body, logs } = await answerTo(fail);
