@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { ActorOf } from '../audit/repository.js';
 import { errors } from '../platform/errors.js';
@@ -27,8 +28,9 @@ const foundCustomer = (customer: CustomerRecord | undefined, id: number): Custom
   return customer;
 };
 
-/** The listing's filter in its cursor, so that a cursor is used only with the filter it was made for. */
-const filterOf = (externalId: string | undefined) => (externalId === undefined ? undefined : Buffer.from(externalId).toString('base64url'));
+/** The listing's filter, so that a cursor is used only with the filter it was made for (a digest, short as the keys' is). */
+const filterOf = (externalId: string | undefined) =>
+  externalId === undefined ? undefined : createHash('sha256').update(externalId).digest('base64url').slice(0, 12);
 
 function createCustomer(admin: Admin, { customers, actorOf }: AdminCustomersOptions) {
   admin.post(
