@@ -54,6 +54,16 @@ describe('create', () => {
     expect((await newestAudit(admin))[0]).toEqual(audited);
   });
 
+  test('10 concurrent creates of one externalId: one 201, the others 409, never a 500', async ({ admin }) => {
+    const responses = await Promise.all(
+      Array.from({ length: 10 }, (_, i) =>
+        admin.request('POST', '/admin/v1/customers', { json: { externalId: 'cus_raced', name: `try ${i}` } }),
+      ),
+    );
+    expect(responses.map((response) => response.status).sort()).toEqual([201, ...Array<number>(9).fill(409)]);
+    expect((await admin.request('GET', '/admin/v1/customers?externalId=cus_raced')).body).toHaveLength(1);
+  });
+
   test('400 naming the field for an empty, too long or invisible externalId, a bad name, an unknown field; nothing is created', async ({
     t,
     admin,
