@@ -230,7 +230,8 @@ describe('the shell blocks of README.md, client/README.md and docs/', () => {
       const block = blockOf('docs/admin-api.md', 'curl ');
       const variables = { ADMIN: billing!, SUPPORT: support!, A: `http://127.0.0.1:${adminPort}/admin/v1` };
       const answers = runSession(block, variables, {});
-      expect(JSON.parse(answers[0]!.body)).toMatchObject({ id: 2, plan: 'pro', key: expect.stringMatching(/^psk_/) });
+      expect(JSON.parse(answers[0]!.body)).toMatchObject({ id: 1, externalId: 'cus_4711', name: 'Acme Corp' });
+      expect(JSON.parse(answers[1]!.body)).toMatchObject({ id: 2, plan: 'pro', customerId: 1, key: expect.stringMatching(/^psk_/) });
       expect(JSON.parse(answers.at(-2)!.body)[0]).toMatchObject({ action: 'key.revoke', keyId: 2 });
     } finally {
       await server.stop();

@@ -10,6 +10,8 @@ import { createIdempotencyKeysRepository } from '../idempotency/repository.js';
 import adminAuth, { actorOf, ADMIN_SECURITY_SCHEME, TOKEN_IN_REQUEST_LOG } from './auth.js';
 import { documentAdminOperation } from './contract.js';
 import adminKeys from '../api-keys/admin-routes.js';
+import adminCustomers from '../customers/admin-routes.js';
+import { createCustomersRepository } from '../customers/repository.js';
 import { adminAddressBans, adminKeyUsage } from '../rate-limit/admin-routes.js';
 import adminWebhookDeliveries from '../webhooks/admin-routes.js';
 import adminAudit from '../audit/admin-routes.js';
@@ -47,13 +49,14 @@ export async function buildAdminServer(app: FastifyInstance): Promise<FastifyIns
       title: 'Pet store admin',
       version: '1.0.0',
       description:
-        'Key management for the systems that sell and support access: issue, list, change, rotate and revoke API keys, ' +
+        'Key management for the systems that sell and support access: issue, list, change, rotate and revoke API keys, manage the customers who own them, ' +
         'read their usage, list and lift bans of keys and addresses, follow the usage events sent by webhook, and read the audit trail. Every error is an `Error` body `{code, message, status}`.',
     },
     serverUrl: ADMIN_PREFIX,
     apiPrefix: ADMIN_PREFIX,
     tags: [
       { name: 'keys', description: 'API keys, their usage and bans' },
+      { name: 'customers', description: "The seller's customers, each known by its own id (externalId)" },
       { name: 'address bans', description: 'Client addresses banned for what was sent from them without a valid key' },
       { name: 'webhooks', description: 'Usage events sent to WEBHOOK_URL, and their deliveries' },
       { name: 'audit', description: 'Who changed what, and when' },
@@ -80,6 +83,7 @@ export async function buildAdminServer(app: FastifyInstance): Promise<FastifyIns
       ownerOf: (request) => request.adminToken?.id,
     });
     await operations.register(adminKeys, { keys: app.apiKeysRepository, rules: app.keyRules, actorOf });
+    await operations.register(adminCustomers, { customers: createCustomersRepository(db), actorOf });
     await operations.register(adminKeyUsage, { keys: app.apiKeysRepository, rateLimit: app.rateLimit, audit, actorOf });
     await operations.register(adminAddressBans, { rateLimit: app.rateLimit, audit, actorOf });
     await operations.register(adminWebhookDeliveries, { deliveries: createWebhookDeliveriesRepository(db), audit, actorOf });

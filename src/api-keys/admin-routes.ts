@@ -30,10 +30,20 @@ export const foundKey = (key: ApiKeyRecord | undefined, id: number): ApiKeyRecor
   return key;
 };
 
-/** The listing's filters, so that a cursor is used only with the filters it was made for (short: they include a name). */
-const filterOf = (query: { plan?: string; state?: string; name?: string }) =>
+/**
+ * The listing's filters, so that a cursor is used only with the filters it was made for (short: they include a name);
+ * without a customer, the digest of the filters before there were customers, so that their cursors still hold.
+ */
+const filterOf = (query: { plan?: string; state?: string; name?: string; customerId?: number }) =>
   createHash('sha256')
-    .update(JSON.stringify([query.plan ?? null, query.state ?? null, query.name ?? null]))
+    .update(
+      JSON.stringify([
+        query.plan ?? null,
+        query.state ?? null,
+        query.name ?? null,
+        ...(query.customerId === undefined ? [] : [query.customerId]),
+      ]),
+    )
     .digest('base64url')
     .slice(0, 12);
 
@@ -74,7 +84,7 @@ function listKeys(admin: Admin, { keys }: AdminKeysOptions) {
       schema: {
         operationId: 'listKeys',
         tags: ['keys'],
-        summary: 'List keys in id order, one page at a time, filtered by plan, state and name',
+        summary: 'List keys in id order, one page at a time, filtered by plan, state, name and customer',
         querystring: ListKeysQuery,
         response: {
           200: { ...AdminKeys, headers: { link: { type: 'string', description: 'RFC 8288 rel="next" link, when more keys follow' } } },
@@ -85,7 +95,7 @@ function listKeys(admin: Admin, { keys }: AdminKeysOptions) {
     async (request, reply) => {
       const { limit = DEFAULT_PAGE_SIZE, cursor, ...filters } = request.query;
       const filter = filterOf(filters);
-      const afterId = cursor ? decodeCursor(cursor, filter, 'set of filters (plan, state, name)') : 0;
+      const afterId = cursor ? decodeCursor(cursor, filter, 'set of filters (plan, state, name, customerId)') : 0;
       const page = await keys.page({ limit, afterId, ...filters });
       if (page.nextAfterId !== undefined) {
         reply.header('link', nextLink(KEYS_PATH, { ...filters, limit, cursor: encodeCursor(page.nextAfterId, filter) }));

@@ -69,6 +69,9 @@ export const AdminKey = Type.Object(
       format: 'int64',
       description: 'The rate-limit quota the key counts in, shared by the keys rotated from one another',
     }),
+    customerId: Nullable(
+      Type.Integer({ format: 'int64', description: 'The customer the key belongs to (kept through rotation); null for none' }),
+    ),
     key: Type.Optional(
       Type.String({
         description: 'The secret API key: in the answer of a create or a rotation only, and never again (not in a replay either)',
@@ -91,6 +94,7 @@ export const NewAdminKey = Type.Object(
     readOnly: Type.Optional(Type.Boolean({ description: 'A key for the GET operations only' })),
     enforceLimits: Type.Optional({ ...EnforceLimits, default: true }),
     concurrency: Type.Optional(ConcurrencyInput),
+    customerId: Type.Optional(Type.Integer({ ...Id, description: 'The customer the key belongs to; by default none' })),
   },
   { title: 'NewAdminKey', additionalProperties: false, 'x-error-message': 'must be a JSON object with known fields only' },
 );
@@ -138,6 +142,7 @@ export const ListKeysQuery = Type.Object({
   plan: Type.Optional(Plan),
   state: Type.Optional(KeyState),
   name: Type.Optional({ ...KeyName, description: 'Keys with exactly this name' }),
+  customerId: Type.Optional(Type.Integer({ ...Id, description: 'Keys of this customer' })),
   limit: PageLimit('Entries per page'),
   cursor: Cursor,
 });

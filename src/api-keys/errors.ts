@@ -9,6 +9,8 @@ export const API_KEY_CODES = {
   expiry: 'PETSTORE_EXPIRY',
   /** A change a key's state does not allow: changing or rotating a revoked or rotated key (rules.ts). */
   keyState: 'PETSTORE_KEY_STATE',
+  /** A customerId that names no customer (repository.ts). */
+  unknownCustomer: 'PETSTORE_UNKNOWN_CUSTOMER',
 } as const;
 
 /** A refusal of the limits given, as the body's field it names, when it names one. */
@@ -16,6 +18,7 @@ const badLimits: ApiAnswer = {
   error: (domain) => errors.badRequest(`body${fieldOf(domain) ? `/${fieldOf(domain)}` : ''} ${domain.message}`),
 };
 const badExpiry: ApiAnswer = { error: ({ message }) => errors.badRequest(`body/expiresAt ${message}`) };
+const unknownCustomer: ApiAnswer = { error: ({ message }) => errors.badRequest(`body/customerId ${message}`) };
 const conflictingState: ApiAnswer = { error: ({ message }) => errors.conflict(message) };
 
 export const FixedLimitsError = domainError(
@@ -43,3 +46,5 @@ export const ExpiryTooLateError = domainError(API_KEY_CODES.expiry, 'must be no 
 /** The last value says what to do instead: it differs between a rotation and a change. */
 export const RevokedKeyError = domainError(API_KEY_CODES.keyState, 'API key %s is revoked; %s', conflictingState);
 export const RotatedKeyError = domainError(API_KEY_CODES.keyState, 'API key %s was rotated into key %s; %s', conflictingState);
+
+export const UnknownCustomerError = domainError(API_KEY_CODES.unknownCustomer, 'is %s, which names no customer', unknownCustomer);

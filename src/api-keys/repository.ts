@@ -4,6 +4,7 @@ import type { KeyState } from './lifecycle.js';
 import type { Database, Queryable } from '../platform/db/database.js';
 import { PLAN_LIMITS, type Limits, type Plan } from './plans.js';
 import { pageStatement, statements } from './statements.js';
+import { UnknownCustomerError } from './errors.js';
 
 /** A key as listed to operators: never the key, never its hash. */
 export interface ApiKeyRecord {
@@ -23,6 +24,8 @@ export interface ApiKeyRecord {
   quotaId: number;
   enforceLimits: boolean;
   concurrency: number | null;
+  /** The customer the key belongs to; null for a key of its own. */
+  customerId: number | null;
 }
 
 interface ApiKeyRow {
@@ -39,6 +42,7 @@ interface ApiKeyRow {
   replaced_by: number | null;
   enforce_limits: boolean;
   concurrency: number | null;
+  customer_id: number | null;
 }
 
 const limitsOf = (row: Pick<ApiKeyRow, 'plan' | 'per_minute' | 'per_day'>): Limits =>
@@ -57,6 +61,8 @@ export interface NewApiKey {
   enforceLimits?: boolean;
   /** The key's own limit of requests in flight; by default its plan's. */
   concurrency?: number | null;
+  /** The customer it belongs to (an UnknownCustomerError when there is none with this id); by default none. */
+  customerId?: number | null;
 }
 
 /** A new key: the only time its secret exists outside its holder's hands. */
@@ -103,7 +109,11 @@ const recordOf = (row: ApiKeyRecordRow): ApiKeyRecord => ({
   quotaId: row.quota_id ?? row.id,
   enforceLimits: row.enforce_limits,
   concurrency: row.concurrency,
+  customerId: row.customer_id,
 });
+
+/** PostgreSQL's foreign_key_violation, as both drivers report it: on an insert, only customer_id can raise it. */
+const FOREIGN_KEY_VIOLATION = '23503';
 
 /**
  * The api_keys table: its statements (statements.ts) run, and the rows as records. What a change
@@ -112,23 +122,31 @@ const recordOf = (row: ApiKeyRecordRow): ApiKeyRecord => ({
 export function createApiKeysRepository(db: Database) {
   return {
     /**
-     * Stores a key with a fresh secret, in the quota given (a rotation's) or a quota of its own;
-     * checks no rule and records nothing: the key rules' create does both.
+     * Stores a key with a fresh secret, in the quota given (a rotation's) or a quota of its own; an
+     * UnknownCustomerError when its customerId names no customer. Checks no rule and records
+     * nothing: the key rules' create does both.
      */
     async create(key: NewApiKey, { tx = db, quotaId = null }: { tx?: Queryable; quotaId?: number | null } = {}): Promise<IssuedApiKey> {
       const secret = generateKey();
-      const [row] = await tx.query<ApiKeyRecordRow>(statements.insert, [
-        key.name ?? '',
-        key.plan,
-        key.limits?.perMinute ?? null,
-        key.limits?.perDay ?? null,
-        hashKey(secret),
-        key.expiresAt ?? null,
-        key.readOnly ?? false,
-        quotaId,
-        key.enforceLimits ?? true,
-        key.concurrency ?? null,
-      ]);
+      const [row] = await tx
+        .query<ApiKeyRecordRow>(statements.insert, [
+          key.name ?? '',
+          key.plan,
+          key.limits?.perMinute ?? null,
+          key.limits?.perDay ?? null,
+          hashKey(secret),
+          key.expiresAt ?? null,
+          key.readOnly ?? false,
+          quotaId,
+          key.enforceLimits ?? true,
+          key.concurrency ?? null,
+          key.customerId ?? null,
+        ])
+        .catch((error: unknown) => {
+          if ((error as { code?: unknown }).code === FOREIGN_KEY_VIOLATION)
+            throw new UnknownCustomerError(key.customerId!, { cause: error });
+          throw error;
+        });
       return { id: row!.id, key: secret, record: recordOf(row!) };
     },
 
@@ -181,8 +199,8 @@ export function createApiKeysRepository(db: Database) {
     },
 
     /** A page of keys in id order after `afterId`, filtered; `nextAfterId` when more follow. */
-    async page(query: { limit: number; afterId: number; plan?: Plan; state?: KeyState; name?: string }) {
-      const filters = (['plan', 'name', 'state'] as const).filter((filter) => query[filter] !== undefined);
+    async page(query: { limit: number; afterId: number; plan?: Plan; state?: KeyState; name?: string; customerId?: number }) {
+      const filters = (['plan', 'name', 'state', 'customerId'] as const).filter((filter) => query[filter] !== undefined);
       const rows = await db.query<ApiKeyRecordRow>(pageStatement(filters), [
         query.afterId,
         ...filters.map((filter) => query[filter]),

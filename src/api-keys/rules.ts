@@ -16,6 +16,7 @@ export interface KeyRequest {
   readOnly?: boolean;
   enforceLimits?: boolean;
   concurrency?: number | null;
+  customerId?: number;
 }
 
 /** A change of a key's plan, limits, name or enforcement; absent fields keep their value (a null concurrency is its plan's). */
@@ -107,13 +108,16 @@ export function createKeyRules(db: Database, keys: ApiKeysRepository, costs: Rec
   }
 
   return {
-    /** Creates a key newKey checked, and returns it with its secret; a LimitBelowCostError when an operation costs more than its limits. */
+    /**
+     * Creates a key newKey checked, and returns it with its secret; a LimitBelowCostError when an operation costs more than its limits,
+     * an UnknownCustomerError when its customerId names no customer.
+     */
     create: (key: NewApiKey, { tx, actor }: ChangeOptions = {}): Promise<IssuedApiKey> =>
       atomically(tx, async (target) => {
         if (key.limits) checkCostsFit(key.limits, costs);
         const issued = await keys.create(key, { tx: target });
         if (actor) {
-          const { plan, name, perMinute, perDay, expiresAt, readOnly, enforceLimits, concurrency } = issued.record;
+          const { plan, name, perMinute, perDay, expiresAt, readOnly, enforceLimits, concurrency, customerId } = issued.record;
           await recordAudit(target, actor, 'key.create', issued.id, {
             plan,
             name,
@@ -123,13 +127,15 @@ export function createKeyRules(db: Database, keys: ApiKeysRepository, costs: Rec
             readOnly,
             enforceLimits,
             concurrency,
+            // Only a key of a customer says so: a key of its own is recorded as before customers were.
+            ...(customerId !== null && { customerId }),
           });
         }
         return issued;
       }),
 
     /**
-     * Replaces a key with a new one of the same plan, limits, name, scope, enforcement and quota; the old one
+     * Replaces a key with a new one of the same plan, limits, name, scope, enforcement, quota and customer; the old one
      * keeps working for `overlapSeconds` more (a day by default; never longer than it would have),
      * or stops at once for 0, and so do the keys rotated into it still in their overlap. Undefined
      * when there is no key with that id; a RevokedKeyError or RotatedKeyError for a revoked or rotated key.
@@ -143,8 +149,8 @@ export function createKeyRules(db: Database, keys: ApiKeysRepository, costs: Rec
         const old = await changeable(tx, id, 'create a new key instead');
         if (!old) return undefined;
         const { perMinute, perDay } = old;
-        const { plan, name, readOnly, enforceLimits, concurrency } = old;
-        const successor = { plan, name, readOnly, enforceLimits, concurrency, expiresAt };
+        const { plan, name, readOnly, enforceLimits, concurrency, customerId } = old;
+        const successor = { plan, name, readOnly, enforceLimits, concurrency, customerId, expiresAt };
         const limits = old.plan === 'enterprise' ? { perMinute, perDay } : undefined;
         const created = await keys.create({ ...successor, limits }, { tx, quotaId: old.quotaId });
         const retired = await keys.retire(tx, id, created.id, overlapSeconds, old.quotaId);

@@ -4,7 +4,7 @@
  */
 
 const COLUMNS =
-  'id, name, plan, per_minute, per_day, read_only, quota_id, created_at, expires_at, revoked_at, replaced_by, enforce_limits, concurrency';
+  'id, name, plan, per_minute, per_day, read_only, quota_id, created_at, expires_at, revoked_at, replaced_by, enforce_limits, concurrency, customer_id';
 
 /** A revoked key is revoked, also when it was rotated with no overlap; a rotated one stays rotated once its overlap ends. */
 const STATE = `CASE WHEN revoked_at IS NOT NULL THEN 'revoked' WHEN replaced_by IS NOT NULL THEN 'rotated'
@@ -16,8 +16,8 @@ const USABLE = 'revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now()
 export const statements = {
   insert: {
     name: 'api_keys_insert',
-    text: `INSERT INTO api_keys (name, plan, per_minute, per_day, key_hash, expires_at, read_only, quota_id, enforce_limits, concurrency)
-           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING ${RECORD_COLUMNS}`,
+    text: `INSERT INTO api_keys (name, plan, per_minute, per_day, key_hash, expires_at, read_only, quota_id, enforce_limits, concurrency, customer_id)
+           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING ${RECORD_COLUMNS}`,
   },
   list: { name: 'api_keys_list', text: `SELECT ${RECORD_COLUMNS} FROM api_keys ORDER BY id` },
   get: { name: 'api_keys_get', text: `SELECT ${RECORD_COLUMNS} FROM api_keys WHERE id = $1` },
@@ -71,11 +71,11 @@ export const statements = {
 } as const;
 
 /** The admin listing's filters, as SQL conditions on their parameter. */
-const FILTERS = { plan: 'plan = $', name: 'name = $', state: `${STATE} = $` } as const;
+const FILTERS = { plan: 'plan = $', name: 'name = $', state: `${STATE} = $`, customerId: 'customer_id = $' } as const;
 
 /**
  * A page of keys after an id, with the filters given and no others: one statement per combination,
- * so each is planned for its own (the name and plan indexes of migrations/008), where one
+ * so each is planned for its own (the name and plan indexes of migrations/008, the customer's of 014), where one
  * statement with optional filters would be planned for none.
  */
 export function pageStatement(filters: Array<keyof typeof FILTERS>) {

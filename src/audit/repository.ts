@@ -21,7 +21,9 @@ export type AuditAction =
   | 'address.ban_lift'
   | 'webhook_delivery.retry'
   | 'admin_token.create'
-  | 'admin_token.revoke';
+  | 'admin_token.revoke'
+  | 'customer.create'
+  | 'customer.update';
 
 /** One change as the trail keeps it: never a secret, never a hash. */
 export interface AuditEntry {

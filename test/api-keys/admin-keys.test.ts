@@ -28,6 +28,7 @@ describe('create', () => {
       revokedAt: null,
       replacedBy: null,
       quotaId: created.id,
+      customerId: null,
       key: expect.stringMatching(KEY),
     });
     expect(response.headers.get('location')).toBe(`/admin/v1/keys/${created.id}`);

@@ -11,7 +11,9 @@ import {
   MissingLimitsError,
   RevokedKeyError,
   RotatedKeyError,
+  UnknownCustomerError,
 } from '../../src/api-keys/errors.js';
+import { CUSTOMER_CODES, ExternalIdTakenError } from '../../src/customers/errors.js';
 import { DATABASE_CODES, DatabaseUnavailableError, DataDirInUseError } from '../../src/platform/db/errors.js';
 import { InvalidSettingError } from '../../src/platform/config/errors.js';
 import { UsageError } from '../../src/cli/keys/command.js';
@@ -51,6 +53,8 @@ const CATALOGUE: Array<[Error & { code: string }, string]> = [
   [new ExpiryTooLateError('9999-12-31T23:59:59Z'), 'must be no later than 9999-12-31T23:59:59Z'],
   [new RevokedKeyError(7, 'create a new key instead'), 'API key 7 is revoked; create a new key instead'],
   [new RotatedKeyError(7, 8, 'create a new key instead'), 'API key 7 was rotated into key 8; create a new key instead'],
+  [new UnknownCustomerError(42), 'is 42, which names no customer'],
+  [new ExternalIdTakenError('cus_4711'), 'externalId cus_4711 is taken by another customer'],
   [new DatabaseUnavailableError({ cause: new Error('down') }), 'The database is unreachable'],
   [
     new DataDirInUseError('/var/lib/pets', 4242),
@@ -72,7 +76,13 @@ describe('the catalogue of domain errors', () => {
   });
 
   test('every code is PETSTORE_ and the kind, defined once, and raised by an error of the catalogue', () => {
-    const codes = [...Object.values(API_KEY_CODES), ...Object.values(DATABASE_CODES), LISTEN_CODE, ...Object.values(DOMAIN_CODES)];
+    const codes = [
+      ...Object.values(API_KEY_CODES),
+      ...Object.values(CUSTOMER_CODES),
+      ...Object.values(DATABASE_CODES),
+      LISTEN_CODE,
+      ...Object.values(DOMAIN_CODES),
+    ];
     expect(new Set(codes).size).toBe(codes.length);
     for (const code of codes) expect(code).toMatch(/^PETSTORE_[A-Z_]+$/);
     const raised = [...CATALOGUE.map(([error]) => error.code), new InvalidSettingError('PORT', 'why').code, new UsageError('why').code];
@@ -122,6 +132,8 @@ describe('each domain error a request can raise, as the API answers it', () => {
       'conflict',
       'API key 7 was rotated into key 8; create a new key instead',
     ],
+    ['unknown customer', () => new UnknownCustomerError(42), 400, 'bad_request', 'body/customerId is 42, which names no customer'],
+    ['externalId taken', () => new ExternalIdTakenError('cus_4711'), 409, 'conflict', 'externalId cus_4711 is taken by another customer'],
   ])("%s: %i %s with the rule's message", async (_kind, fail, status, code, message) => {
     const { response, body, logs } = await answerTo(fail);
     expect(response.statusCode).toBe(status);

@@ -56,7 +56,10 @@ export const quoted = (word: string) =>
 /** Changes made here are recorded as the keys command's: no admin token. */
 export const COMMAND: Actor = { name: 'cli:keys', adminTokenId: null };
 
-const optionOf = (field: string) => field.replace(/[A-Z]/g, (letter) => `-${letter.toLowerCase()}`);
+/** Fields whose option is shorter than their name: `--customer ID`, as the issue and the docs name it. */
+const OPTION_NAMES: Record<string, string> = { customerId: 'customer' };
+
+const optionOf = (field: string) => OPTION_NAMES[field] ?? field.replace(/[A-Z]/g, (letter) => `-${letter.toLowerCase()}`);
 
 /** The options of a command that takes what `schema` describes: `--per-minute` for perMinute; booleans are flags. */
 export const optionsOf = (schema: TObject): ParseArgsOptionsConfig =>
@@ -113,6 +116,7 @@ export function noArguments(positionals: string[]): void {
 const USAGE_REFUSALS: Record<string, (message: string, field: string | undefined) => string> = {
   [API_KEY_CODES.limits]: (message, field) => (field ? `--${optionOf(field)} ${message}` : message),
   [API_KEY_CODES.expiry]: (message) => `--expires-at ${message}`,
+  [API_KEY_CODES.unknownCustomer]: (message) => `--customer ${message}`,
 };
 
 /** A refusal of the rules shared with the admin API as the UsageError of bad arguments; undefined for any other error. */

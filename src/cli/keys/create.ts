@@ -6,7 +6,7 @@ import { COMMAND, noArguments, optionsOf, sharedRule, validated, type KeysComman
 export const create: KeysCommand = {
   name: 'create',
   synopsis:
-    'keys create --plan <free|pro|business|enterprise> [--name TEXT] [--per-minute N] [--per-day N] [--expires-at ISO-8601] [--read-only]',
+    'keys create --plan <free|pro|business|enterprise> [--name TEXT] [--per-minute N] [--per-day N] [--expires-at ISO-8601] [--read-only] [--customer ID]',
   options: optionsOf(NewAdminKey),
   parse(values, positionals) {
     noArguments(positionals);

@@ -256,6 +256,10 @@ describe('the admin OpenAPI document at /admin/v1/openapi.json, on the admin lis
     ['/keys/{id}', 'patch', 'changeKey', true],
     ['/keys/{id}/rotate', 'post', 'rotateKey', true],
     ['/keys/{id}/revoke', 'post', 'revokeKey', true],
+    ['/customers', 'post', 'createCustomer', true],
+    ['/customers', 'get', 'listCustomers', false],
+    ['/customers/{id}', 'get', 'getCustomer', false],
+    ['/customers/{id}', 'patch', 'changeCustomer', true],
     ['/keys/{id}/usage', 'get', 'getKeyUsage', false],
     ['/keys/{id}/ban', 'delete', 'liftKeyBan', true],
     ['/address-bans', 'get', 'listAddressBans', false],
@@ -288,6 +292,8 @@ describe('the admin OpenAPI document at /admin/v1/openapi.json, on the admin lis
     const create = adminDocument.paths['/keys'].post;
     expect(create.parameters.find((one: { name: string }) => one.name === 'idempotency-key')).toMatchObject({ in: 'header' });
     expect(Object.keys(create.responses)).toEqual(expect.arrayContaining(['201', '400', '409', '422']));
+    const createCustomer = adminDocument.paths['/customers'].post;
+    expect(createCustomer.parameters.find((one: { name: string }) => one.name === 'idempotency-key')).toMatchObject({ in: 'header' });
   });
 
   test('describes real responses: each one validates against its documented schema', async ({ t, admin, adminDocument }) => {
@@ -315,6 +321,19 @@ describe('the admin OpenAPI document at /admin/v1/openapi.json, on the admin lis
           headers: { authorization: `Bearer ${admin.read.token}` },
         })
       ).body,
+    );
+    const customer = await admin.request('POST', '/admin/v1/customers', { json: { externalId: 'cus_documented', name: 'Documented' } });
+    check(schemaOf('/customers', 'post', 201), customer.body);
+    check(
+      schemaOf('/customers', 'post', 409),
+      (await admin.request('POST', '/admin/v1/customers', { json: { externalId: 'cus_documented' } })).body,
+    );
+    check(schemaOf('/customers', 'get', 200), (await admin.request('GET', '/admin/v1/customers')).body);
+    check(schemaOf('/customers/{id}', 'get', 200), (await admin.request('GET', `/admin/v1/customers/${customer.body.id}`)).body);
+    check(schemaOf('/customers/{id}', 'get', 404), (await admin.request('GET', '/admin/v1/customers/999999')).body);
+    check(
+      schemaOf('/customers/{id}', 'patch', 200),
+      (await admin.request('PATCH', `/admin/v1/customers/${customer.body.id}`, { json: { name: 'Renamed' } })).body,
     );
     // A usage event recorded as the rate limiter's watcher would (this app has no WEBHOOK_URL, so it stays pending).
     const crossing = { key: created.body, window: 'minute', limit: 5, used: 4, threshold: 80, resetAt: t.app.now() } as const;

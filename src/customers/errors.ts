@@ -1,0 +1,12 @@
+import { domainError } from '../platform/domain-errors.js';
+import { errors } from '../platform/errors.js';
+
+/** The codes of the customers' refusals. */
+export const CUSTOMER_CODES = {
+  /** An externalId another customer has: it names one customer only. */
+  externalIdTaken: 'PETSTORE_EXTERNAL_ID_TAKEN',
+} as const;
+
+export const ExternalIdTakenError = domainError(CUSTOMER_CODES.externalIdTaken, 'externalId %s is taken by another customer', {
+  error: ({ message }) => errors.conflict(message),
+});

@@ -1,0 +1,126 @@
+import { recordAudit, type Actor } from '../audit/repository.js';
+import type { Database, Queryable } from '../platform/db/database.js';
+import { ExternalIdTakenError } from './errors.js';
+
+/** A customer as the admin API shows it. */
+export interface CustomerRecord {
+  id: number;
+  externalId: string;
+  name: string;
+  createdAt: string;
+  updatedAt: string;
+}
+
+interface CustomerRow {
+  id: number;
+  external_id: string;
+  name: string;
+  created_at: Date;
+  updated_at: Date;
+}
+
+const COLUMNS = 'id, external_id, name, created_at, updated_at';
+
+const statements = {
+  insert: { name: 'customers_insert', text: `INSERT INTO customers (external_id, name) VALUES ($1, $2) RETURNING ${COLUMNS}` },
+  get: { name: 'customers_get', text: `SELECT ${COLUMNS} FROM customers WHERE id = $1` },
+  forChange: { name: 'customers_for_change', text: `SELECT ${COLUMNS} FROM customers WHERE id = $1 FOR UPDATE` },
+  update: {
+    name: 'customers_update',
+    text: `UPDATE customers SET external_id = $2, name = $3, updated_at = now() WHERE id = $1 RETURNING ${COLUMNS}`,
+  },
+  // In id order after the cursor's id; the filter is unique, so its page has one customer at most.
+  page: { name: 'customers_page', text: `SELECT ${COLUMNS} FROM customers WHERE id > $1 ORDER BY id LIMIT $2` },
+  pageByExternalId: {
+    name: 'customers_page_external_id',
+    text: `SELECT ${COLUMNS} FROM customers WHERE id > $1 AND external_id = $3 ORDER BY id LIMIT $2`,
+  },
+} as const;
+
+const recordOf = (row: CustomerRow): CustomerRecord => ({
+  id: row.id,
+  externalId: row.external_id,
+  name: row.name,
+  createdAt: new Date(row.created_at).toISOString(),
+  updatedAt: new Date(row.updated_at).toISOString(),
+});
+
+/** PostgreSQL's unique_violation, as both drivers report it: here, only customers_external_id_key can raise it. */
+const UNIQUE_VIOLATION = '23505';
+
+/** Runs a write of `externalId`; another customer's externalId is an ExternalIdTakenError (409), not a 500. */
+async function claiming<T>(externalId: string, write: () => Promise<T>): Promise<T> {
+  try {
+    return await write();
+  } catch (error) {
+    if ((error as { code?: unknown }).code === UNIQUE_VIOLATION) throw new ExternalIdTakenError(externalId, { cause: error });
+    throw error;
+  }
+}
+
+/** The fields of a customer a change may set; absent ones keep their value. */
+export interface CustomerChange {
+  externalId?: string;
+  name?: string;
+}
+
+/**
+ * The customers table, and the audit entry of each change, written in the change's transaction
+ * (the caller's, for an Idempotency-Key, or one of its own).
+ */
+export function createCustomersRepository(db: Database) {
+  const atomically = <T>(tx: Queryable | undefined, work: (target: Queryable) => Promise<T>) => (tx ? work(tx) : db.transaction(work));
+
+  return {
+    /** Stores a customer; an ExternalIdTakenError when another has its externalId. */
+    create: ({ externalId, name = '' }: { externalId: string; name?: string }, actor: Actor, tx?: Queryable): Promise<CustomerRecord> =>
+      atomically(tx, (target) =>
+        claiming(externalId, async () => {
+          const [row] = await target.query<CustomerRow>(statements.insert, [externalId, name]);
+          const customer = recordOf(row!);
+          await recordAudit(target, actor, 'customer.create', null, { customerId: customer.id, externalId, name });
+          return customer;
+        }),
+      ),
+
+    async get(id: number): Promise<CustomerRecord | undefined> {
+      const [row] = await db.query<CustomerRow>(statements.get, [id]);
+      return row && recordOf(row);
+    },
+
+    /**
+     * Changes a customer's externalId or name, with its audit entry (the values before and after);
+     * a change to what it already is changes and records nothing. Undefined when there is no such
+     * customer; an ExternalIdTakenError when another has the externalId.
+     */
+    update: (id: number, change: CustomerChange, actor: Actor): Promise<CustomerRecord | undefined> =>
+      db.transaction(async (tx) => {
+        const [row] = await tx.query<CustomerRow>(statements.forChange, [id]);
+        if (!row) return undefined;
+        const before = recordOf(row);
+        const after = { externalId: change.externalId ?? before.externalId, name: change.name ?? before.name };
+        if (after.externalId === before.externalId && after.name === before.name) return before;
+        return claiming(after.externalId, async () => {
+          const [updated] = await tx.query<CustomerRow>(statements.update, [id, after.externalId, after.name]);
+          await recordAudit(tx, actor, 'customer.update', null, {
+            customerId: id,
+            before: { externalId: before.externalId, name: before.name },
+            after,
+          });
+          return recordOf(updated!);
+        });
+      }),
+
+    /** A page of customers in id order after `afterId`, filtered by externalId; `nextAfterId` when more follow. */
+    async page({ limit, afterId, externalId }: { limit: number; afterId: number; externalId?: string }) {
+      const rows =
+        externalId === undefined
+          ? await db.query<CustomerRow>(statements.page, [afterId, limit + 1])
+          : await db.query<CustomerRow>(statements.pageByExternalId, [afterId, limit + 1, externalId]);
+      const customers = rows.slice(0, limit).map(recordOf);
+      return { customers, nextAfterId: rows.length > limit ? customers.at(-1)!.id : undefined };
+    },
+  };
+}
+
+export type CustomersRepository = ReturnType<typeof createCustomersRepository>;

@@ -1,0 +1,312 @@
+import { describe, expect } from 'vitest';
+import { createAdminTokensRepository } from '../../src/admin/tokens-repository.js';
+import { runKeysCommand } from '../../src/cli/keys/commands.js';
+import { adminTest, createKey, expectError, type TestAdmin } from '../support/admin.js';
+import { bearer, waitForKeyOnApp } from '../support/keys.js';
+
+const test = adminTest();
+
+/** Creates a customer through the API with the write token. */
+async function createCustomer(admin: TestAdmin, body: Record<string, unknown>) {
+  const response = await admin.request('POST', '/admin/v1/customers', { json: body });
+  expect(response.status, JSON.stringify(response.body)).toBe(201);
+  return response.body as { id: number; externalId: string; name: string; createdAt: string; updatedAt: string };
+}
+
+/** The audit trail's newest entries, newest first. */
+const newestAudit = async (admin: TestAdmin, limit = 1) => (await admin.request('GET', `/admin/v1/audit?limit=${limit}`)).body;
+
+describe('create', () => {
+  test('201 with a Location and the customer, which a get reads back; audited with the admin token', async ({ admin }) => {
+    const response = await admin.request('POST', '/admin/v1/customers', { json: { externalId: 'cus_4711', name: 'Acme Corp' } });
+    expect(response.status, JSON.stringify(response.body)).toBe(201);
+    const created = response.body;
+    expect(created).toEqual({
+      id: expect.any(Number),
+      externalId: 'cus_4711',
+      name: 'Acme Corp',
+      createdAt: expect.any(String),
+      updatedAt: created.createdAt,
+    });
+    expect(response.headers.get('location')).toBe(`/admin/v1/customers/${created.id}`);
+    expect((await admin.request('GET', `/admin/v1/customers/${created.id}`)).body).toEqual(created);
+    const [entry] = await newestAudit(admin);
+    expect(entry).toMatchObject({
+      actor: 'admin-api',
+      adminTokenId: admin.write.id,
+      action: 'customer.create',
+      keyId: null,
+      details: { customerId: created.id, externalId: 'cus_4711', name: 'Acme Corp' },
+    });
+  });
+
+  test("the name is '' when left out", async ({ admin }) => {
+    expect(await createCustomer(admin, { externalId: 'cus_nameless' })).toMatchObject({ name: '' });
+  });
+
+  test('409 conflict for an externalId another customer has; nothing is created or audited', async ({ admin }) => {
+    await createCustomer(admin, { externalId: 'cus_taken' });
+    const [audited] = await newestAudit(admin);
+    const refused = await admin.request('POST', '/admin/v1/customers', { json: { externalId: 'cus_taken', name: 'second' } });
+    expectError(refused, 409, 'conflict');
+    expect(refused.body.message).toBe('externalId cus_taken is taken by another customer');
+    expect((await admin.request('GET', '/admin/v1/customers?externalId=cus_taken')).body).toHaveLength(1);
+    expect((await newestAudit(admin))[0]).toEqual(audited);
+  });
+
+  test('10 concurrent creates of one externalId: one 201, the others 409, never a 500', async ({ admin }) => {
+    const responses = await Promise.all(
+      Array.from({ length: 10 }, (_, i) =>
+        admin.request('POST', '/admin/v1/customers', { json: { externalId: 'cus_raced', name: `try ${i}` } }),
+      ),
+    );
+    expect(responses.map((response) => response.status).sort()).toEqual([201, ...Array<number>(9).fill(409)]);
+    expect((await admin.request('GET', '/admin/v1/customers?externalId=cus_raced')).body).toHaveLength(1);
+  });
+
+  test('400 naming the field for an empty, too long or invisible externalId, a bad name, an unknown field; nothing is created', async ({
+    t,
+    admin,
+  }) => {
+    const count = async () => (await t.db.query<{ count: number }>('SELECT count(*)::int AS count FROM customers'))[0]!.count;
+    const before = await count();
+    for (const [json, field] of [
+      [{}, 'body/externalId'],
+      [{ externalId: '' }, 'body/externalId'],
+      [{ externalId: 'x'.repeat(201) }, 'body/externalId'],
+      [{ externalId: '\u200b' }, 'body/externalId'],
+      [{ externalId: 'tab\there' }, 'body/externalId'],
+      [{ externalId: 7 }, 'body/externalId'],
+      [{ externalId: 'cus_1', name: 'esc\u001b[31m' }, 'body/name'],
+      [{ externalId: 'cus_1', name: 'n'.repeat(201) }, 'body/name'],
+      [{ externalId: 'cus_1', limits: { perMinute: 10 } }, 'body'],
+    ] as const) {
+      const response = await admin.request('POST', '/admin/v1/customers', { json });
+      expectError(response, 400, 'bad_request');
+      expect(response.body.message, JSON.stringify(json)).toMatch(new RegExp(`^${field}\\b`));
+    }
+    expect(await count()).toBe(before);
+    // 200 characters, counted as code points, is the bound.
+    expect((await createCustomer(admin, { externalId: '🔑'.repeat(200) })).externalId).toBe('🔑'.repeat(200));
+  });
+
+  test('a retry with the Idempotency-Key gets the same customer and creates no second one', async ({ admin }) => {
+    const headers = { 'idempotency-key': 'crm-sync-9' };
+    const first = await admin.request('POST', '/admin/v1/customers', { json: { externalId: 'cus_retried' }, headers });
+    expect(first.status).toBe(201);
+    const retry = await admin.request('POST', '/admin/v1/customers', { json: { externalId: 'cus_retried' }, headers });
+    expect(retry.status).toBe(201);
+    expect(retry.headers.get('idempotent-replayed')).toBe('true');
+    expect(retry.headers.get('location')).toBe(first.headers.get('location'));
+    expect(retry.body).toEqual(first.body);
+    expectError(
+      await admin.request('POST', '/admin/v1/customers', { json: { externalId: 'cus_other' }, headers }),
+      422,
+      'idempotency_key_mismatch',
+    );
+  });
+
+  test('403 for a read token; 401 without a token', async ({ admin }) => {
+    const refused = await admin.request('POST', '/admin/v1/customers', {
+      json: { externalId: 'cus_read' },
+      headers: bearer(admin.read.token),
+    });
+    expectError(refused, 403, 'forbidden');
+    expectError(await admin.request('GET', '/admin/v1/customers', { headers: { authorization: '' } }), 401, 'unauthorized');
+    expect((await admin.request('GET', '/admin/v1/customers?externalId=cus_read')).body).toEqual([]);
+  });
+});
+
+describe('list and get', () => {
+  test('pages through every customer with Link rel="next"; the externalId filter finds one', async ({ admin }) => {
+    const made: Array<{ id: number }> = [];
+    for (let i = 0; i < 5; i++) made.push(await createCustomer(admin, { externalId: `cus_paged_${i}` }));
+    const seen: Array<{ id: number }> = [];
+    let path: string | undefined = '/admin/v1/customers?limit=2';
+    let pages = 0;
+    while (path) {
+      const response = await admin.request('GET', path, { headers: bearer(admin.read.token) });
+      expect(response.status, JSON.stringify(response.body)).toBe(200);
+      expect(response.body.length).toBeLessThanOrEqual(2);
+      seen.push(...response.body);
+      pages++;
+      path = response.headers.get('link')?.match(/^<([^>]+)>; rel="next"$/)?.[1];
+    }
+    const ids = seen.map((customer) => customer.id);
+    expect(ids).toEqual([...new Set(ids)].sort((a, b) => a - b));
+    expect(pages).toBe(Math.ceil(ids.length / 2));
+    expect(ids.filter((id) => made.some((customer) => customer.id === id))).toEqual(made.map((customer) => customer.id));
+
+    const found = await admin.request('GET', '/admin/v1/customers?externalId=cus_paged_3');
+    expect(found.body).toEqual([made[3]]);
+    expect(found.headers.get('link')).toBeNull();
+    expect((await admin.request('GET', '/admin/v1/customers?externalId=cus_none')).body).toEqual([]);
+  });
+
+  test('400 for a bad limit, filter or cursor, and for a cursor made for another filter', async ({ admin }) => {
+    for (const query of ['limit=0', 'limit=101', 'cursor=garbage!', 'externalId=', 'colour=red']) {
+      const response = await admin.request('GET', `/admin/v1/customers?${query}`);
+      if (query === 'colour=red') expect(response.status).toBe(200);
+      else expectError(response, 400, 'bad_request');
+    }
+    await createCustomer(admin, { externalId: 'cus_cursor_a' });
+    await createCustomer(admin, { externalId: 'cus_cursor_b' });
+    const first = await admin.request('GET', '/admin/v1/customers?limit=1');
+    const cursor = first.headers.get('link')!.match(/cursor=([^&>]+)/)![1];
+    expect((await admin.request('GET', `/admin/v1/customers?limit=1&cursor=${cursor}`)).status).toBe(200);
+    expectError(await admin.request('GET', `/admin/v1/customers?limit=1&externalId=cus_cursor_b&cursor=${cursor}`), 400, 'bad_request');
+  });
+
+  test('get: 200, 404 for no such customer, 400 for no id, 405 for another method', async ({ admin }) => {
+    const { id } = await createCustomer(admin, { externalId: 'cus_get' });
+    expect((await admin.request('GET', `/admin/v1/customers/${id}`, { headers: bearer(admin.read.token) })).body.id).toBe(id);
+    expectError(await admin.request('GET', '/admin/v1/customers/999999999'), 404, 'not_found');
+    expectError(await admin.request('GET', '/admin/v1/customers/abc'), 400, 'bad_request');
+    expectError(await admin.request('DELETE', `/admin/v1/customers/${id}`), 405, 'method_not_allowed');
+  });
+});
+
+describe('change', () => {
+  test('PATCH changes the name and the externalId, moves updatedAt, and records the values before and after', async ({ admin }) => {
+    const created = await createCustomer(admin, { externalId: 'cus_old', name: 'Old name' });
+    const changed = await admin.request('PATCH', `/admin/v1/customers/${created.id}`, {
+      json: { externalId: 'cus_new', name: 'New name' },
+    });
+    expect(changed.status, JSON.stringify(changed.body)).toBe(200);
+    expect(changed.body).toMatchObject({ id: created.id, externalId: 'cus_new', name: 'New name', createdAt: created.createdAt });
+    expect(Date.parse(changed.body.updatedAt)).toBeGreaterThanOrEqual(Date.parse(created.updatedAt));
+    expect((await admin.request('GET', `/admin/v1/customers/${created.id}`)).body).toEqual(changed.body);
+    expect((await newestAudit(admin))[0]).toMatchObject({
+      actor: 'admin-api',
+      adminTokenId: admin.write.id,
+      action: 'customer.update',
+      keyId: null,
+      details: {
+        customerId: created.id,
+        before: { externalId: 'cus_old', name: 'Old name' },
+        after: { externalId: 'cus_new', name: 'New name' },
+      },
+    });
+    // Only the name: the externalId is kept.
+    expect((await admin.request('PATCH', `/admin/v1/customers/${created.id}`, { json: { name: '' } })).body).toMatchObject({
+      externalId: 'cus_new',
+      name: '',
+    });
+  });
+
+  test('a change to what it is changes and records nothing', async ({ admin }) => {
+    const created = await createCustomer(admin, { externalId: 'cus_same', name: 'Same' });
+    const [audited] = await newestAudit(admin);
+    const unchanged = await admin.request('PATCH', `/admin/v1/customers/${created.id}`, { json: { name: 'Same' } });
+    expect(unchanged.body).toEqual(created);
+    expect((await newestAudit(admin))[0]).toEqual(audited);
+  });
+
+  test('409 for an externalId another customer has, 404 for no such customer, 403 for a read token; nothing changes', async ({ admin }) => {
+    await createCustomer(admin, { externalId: 'cus_first' });
+    const second = await createCustomer(admin, { externalId: 'cus_second' });
+    const [audited] = await newestAudit(admin);
+    const taken = await admin.request('PATCH', `/admin/v1/customers/${second.id}`, { json: { externalId: 'cus_first' } });
+    expectError(taken, 409, 'conflict');
+    expectError(await admin.request('PATCH', '/admin/v1/customers/999999999', { json: { name: 'x' } }), 404, 'not_found');
+    expectError(
+      await admin.request('PATCH', `/admin/v1/customers/${second.id}`, { json: { name: 'x' }, headers: bearer(admin.read.token) }),
+      403,
+      'forbidden',
+    );
+    expect((await admin.request('GET', `/admin/v1/customers/${second.id}`)).body).toEqual(second);
+    expect((await newestAudit(admin))[0]).toEqual(audited);
+  });
+
+  test('400 naming the field for a bad externalId or name, an unknown field or no field', async ({ admin }) => {
+    const created = await createCustomer(admin, { externalId: 'cus_checked' });
+    for (const [json, field] of [
+      [{}, 'body'],
+      [{ externalId: '' }, 'body/externalId'],
+      [{ externalId: 'x'.repeat(201) }, 'body/externalId'],
+      [{ name: 'a\u202eb' }, 'body/name'],
+      [{ limits: { perMinute: 10 } }, 'body'],
+    ] as const) {
+      const response = await admin.request('PATCH', `/admin/v1/customers/${created.id}`, { json });
+      expectError(response, 400, 'bad_request');
+      expect(response.body.message, JSON.stringify(json)).toMatch(new RegExp(`^${field}\\b`));
+    }
+    expect((await admin.request('GET', `/admin/v1/customers/${created.id}`)).body).toEqual(created);
+  });
+});
+
+describe('keys of a customer', () => {
+  test('a key made with customerId shows it, keeps it through rotation, and is listed by the customerId filter', async ({ t, admin }) => {
+    const customer = await createCustomer(admin, { externalId: 'cus_keys' });
+    const key = await createKey(admin, { plan: 'pro', name: 'production', customerId: customer.id });
+    expect(key).toMatchObject({ customerId: customer.id, plan: 'pro' });
+    expect((await admin.request('GET', `/admin/v1/keys/${key.id}`)).body.customerId).toBe(customer.id);
+    expect((await newestAudit(admin))[0]).toMatchObject({ action: 'key.create', keyId: key.id, details: { customerId: customer.id } });
+    // The key works on /v1 as any other.
+    await waitForKeyOnApp(t.app, bearer(key.key));
+    expect((await t.app.inject({ url: '/v1/pets', headers: bearer(key.key) })).statusCode).toBe(200);
+
+    const rotated = await admin.request('POST', `/admin/v1/keys/${key.id}/rotate`, { json: { overlapSeconds: 0 } });
+    expect(rotated.status, JSON.stringify(rotated.body)).toBe(201);
+    expect(rotated.body.customerId).toBe(customer.id);
+
+    const alone = await createKey(admin, { plan: 'pro', name: 'production' });
+    expect(alone.customerId).toBeNull();
+    const listed = await admin.request('GET', `/admin/v1/keys?customerId=${customer.id}&limit=1`);
+    expect(listed.body.map((one: { id: number }) => one.id)).toEqual([key.id]);
+    const next = listed.headers.get('link')!.match(/^<([^>]+)>; rel="next"$/)![1]!;
+    expect(next).toContain(`customerId=${customer.id}`);
+    expect((await admin.request('GET', next)).body.map((one: { id: number }) => one.id)).toEqual([rotated.body.id]);
+    // A cursor holds only with the filters it was made for.
+    expectError(await admin.request('GET', next.replace(`customerId=${customer.id}`, 'name=production')), 400, 'bad_request');
+  });
+
+  test('400 naming body/customerId for a customer that does not exist, or no id; nothing is created', async ({ t, admin }) => {
+    const before = (await t.app.apiKeysRepository.list()).length;
+    for (const customerId of [999_999_999, 0, 'abc']) {
+      const response = await admin.request('POST', '/admin/v1/keys', { json: { plan: 'free', customerId } });
+      expectError(response, 400, 'bad_request');
+      expect(response.body.message, String(customerId)).toMatch(/^body\/customerId /);
+    }
+    expect((await admin.request('POST', '/admin/v1/keys', { json: { plan: 'free', customerId: 999_999_999 } })).body.message).toBe(
+      'body/customerId is 999999999, which names no customer',
+    );
+    // With an Idempotency-Key too: the refusal is not stored as the key's answer.
+    const headers = { 'idempotency-key': 'unknown-customer' };
+    expectError(
+      await admin.request('POST', '/admin/v1/keys', { json: { plan: 'free', customerId: 999_999_999 }, headers }),
+      400,
+      'bad_request',
+    );
+    expect((await t.app.apiKeysRepository.list()).length).toBe(before);
+  });
+
+  test('the keys command: create --customer ID makes a key of that customer; an unknown one is a bad argument, nothing written', async ({
+    t,
+    admin,
+  }) => {
+    const customer = await createCustomer(admin, { externalId: 'cus_command' });
+    const repositories = { keys: t.app.apiKeysRepository, rules: t.app.keyRules, tokens: createAdminTokensRepository(t.db) };
+    const command = async (argv: string[]) => {
+      const lines = { out: [] as string[], err: [] as string[] };
+      const code = await runKeysCommand(argv, repositories, { out: (line) => lines.out.push(line), err: (line) => lines.err.push(line) });
+      return { code, ...lines };
+    };
+
+    const created = await command(['create', '--plan', 'free', '--customer', String(customer.id)]);
+    expect(created.code, created.err.join('\n')).toBe(0);
+    const id = Number(/^Created API key (\d+) /.exec(created.out[0]!)![1]);
+    expect((await admin.request('GET', `/admin/v1/keys/${id}`)).body.customerId).toBe(customer.id);
+
+    const before = (await t.app.apiKeysRepository.list()).length;
+    for (const [argv, refusal] of [
+      [['create', '--plan', 'free', '--customer', '999999999'], 'keys: --customer is 999999999, which names no customer. usage: '],
+      [['create', '--plan', 'free', '--customer', 'acme'], 'keys: --customer must be an integer from 1 to '],
+    ] as const) {
+      const refused = await command([...argv]);
+      expect(refused.code).toBe(2);
+      expect(refused.err.join('\n')).toContain(refusal);
+    }
+    expect((await t.app.apiKeysRepository.list()).length).toBe(before);
+  });
+});
