@@ -1,7 +1,6 @@
-import { createHash } from 'node:crypto';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { errors } from '../platform/errors.js';
-import { decodeCursor, encodeCursor, nextLink } from '../platform/pagination.js';
+import { decodeCursor, encodeCursor, filterDigest, nextLink } from '../platform/pagination.js';
 import type { ActorOf } from '../audit/repository.js';
 import type { ApiKeyRecord, ApiKeysRepository } from './repository.js';
 import { expiryOf, newKey, type KeyRules } from './rules.js';
@@ -35,17 +34,12 @@ export const foundKey = (key: ApiKeyRecord | undefined, id: number): ApiKeyRecor
  * without a customer, the digest of the filters before there were customers, so that their cursors still hold.
  */
 const filterOf = (query: { plan?: string; state?: string; name?: string; customerId?: number }) =>
-  createHash('sha256')
-    .update(
-      JSON.stringify([
-        query.plan ?? null,
-        query.state ?? null,
-        query.name ?? null,
-        ...(query.customerId === undefined ? [] : [query.customerId]),
-      ]),
-    )
-    .digest('base64url')
-    .slice(0, 12);
+  filterDigest([
+    query.plan ?? null,
+    query.state ?? null,
+    query.name ?? null,
+    ...(query.customerId === undefined ? [] : [query.customerId]),
+  ]);
 
 function createKey(admin: Admin, { rules, actorOf }: AdminKeysOptions) {
   admin.post(

@@ -1,9 +1,8 @@
-import { createHash } from 'node:crypto';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { ActorOf } from '../audit/repository.js';
 import { errors } from '../platform/errors.js';
 import { refuseOtherMethods } from '../platform/http/method-not-allowed.js';
-import { decodeCursor, encodeCursor, nextLink } from '../platform/pagination.js';
+import { decodeCursor, encodeCursor, filterDigest, nextLink } from '../platform/pagination.js';
 import { DEFAULT_PAGE_SIZE } from '../platform/schemas/common.js';
 import { ErrorBody } from '../platform/schemas/error.js';
 import { Customer, CustomerParams, CustomerPatch, Customers, ListCustomersQuery, NewCustomer } from './admin-schemas.js';
@@ -29,8 +28,7 @@ const foundCustomer = (customer: CustomerRecord | undefined, id: number): Custom
 };
 
 /** The listing's filter, so that a cursor is used only with the filter it was made for (a digest, short as the keys' is). */
-const filterOf = (externalId: string | undefined) =>
-  externalId === undefined ? undefined : createHash('sha256').update(externalId).digest('base64url').slice(0, 12);
+const filterOf = (externalId: string | undefined) => (externalId === undefined ? undefined : filterDigest([externalId]));
 
 function createCustomer(admin: Admin, { customers, actorOf }: AdminCustomersOptions) {
   admin.post(

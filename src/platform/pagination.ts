@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { errors } from './errors.js';
 import { MAX_ID } from './schemas/common.js';
 
@@ -26,6 +27,10 @@ export function decodeCursor(cursor: string, filter: string | undefined, filterN
   }
   return afterId;
 }
+
+/** A listing's filters as a cursor carries them: a short digest (a filter may be a long name), the same for the same values. */
+export const filterDigest = (values: readonly unknown[]): string =>
+  createHash('sha256').update(JSON.stringify(values)).digest('base64url').slice(0, 12);
 
 /** The RFC 8288 Link to the next page: `url` with `query` (undefined values left out). */
 export function nextLink(url: string, query: Record<string, string | number | undefined>): string {
