@@ -9,7 +9,7 @@ import { rateLimitMetrics } from './metrics.js';
 import { checkPlanSettings } from './settings.js';
 import { chooseStore, type StoreOptions } from './store-choice.js';
 import type { WindowUsage } from './store.js';
-import { addressSubject, ANONYMOUS, keySubject, lookupSubject } from './subjects.js';
+import { addressSubject, ANONYMOUS, keySubject, lookupSubject, type KeyQuota } from './subjects.js';
 
 export interface RateLimitOptions extends StoreOptions {
   /** Callers without a key count per IPv6 network of this many leading bits (see clientOf). */
@@ -53,7 +53,7 @@ export interface RateLimiter extends RequestAdmission, AdminOperations {
    */
   standing(key: ApiKeyIdentity, now: number): Promise<Standing>;
   /** The requests of a key's quota in flight now, on every instance that shares the store. */
-  inFlight(quotaId: number, now: number): Promise<number>;
+  inFlight(key: KeyQuota, now: number): Promise<number>;
 }
 
 /**
@@ -80,11 +80,11 @@ export default fp<RateLimitOptions>(
         const lookup = await store.consume(lookupSubject(key.quotaId), QUOTA_LOOKUPS, now, 1, false);
         if (lookup.outcome !== 'allowed')
           throw errors.quotaLookupsLimited(QUOTA_LOOKUPS.perMinute, secondsUntil(lookup.minute.resetAt - now));
-        const subject = keySubject(key.quotaId);
+        const subject = keySubject(key);
         const [windows, inFlight] = await Promise.all([store.check(subject, key, now, 1), store.inFlight(subject, now)]);
         return { minute: windows.minute, day: windows.day, concurrency: { limit: concurrencyLimit(key, concurrency) ?? null, inFlight } };
       },
-      inFlight: (quotaId, now) => store.inFlight(keySubject(quotaId), now),
+      inFlight: (key, now) => store.inFlight(keySubject(key), now),
     } satisfies RateLimiter);
   },
   { name: 'rate-limit', dependencies: ['metrics'] },
