@@ -121,6 +121,19 @@ function bound({ admission, customer }: SharedAdmission, keep: (own: Decision) =
   return { ...admission, ...lesserWindows(admission, customer) };
 }
 
+/**
+ * What a check says of a key now, counting nothing: of a customer's key with limits, each window
+ * the one of its own and its customer's with fewer units left (as its headers show them).
+ */
+export async function keyStanding(store: RateLimitStore, key: ApiKeyIdentity, now: number): Promise<Decision> {
+  if (!key.customerLimits) return store.check(keySubject(key), key, now, 1);
+  const claim = { cost: 1, bans: true, count: false, slot: NO_SLOT };
+  const { admission, customer } = await store.decideShared(keySubject(key), key, now, claim, sharedOf(key, key.customerLimits, 0));
+  // Asking for no slot, it is never busy.
+  const own = admission.outcome === 'busy' ? admission.standing : admission;
+  return { ...own, ...lesserWindows(own, customer) };
+}
+
 /** The key's limit of requests in flight: its own, else its plan's; undefined for none. */
 export const concurrencyLimit = (key: ApiKeyIdentity, concurrency: Record<string, number>): number | undefined =>
   key.concurrency ?? concurrency[key.plan];
@@ -254,16 +267,9 @@ function createSettle(app: FastifyInstance, store: RateLimitStore, ipv6Prefix: n
   /** What `check` says of the caller now: honest headers for a request that was never counted. */
   async function describeUndecided(request: FastifyRequest, reply: FastifyReply, key: ApiKeyIdentity | undefined) {
     const now = app.now();
-    if (key?.customerLimits) {
-      const claim = { cost: 1, bans: true, count: false, slot: NO_SLOT };
-      const standing = bound(await store.decideShared(keySubject(key), key, now, claim, sharedOf(key, key.customerLimits, 0)), () => {});
-      // Never busy: it asks for no slot.
-      if (standing.outcome !== 'busy') setHeaders(reply, standing, now);
-      return;
-    }
     setHeaders(
       reply,
-      await store.check(key ? keySubject(key) : addressSubject(clientOf(request.ip, ipv6Prefix)), key ?? ANONYMOUS, now, 1),
+      key ? await keyStanding(store, key, now) : await store.check(addressSubject(clientOf(request.ip, ipv6Prefix)), ANONYMOUS, now, 1),
       now,
     );
   }

@@ -80,6 +80,9 @@ describe.each(RATE_LIMIT_STORES)("a customer's limits with the $name store", (st
       // The customer's minute has fewer left (10 - 7) than the key's own (5 - 1): the headers show it.
       expect(fourth.headers).toMatchObject({ 'x-ratelimit-limit': '10', 'x-ratelimit-remaining': '3' });
       expect(await statusesOf(t.app, enterprise, 3)).toEqual([200, 200, 200]);
+      // The quota endpoint tells the same: the customer's minute, spent, binds the pro key with 294 of its own left.
+      const quota = await t.app.inject({ url: '/v1/rate_limit', headers: pro });
+      expect(quota.json()).toMatchObject({ plan: 'pro', minute: { limit: 10, remaining: 0, used: 10 } });
       for (const headers of [pro, enterprise, pro, pro, enterprise]) {
         const refused = await get(t.app, headers);
         expect(refused.statusCode).toBe(429);
