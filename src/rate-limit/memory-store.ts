@@ -64,7 +64,7 @@ export class MemoryStore implements RateLimitStore {
   #decide(subject: string, limits: Limits, now: number, cost: number, bans: boolean): Decision {
     const counters = this.#current(subject, now);
     if (bans && counters.bannedUntil > now) return this.#banned(counters, limits, now);
-    if (hasRoom(limits, counters.minuteUsed, counters.dayUsed, cost)) return this.#count([counters], limits, now, cost);
+    if (hasRoom(limits, counters.minuteUsed, counters.dayUsed, cost)) return this.#count(counters, limits, now, cost);
     return this.#refuse(counters, limits, now, bans);
   }
 
@@ -83,13 +83,15 @@ export class MemoryStore implements RateLimitStore {
     return { outcome: 'banned', ...windows, bannedUntil: counters.bannedUntil, banStarted: false };
   }
 
-  /** Counts the cost in every one of these counters; the first one's windows are the decision's. */
-  #count(counted: Counters[], limits: Limits, now: number, cost: number): Decision {
-    for (const counters of counted) {
-      counters.minuteUsed += cost;
-      counters.dayUsed += cost;
+  /** Counts the cost in the subject's counters (and in `shared`'s, a customer's); the subject's windows are the decision's. */
+  #count(counters: Counters, limits: Limits, now: number, cost: number, shared?: Counters): Decision {
+    counters.minuteUsed += cost;
+    counters.dayUsed += cost;
+    if (shared) {
+      shared.minuteUsed += cost;
+      shared.dayUsed += cost;
     }
-    return { outcome: 'allowed', ...usage(limits, now, counted[0]!.minuteUsed, counted[0]!.dayUsed) };
+    return { outcome: 'allowed', ...usage(limits, now, counters.minuteUsed, counters.dayUsed) };
   }
 
   /** Counts a refusal of the subject: apart in shadow mode (`bans` false), else towards its ban. */
@@ -158,12 +160,8 @@ export class MemoryStore implements RateLimitStore {
       ? this.#decideBoth(subject, limits, now, claim, shared)
       : this.#checkBoth(subject, limits, now, claim, shared);
     if (served(decision, claim.count, claim.bans)) {
-      for (const [of, limit] of [
-        [subject, claim.slot.limit],
-        [shared.subject, shared.slots],
-      ] as const) {
-        if (limit > 0) this.#hold(of, claim.slot.lease);
-      }
+      if (claim.slot.limit > 0) this.#hold(subject, claim.slot.lease);
+      if (shared.slots > 0) this.#hold(shared.subject, claim.slot.lease);
     }
     return { admission: decision, customer: customerNow() };
   }
@@ -175,7 +173,7 @@ export class MemoryStore implements RateLimitStore {
     const customer = this.#current(shared.subject, now);
     const ownRoom = hasRoom(limits, own.minuteUsed, own.dayUsed, cost);
     if (ownRoom && hasRoom(shared.limits, customer.minuteUsed, customer.dayUsed, cost))
-      return this.#count([own, customer], limits, now, cost);
+      return this.#count(own, limits, now, cost, customer);
     // Refused by the customer's windows alone: towards no ban of the key, unless a would-be refusal of shadow mode.
     if (ownRoom && bans) return { outcome: 'limited', refusals: own.refused, ...usage(limits, now, own.minuteUsed, own.dayUsed) };
     return this.#refuse(own, limits, now, bans);
