@@ -1,15 +1,18 @@
-import { describe, expect } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { FastifyInstance } from 'fastify';
+import { Redis } from 'ioredis';
+import { commandCalls } from '../../harness/redis.js';
 import type { CustomerLimits } from '../../src/api-keys/identity.js';
 import type { NewApiKey } from '../../src/api-keys/repository.js';
 import { createCustomersRepository } from '../../src/customers/repository.js';
 import { KEYS_COMMAND, openAdmin } from '../support/admin.js';
+import { buildTestApp } from '../support/app.js';
 import { POSTGRES_URL } from '../support/databases.js';
 import { eventually } from '../support/eventually.js';
 import { describeAppTest } from '../support/fixtures.js';
-import { bearer, waitForKey } from '../support/keys.js';
+import { bearer, waitForKey, waitForKeyOnApp } from '../support/keys.js';
 import { openSocket, type RawClient } from '../support/raw-socket.js';
-import { RATE_LIMIT_STORES, REDIS_URL, redisStoreEnv } from '../support/redis.js';
+import { RATE_LIMIT_STORES, REDIS_URL, redisStoreEnv, startRedis } from '../support/redis.js';
 import { twoInstancesOn } from '../support/scale.js';
 import { DAY, MINUTE, T0, type TestClock } from '../support/time.js';
 
@@ -209,5 +212,30 @@ describe.skipIf(!POSTGRES_URL || !REDIS_URL)('two instances on PostgreSQL and Re
     clock.advance(MINUTE);
     const after = [...(await statusesOf(b.app, second, 3)), ...(await statusesOf(a.app, first, 2))];
     expect(after).toEqual([200, 200, 200, 200, 429]);
+  });
+});
+
+describe.skipIf(!REDIS_URL)("the Redis commands of a customer's key's requests (a private Redis server, counting them)", () => {
+  it("one script call decides the key's and its customer's windows and slots: no second round trip", async () => {
+    const redis = await startRedis();
+    const t = await buildTestApp({ REDIS_URL: redis.url, REDIS_KEY_PREFIX: 'calls:', RATE_LIMIT_CONCURRENCY: 'pro=100' });
+    try {
+      const limits = { perMinute: 1_000, perDay: 10_000, concurrency: 100 };
+      const customer = await createCustomersRepository(t.app.db).create({ externalId: 'cus_calls', limits }, KEYS_COMMAND);
+      const { key } = await t.app.apiKeysRepository.create({ plan: 'pro', customerId: customer.id });
+      // The scripts loaded and the key known: what follows is the requests' own.
+      await waitForKeyOnApp(t.app, bearer(key));
+      const stats = new Redis(redis.url);
+      await stats.config('RESETSTAT');
+      stats.disconnect();
+      const requests = 50;
+      const statuses = await Promise.all(Array.from({ length: requests }, async () => (await get(t.app, bearer(key))).statusCode));
+      expect(statuses.filter((status) => status !== 200)).toEqual([]);
+      const { evalsha = 0, eval: evals = 0 } = await commandCalls(redis.url);
+      expect(evalsha + evals).toBe(requests);
+    } finally {
+      await t.close();
+      await redis.stop();
+    }
   });
 });
