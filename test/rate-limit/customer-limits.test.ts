@@ -169,6 +169,21 @@ describe.each(RATE_LIMIT_STORES)("a customer's limits with the $name store", (st
       }
     });
 
+    test("shadow mode stays the key's: a key with enforceLimits false is served past its customer's limits, with the headers of a refusal", async ({
+      t,
+      clock,
+    }) => {
+      const limits = { perMinute: 2, perDay: 100, concurrency: null };
+      const { keys } = await customerWithKeys(t.app, clock, limits, [{ plan: 'pro', enforceLimits: false }, { plan: 'pro' }]);
+      const [shadow, enforced] = keys.map((key) => key.headers) as [{ authorization: string }, { authorization: string }];
+      expect(await statusesOf(t.app, shadow, 2)).toEqual([200, 200]);
+      const past = await get(t.app, shadow);
+      expect(past.statusCode).toBe(200);
+      expect(past.headers).toMatchObject({ 'x-ratelimit-limit': '2', 'x-ratelimit-remaining': '0' });
+      // The customer's minute is spent for its other keys all the same.
+      expect((await get(t.app, enforced)).json().code).toBe('rate_limited');
+    });
+
     test('a key without a customer, and one of a customer without limits, are limited by their plan alone', async ({ t, clock }) => {
       const { key } = await t.app.apiKeysRepository.create({ plan: 'enterprise', limits: { perMinute: 3, perDay: 100 } });
       await waitForKey(async () => {
