@@ -57,7 +57,7 @@ function clientOf(origin: string, apiKey: string, options: Partial<PetStoreClien
 const secondsSince = (start: number) => ((performance.now() - start) / 1000).toFixed(1);
 
 async function expectNotBanned(app: FastifyInstance, quotaId: number) {
-  const { decision } = await app.rateLimit.usage(quotaId, { perMinute: PER_MINUTE, perDay: 1_000 }, app.now());
+  const { decision } = await app.rateLimit.usage({ quotaId, customerId: null }, { perMinute: PER_MINUTE, perDay: 1_000 }, app.now());
   expect(decision.outcome).not.toBe('banned');
 }
 

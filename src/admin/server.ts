@@ -83,7 +83,7 @@ export async function buildAdminServer(app: FastifyInstance): Promise<FastifyIns
       ownerOf: (request) => request.adminToken?.id,
     });
     await operations.register(adminKeys, { keys: app.apiKeysRepository, rules: app.keyRules, actorOf });
-    await operations.register(adminCustomers, { customers: createCustomersRepository(db), actorOf });
+    await operations.register(adminCustomers, { customers: createCustomersRepository(db), actorOf, costs: config.rateLimitCosts });
     await operations.register(adminKeyUsage, { keys: app.apiKeysRepository, rateLimit: app.rateLimit, audit, actorOf });
     await operations.register(adminAddressBans, { rateLimit: app.rateLimit, audit, actorOf });
     await operations.register(adminWebhookDeliveries, { deliveries: createWebhookDeliveriesRepository(db), audit, actorOf });

@@ -11,7 +11,7 @@ export const KeyState = Literals(
 );
 
 // The column's type: a whole number up to 2^31 - 1.
-const Limit = (window: string) =>
+export const Limit = (window: string) =>
   Type.Integer({
     minimum: 1,
     maximum: 2_147_483_647,
@@ -24,7 +24,7 @@ const EnforceLimits = Type.Boolean({
     'False for shadow mode: past its limits the key is served, with the headers of a refusal, and counted as a would-be refusal; never banned',
 });
 
-const Concurrency = Type.Integer({
+export const Concurrency = Type.Integer({
   minimum: 1,
   maximum: 100_000,
   description: "The key's own limit of requests in flight at once; null for its plan's (RATE_LIMIT_CONCURRENCY)",

@@ -1,5 +1,11 @@
 import type { Limits, Plan } from './plans.js';
 
+/** A customer's limits: one minute, one day and, if set, one concurrency limit, shared by all its keys. */
+export interface CustomerLimits extends Limits {
+  /** Requests in flight across all its keys at once; null for no such limit. */
+  concurrency: number | null;
+}
+
 /** What a request learns from its key: who it is and what it may do. */
 export interface ApiKeyIdentity extends Limits {
   id: number;
@@ -13,4 +19,8 @@ export interface ApiKeyIdentity extends Limits {
   enforceLimits: boolean;
   /** Its own limit of requests in flight; null for its plan's. */
   concurrency: number | null;
+  /** The customer the key belongs to (set at creation, kept by rotation); null for none. */
+  customerId: number | null;
+  /** Its customer's limits, which bind it with the customer's other keys; null without a customer or limits. */
+  customerLimits: CustomerLimits | null;
 }

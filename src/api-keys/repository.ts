@@ -84,7 +84,14 @@ export interface QuotaSettings {
 
 type ApiKeyRecordRow = ApiKeyRow & { state: KeyState };
 
-const identityOf = (row: ApiKeyRow): ApiKeyIdentity => ({
+/** A usable key's row, with its customer's limits (null without a customer or limits). */
+type UsableKeyRow = ApiKeyRow & {
+  customer_per_minute: number | null;
+  customer_per_day: number | null;
+  customer_concurrency: number | null;
+};
+
+const identityOf = (row: UsableKeyRow): ApiKeyIdentity => ({
   id: row.id,
   quotaId: row.quota_id ?? row.id,
   plan: row.plan,
@@ -93,6 +100,11 @@ const identityOf = (row: ApiKeyRow): ApiKeyIdentity => ({
   expiresAt: row.expires_at && new Date(row.expires_at).getTime(),
   enforceLimits: row.enforce_limits,
   concurrency: row.concurrency,
+  customerId: row.customer_id,
+  customerLimits:
+    row.customer_per_minute === null
+      ? null
+      : { perMinute: row.customer_per_minute, perDay: row.customer_per_day!, concurrency: row.customer_concurrency },
 });
 
 const recordOf = (row: ApiKeyRecordRow): ApiKeyRecord => ({
@@ -212,7 +224,7 @@ export function createApiKeysRepository(db: Database) {
 
     /** The key with this hash (base64) unless it is revoked; expired keys come with their expiry. */
     async findUsable(hash: string): Promise<ApiKeyIdentity | undefined> {
-      const [row] = await db.query<ApiKeyRow>(statements.findUsable, [Buffer.from(hash, 'base64')]);
+      const [row] = await db.query<UsableKeyRow>(statements.findUsable, [Buffer.from(hash, 'base64')]);
       return row && identityOf(row);
     },
 

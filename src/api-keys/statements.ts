@@ -3,8 +3,26 @@
  * (repository.ts) runs, each prepared under its name.
  */
 
-const COLUMNS =
-  'id, name, plan, per_minute, per_day, read_only, quota_id, created_at, expires_at, revoked_at, replaced_by, enforce_limits, concurrency, customer_id';
+const COLUMN_NAMES = [
+  'id',
+  'name',
+  'plan',
+  'per_minute',
+  'per_day',
+  'read_only',
+  'quota_id',
+  'created_at',
+  'expires_at',
+  'revoked_at',
+  'replaced_by',
+  'enforce_limits',
+  'concurrency',
+  'customer_id',
+];
+const COLUMNS = COLUMN_NAMES.join(', ');
+/** The key's columns beside its customer's limits (NULL without a customer or limits), in one read. */
+const WITH_CUSTOMER_LIMITS = `${COLUMN_NAMES.map((column) => `k.${column}`).join(', ')},
+  c.per_minute AS customer_per_minute, c.per_day AS customer_per_day, c.concurrency AS customer_concurrency`;
 
 /** A revoked key is revoked, also when it was rotated with no overlap; a rotated one stays rotated once its overlap ends. */
 const STATE = `CASE WHEN revoked_at IS NOT NULL THEN 'revoked' WHEN replaced_by IS NOT NULL THEN 'rotated'
@@ -31,10 +49,12 @@ export const statements = {
            RETURNING ${RECORD_COLUMNS}`,
   },
   // Revoked keys are not usable; expired ones are returned with their expiry, which the caller
-  // checks against its clock on every request, so expiry needs no notice.
+  // checks against its clock on every request, so expiry needs no notice. With its customer's
+  // limits, so that the limiter reads no database (a change of them is noticed as one of the key's: migrations/015).
   findUsable: {
     name: 'api_keys_find_usable',
-    text: `SELECT ${COLUMNS} FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL`,
+    text: `SELECT ${WITH_CUSTOMER_LIMITS} FROM api_keys k LEFT JOIN customers c ON c.id = k.customer_id
+           WHERE k.key_hash = $1 AND k.revoked_at IS NULL`,
   },
   forChange: { name: 'api_keys_for_change', text: `SELECT ${RECORD_COLUMNS} FROM api_keys WHERE id = $1 FOR UPDATE` },
   // The key, and the keys rotated into it still in their overlap, which would otherwise outlive it

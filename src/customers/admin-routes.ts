@@ -1,4 +1,6 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import { LimitBelowCostError } from '../api-keys/errors.js';
+import { limitBelowCost } from '../api-keys/plans.js';
 import type { ActorOf } from '../audit/repository.js';
 import { errors } from '../platform/errors.js';
 import { refuseOtherMethods } from '../platform/http/method-not-allowed.js';
@@ -14,6 +16,8 @@ export interface AdminCustomersOptions {
   customers: CustomersRepository;
   /** Who the admin request's change is recorded as, in the audit trail. */
   actorOf: ActorOf;
+  /** RATE_LIMIT_COSTS, which the customer's limits must fit, as a key's own limits must. */
+  costs: Record<string, number>;
 }
 
 /** The admin listener's scope the operations are declared in, with the types TypeBox gives their requests. */
@@ -27,10 +31,16 @@ const foundCustomer = (customer: CustomerRecord | undefined, id: number): Custom
   return customer;
 };
 
+/** A 400 naming the limit, for shared limits below an operation's cost: they would refuse it to every key of the customer, for good. */
+function checkCostsFit(limits: { perMinute: number; perDay: number } | null | undefined, costs: Record<string, number>) {
+  const below = limits && limitBelowCost(limits, costs);
+  if (below) throw Object.assign(new LimitBelowCostError(below.limit, below.cost, below.operation), { field: `limits/${below.field}` });
+}
+
 /** The listing's filter, so that a cursor is used only with the filter it was made for (a digest, short as the keys' is). */
 const filterOf = (externalId: string | undefined) => (externalId === undefined ? undefined : filterDigest([externalId]));
 
-function createCustomer(admin: Admin, { customers, actorOf }: AdminCustomersOptions) {
+function createCustomer(admin: Admin, { customers, actorOf, costs }: AdminCustomersOptions) {
   admin.post(
     CUSTOMERS_PATH,
     {
@@ -44,6 +54,7 @@ function createCustomer(admin: Admin, { customers, actorOf }: AdminCustomersOpti
       config: { writes: true, idempotent: true },
     },
     async (request, reply) => {
+      checkCostsFit(request.body.limits, costs);
       const { status, location, body } = await admin.idempotently(request, reply, async (tx) => {
         const customer = await customers.create(request.body, actorOf(request), tx);
         return { status: 201 as const, location: `${CUSTOMERS_PATH}/${customer.id}`, body: customer };
@@ -100,14 +111,14 @@ function getCustomer(admin: Admin, { customers }: AdminCustomersOptions) {
   );
 }
 
-function changeCustomer(admin: Admin, { customers, actorOf }: AdminCustomersOptions) {
+function changeCustomer(admin: Admin, { customers, actorOf, costs }: AdminCustomersOptions) {
   admin.patch(
     `${CUSTOMERS_PATH}/:id`,
     {
       schema: {
         operationId: 'changeCustomer',
         tags: ['customers'],
-        summary: "Change a customer's name or externalId",
+        summary: "Change a customer's name, externalId or limits",
         params: CustomerParams,
         body: CustomerPatch,
         response: { 200: Customer, 400: ErrorBody, 404: ErrorBody, 409: ErrorBody, 413: ErrorBody, 415: ErrorBody },
@@ -116,6 +127,7 @@ function changeCustomer(admin: Admin, { customers, actorOf }: AdminCustomersOpti
     },
     async (request) => {
       const { id } = request.params;
+      checkCostsFit(request.body.limits, costs);
       return foundCustomer(await customers.update(id, request.body, actorOf(request)), id);
     },
   );

@@ -1,5 +1,6 @@
 import { Type, type Static } from '@sinclair/typebox';
-import { Cursor, Id, Name, PageLimit, Timestamp } from '../platform/schemas/common.js';
+import { Concurrency, Limit } from '../api-keys/admin-schemas.js';
+import { Cursor, Id, Name, Nullable, PageLimit, Timestamp } from '../platform/schemas/common.js';
 
 // The columns' bounds (migrations/014), as a key's name is bounded.
 export const ExternalId = Name({
@@ -15,11 +16,40 @@ const CustomerName = Name({
     "The customer's name as people read it: up to 200 characters ('' for none), one of them visible; no control characters or bidi overrides",
 });
 
+/** Bounded as an enterprise key's own limits are (migrations/015). */
+export const CustomerLimits = Type.Object(
+  {
+    perMinute: { ...Limit('minute'), description: 'Requests per minute across all the customer’s keys together' },
+    perDay: { ...Limit('day'), description: 'Requests per day across all the customer’s keys together' },
+    concurrency: Type.Optional(
+      Type.Union([Concurrency, Type.Null()], {
+        description: 'Requests in flight at once across all the customer’s keys; null (or absent) for no such limit',
+        'x-error-message': 'must be an integer from 1 to 100000, or null',
+      }),
+    ),
+  },
+  {
+    title: 'CustomerLimits',
+    description:
+      'Limits that bind all the customer’s keys together (one shared minute, day and concurrency), beside each key’s own plan limits: whichever is spent refuses',
+    additionalProperties: false,
+    'x-error-message': 'must be a JSON object with perMinute and perDay, and concurrency if any',
+  },
+);
+export type CustomerLimits = Static<typeof CustomerLimits>;
+
+/** In a body: null (or, on create, absent) for no shared limits. */
+const LimitsInput = Type.Union([CustomerLimits, Type.Null()], {
+  description: `${CustomerLimits.description}; null for none`,
+  'x-error-message': 'must be a JSON object with perMinute and perDay, and concurrency if any; or null',
+});
+
 export const Customer = Type.Object(
   {
     id: Type.Integer({ format: 'int64' }),
     externalId: Type.String({ description: ExternalId.description }),
     name: Type.String(),
+    limits: Nullable(CustomerLimits),
     createdAt: Timestamp,
     updatedAt: Timestamp,
   },
@@ -30,19 +60,19 @@ export type Customer = Static<typeof Customer>;
 export const Customers = Type.Array(Customer, { title: 'Customers', description: 'One page of customers, in id order' });
 
 export const NewCustomer = Type.Object(
-  { externalId: ExternalId, name: Type.Optional(CustomerName) },
+  { externalId: ExternalId, name: Type.Optional(CustomerName), limits: Type.Optional(LimitsInput) },
   { title: 'NewCustomer', additionalProperties: false, 'x-error-message': 'must be a JSON object with known fields only' },
 );
 export type NewCustomer = Static<typeof NewCustomer>;
 
 export const CustomerPatch = Type.Object(
-  { name: Type.Optional(CustomerName), externalId: Type.Optional(ExternalId) },
+  { name: Type.Optional(CustomerName), externalId: Type.Optional(ExternalId), limits: Type.Optional(LimitsInput) },
   {
     title: 'CustomerPatch',
-    description: 'Absent fields keep their value',
+    description: 'Absent fields keep their value; limits null removes the shared limits',
     additionalProperties: false,
     minProperties: 1,
-    'x-error-message': 'must be a JSON object with at least one of name, externalId',
+    'x-error-message': 'must be a JSON object with at least one of name, externalId, limits',
   },
 );
 export type CustomerPatch = Static<typeof CustomerPatch>;

@@ -1,3 +1,4 @@
+import type { CustomerLimits } from '../api-keys/identity.js';
 import { recordAudit, type Actor } from '../audit/repository.js';
 import type { Database, Queryable } from '../platform/db/database.js';
 import { ExternalIdTakenError } from './errors.js';
@@ -7,6 +8,8 @@ export interface CustomerRecord {
   id: number;
   externalId: string;
   name: string;
+  /** Limits shared by all its keys; null for none. */
+  limits: CustomerLimits | null;
   createdAt: string;
   updatedAt: string;
 }
@@ -15,19 +18,26 @@ interface CustomerRow {
   id: number;
   external_id: string;
   name: string;
+  per_minute: number | null;
+  per_day: number | null;
+  concurrency: number | null;
   created_at: Date;
   updated_at: Date;
 }
 
-const COLUMNS = 'id, external_id, name, created_at, updated_at';
+const COLUMNS = 'id, external_id, name, per_minute, per_day, concurrency, created_at, updated_at';
 
 const statements = {
-  insert: { name: 'customers_insert', text: `INSERT INTO customers (external_id, name) VALUES ($1, $2) RETURNING ${COLUMNS}` },
+  insert: {
+    name: 'customers_insert',
+    text: `INSERT INTO customers (external_id, name, per_minute, per_day, concurrency) VALUES ($1, $2, $3, $4, $5) RETURNING ${COLUMNS}`,
+  },
   get: { name: 'customers_get', text: `SELECT ${COLUMNS} FROM customers WHERE id = $1` },
   forChange: { name: 'customers_for_change', text: `SELECT ${COLUMNS} FROM customers WHERE id = $1 FOR UPDATE` },
   update: {
     name: 'customers_update',
-    text: `UPDATE customers SET external_id = $2, name = $3, updated_at = now() WHERE id = $1 RETURNING ${COLUMNS}`,
+    text: `UPDATE customers SET external_id = $2, name = $3, per_minute = $4, per_day = $5, concurrency = $6, updated_at = now()
+           WHERE id = $1 RETURNING ${COLUMNS}`,
   },
   // In id order after the cursor's id; the filter is unique, so its page has one customer at most.
   page: { name: 'customers_page', text: `SELECT ${COLUMNS} FROM customers WHERE id > $1 ORDER BY id LIMIT $2` },
@@ -41,6 +51,7 @@ const recordOf = (row: CustomerRow): CustomerRecord => ({
   id: row.id,
   externalId: row.external_id,
   name: row.name,
+  limits: row.per_minute === null ? null : { perMinute: row.per_minute, perDay: row.per_day!, concurrency: row.concurrency },
   createdAt: new Date(row.created_at).toISOString(),
   updatedAt: new Date(row.updated_at).toISOString(),
 });
@@ -58,10 +69,23 @@ async function claiming<T>(externalId: string, write: () => Promise<T>): Promise
   }
 }
 
-/** The fields of a customer a change may set; absent ones keep their value. */
+/** The limits as a body gives them: concurrency absent for none. */
+type LimitsInput = { perMinute: number; perDay: number; concurrency?: number | null } | null;
+
+/** The limits' columns: per_minute, per_day, concurrency. */
+const limitColumns = (limits: LimitsInput) => [limits?.perMinute ?? null, limits?.perDay ?? null, limits?.concurrency ?? null];
+
+/** The limits as stored and shown: concurrency null for none. */
+const limitsOf = (limits: LimitsInput): CustomerLimits | null => limits && { ...limits, concurrency: limits.concurrency ?? null };
+
+const sameLimits = (a: CustomerLimits | null, b: CustomerLimits | null) =>
+  a === b || (a !== null && b !== null && a.perMinute === b.perMinute && a.perDay === b.perDay && a.concurrency === b.concurrency);
+
+/** The fields of a customer a change may set; absent ones keep their value (limits null removes them). */
 export interface CustomerChange {
   externalId?: string;
   name?: string;
+  limits?: LimitsInput;
 }
 
 /**
@@ -73,12 +97,16 @@ export function createCustomersRepository(db: Database) {
 
   return {
     /** Stores a customer; an ExternalIdTakenError when another has its externalId. */
-    create: ({ externalId, name = '' }: { externalId: string; name?: string }, actor: Actor, tx?: Queryable): Promise<CustomerRecord> =>
+    create: (
+      { externalId, name = '', limits = null }: { externalId: string; name?: string; limits?: LimitsInput },
+      actor: Actor,
+      tx?: Queryable,
+    ): Promise<CustomerRecord> =>
       atomically(tx, (target) =>
         claiming(externalId, async () => {
-          const [row] = await target.query<CustomerRow>(statements.insert, [externalId, name]);
+          const [row] = await target.query<CustomerRow>(statements.insert, [externalId, name, ...limitColumns(limits)]);
           const customer = recordOf(row!);
-          await recordAudit(target, actor, 'customer.create', null, { customerId: customer.id, externalId, name });
+          await recordAudit(target, actor, 'customer.create', null, { customerId: customer.id, externalId, name, limits: customer.limits });
           return customer;
         }),
       ),
@@ -89,22 +117,32 @@ export function createCustomersRepository(db: Database) {
     },
 
     /**
-     * Changes a customer's externalId or name, with its audit entry (the values before and after);
-     * a change to what it already is changes and records nothing. Undefined when there is no such
-     * customer; an ExternalIdTakenError when another has the externalId.
+     * Changes a customer's externalId, name or limits, with its audit entry (the values before and
+     * after); a change to what it already is changes and records nothing. A change of the limits
+     * reaches every instance's key cache as a change of the customer's keys (migrations/015).
+     * Undefined when there is no such customer; an ExternalIdTakenError when another has the externalId.
      */
     update: (id: number, change: CustomerChange, actor: Actor): Promise<CustomerRecord | undefined> =>
       db.transaction(async (tx) => {
         const [row] = await tx.query<CustomerRow>(statements.forChange, [id]);
         if (!row) return undefined;
         const before = recordOf(row);
-        const after = { externalId: change.externalId ?? before.externalId, name: change.name ?? before.name };
-        if (after.externalId === before.externalId && after.name === before.name) return before;
+        const after = {
+          externalId: change.externalId ?? before.externalId,
+          name: change.name ?? before.name,
+          limits: change.limits === undefined ? before.limits : limitsOf(change.limits),
+        };
+        if (after.externalId === before.externalId && after.name === before.name && sameLimits(after.limits, before.limits)) return before;
         return claiming(after.externalId, async () => {
-          const [updated] = await tx.query<CustomerRow>(statements.update, [id, after.externalId, after.name]);
+          const [updated] = await tx.query<CustomerRow>(statements.update, [
+            id,
+            after.externalId,
+            after.name,
+            ...limitColumns(after.limits),
+          ]);
           await recordAudit(tx, actor, 'customer.update', null, {
             customerId: id,
-            before: { externalId: before.externalId, name: before.name },
+            before: { externalId: before.externalId, name: before.name, limits: before.limits },
             after,
           });
           return recordOf(updated!);

@@ -142,11 +142,12 @@ export const errors = {
       `GET /v1/rate_limit answers ${perMinute} times a minute per API key; retry after the Retry-After delay`,
       retryAfter(retryAfterSeconds),
     ),
-  concurrencyLimited: (limit: number) =>
+  /** `holder`: whose limit it is, the key's or (of a customer's key) its customer's, shared by all its keys. */
+  concurrencyLimited: (limit: number, holder = 'This API key') =>
     new ApiError(
       429,
       'concurrency_limited',
-      `This API key already has ${limit} requests in flight, its limit; retry one once another has been answered`,
+      `${holder} already has ${limit} requests in flight, its limit; retry one once another has been answered`,
       retryAfter(1),
     ),
   banned: (until: string, retryAfterSeconds: number) =>

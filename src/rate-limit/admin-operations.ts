@@ -1,14 +1,14 @@
 import type { Limits } from '../api-keys/plans.js';
 import { clientOf } from './address.js';
 import type { Inspection, RateLimitStore, StoreKind } from './store.js';
-import { addressSubject, ANONYMOUS, keySubject } from './subjects.js';
+import { addressSubject, ANONYMOUS, keySubject, type KeyQuota } from './subjects.js';
 
 /** What the admin API reads of the limiter and changes in it: a key's usage, the bans. */
 export interface AdminOperations {
   /** What a key's quota holds now (both windows, a ban), counting nothing, and which store answered (the admin API). */
-  usage(quotaId: number, limits: Limits, now: number): Promise<Inspection>;
+  usage(key: KeyQuota, limits: Limits, now: number): Promise<Inspection>;
   /** Lifts a key's ban in the store decisions go to now (the admin API); says which. */
-  liftBan(quotaId: number, now: number): Promise<StoreKind>;
+  liftBan(key: KeyQuota, now: number): Promise<StoreKind>;
   /** The clients (see clientOf) banned now, and which store answered (the admin API). */
   addressBans(now: number): Promise<{ bans: Array<{ address: string; bannedUntil: number }>; source: StoreKind }>;
   /**
@@ -21,8 +21,8 @@ export interface AdminOperations {
 /** The admin API's operations on the store; `ipv6Prefix` as the limiter counts addresses (see clientOf). */
 export function adminOperations(store: RateLimitStore, ipv6Prefix: number): AdminOperations {
   return {
-    usage: (quotaId, limits, now) => store.inspect(keySubject(quotaId), limits, now),
-    liftBan: (quotaId, now) => store.liftBan(keySubject(quotaId), now),
+    usage: (key, limits, now) => store.inspect(keySubject(key), limits, now),
+    liftBan: (key, now) => store.liftBan(keySubject(key), now),
 
     async addressBans(now) {
       const { bans, source } = await store.bans(addressSubject(''), now);

@@ -40,7 +40,7 @@ export const adminKeyUsage: FastifyPluginAsyncTypebox<AdminBansOptions & { keys:
     },
     async (request) => {
       const key = foundKey(await keys.get(request.params.id), request.params.id);
-      const { decision, source } = await rateLimit.usage(key.quotaId, key, admin.now());
+      const { decision, source } = await rateLimit.usage(key, key, admin.now());
       const window = ({ limit, used, resetAt }: { limit: number; used: number; resetAt: number }) => ({
         limit,
         used,
@@ -70,8 +70,8 @@ export const adminKeyUsage: FastifyPluginAsyncTypebox<AdminBansOptions & { keys:
     async (request, reply) => {
       const key = foundKey(await keys.get(request.params.id), request.params.id);
       const now = admin.now();
-      const { decision } = await rateLimit.usage(key.quotaId, key, now);
-      const source = await rateLimit.liftBan(key.quotaId, now);
+      const { decision } = await rateLimit.usage(key, key, now);
+      const source = await rateLimit.liftBan(key, now);
       if (decision.outcome === 'banned') {
         await audit.record(actorOf(request), 'key.ban_lift', key.id, { bannedUntil: new Date(decision.bannedUntil).toISOString(), source });
       }

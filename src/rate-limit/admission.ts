@@ -3,12 +3,21 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { errors, secondsUntil } from '../platform/errors.js';
 import { annotateRequestSpan } from '../platform/observability/tracing.js';
 import type { Limits } from '../api-keys/plans.js';
-import type { ApiKeyIdentity } from '../api-keys/identity.js';
+import type { ApiKeyIdentity, CustomerLimits } from '../api-keys/identity.js';
 import { clientOf } from './address.js';
 import { setHeaders } from './headers.js';
 import type { RateLimitMetrics, RateLimitOutcome } from './metrics.js';
-import { served, type Admission, type Decision, type RateLimitStore, type WindowUsage } from './store.js';
-import { addressSubject, ANONYMOUS, keySubject } from './subjects.js';
+import {
+  lesserWindows,
+  served,
+  type Admission,
+  type Decision,
+  type RateLimitStore,
+  type Shared,
+  type SharedAdmission,
+  type WindowUsage,
+} from './store.js';
+import { addressSubject, ANONYMOUS, customerSubject, keySubject } from './subjects.js';
 
 /** What a watcher of keys' usage hears (app.rateLimit.watchUsage): the webhooks' usage events. */
 export interface UsageWatcher {
@@ -66,6 +75,8 @@ export interface AdmissionSettings {
 interface Charge {
   subject: string;
   limits: Limits;
+  /** The customer's side of a customer's key with limits, decided with the key's (no slots: settle takes none). */
+  shared: Shared | undefined;
   decision: Decision;
   /** The units the request spends in both windows. */
   cost: number;
@@ -87,7 +98,41 @@ const SETTLED = 0;
 const CHARGE = Symbol('rateLimitCharge');
 /** Where a request that holds a slot of its key's concurrency limit keeps the way to give it back: as CHARGE, this module's alone. */
 const SLOT = Symbol('rateLimitSlot');
-type Charged = FastifyRequest & { [CHARGE]?: Charge | typeof SETTLED; [SLOT]?: () => Promise<void> };
+type Charged = FastifyRequest & { [CHARGE]?: Charge | typeof SETTLED; [SLOT]?: () => Promise<unknown> };
+
+/** The claim's slot of a request that takes none of the key's: a customer's key whose customer's slots alone are limited, or none at all. */
+const NO_SLOT = { limit: 0, lease: '' };
+
+/** The customer's side of a request of one of its keys: a slot of its concurrency limit only for an operation that takes one (costs above 0). */
+const sharedOf = (key: ApiKeyIdentity, limits: CustomerLimits, operationCost: number): Shared => ({
+  subject: customerSubject(key.customerId!),
+  limits,
+  slots: operationCost > 0 ? (limits.concurrency ?? 0) : 0,
+});
+
+/**
+ * A customer's key's decision as the headers, the 429 and settle see it: each window the one of
+ * the key's and the customer's with fewer units left. `keep` is handed the key's own, for the crossings.
+ */
+function bound({ admission, customer }: SharedAdmission, keep: (own: Decision) => void): Admission {
+  if (admission.outcome === 'busy')
+    return { ...admission, standing: { ...admission.standing, ...lesserWindows(admission.standing, customer) } };
+  keep(admission);
+  return { ...admission, ...lesserWindows(admission, customer) };
+}
+
+/**
+ * What a check says of a key now, counting nothing: of a customer's key with limits, each window
+ * the one of its own and its customer's with fewer units left (as its headers show them).
+ */
+export async function keyStanding(store: RateLimitStore, key: ApiKeyIdentity, now: number): Promise<Decision> {
+  if (!key.customerLimits) return store.check(keySubject(key), key, now, 1);
+  const claim = { cost: 1, bans: true, count: false, slot: NO_SLOT };
+  const { admission, customer } = await store.decideShared(keySubject(key), key, now, claim, sharedOf(key, key.customerLimits, 0));
+  // Asking for no slot, it is never busy.
+  const own = admission.outcome === 'busy' ? admission.standing : admission;
+  return { ...own, ...lesserWindows(own, customer) };
+}
 
 /** The key's limit of requests in flight: its own, else its plan's; undefined for none. */
 export const concurrencyLimit = (key: ApiKeyIdentity, concurrency: Record<string, number>): number | undefined =>
@@ -112,12 +157,12 @@ export function createAdmission(
   let leases = 0;
 
   /** Gives the slot the request holds back once its answer is about to leave (settle) or its connection closes, whichever comes first. */
-  function keepSlot(request: FastifyRequest, reply: FastifyReply, subject: string, lease: string) {
-    let released: Promise<void> | undefined;
+  function keepSlot(request: FastifyRequest, reply: FastifyReply, lease: string, subject: string, shared: string | undefined) {
+    let released: Promise<unknown> | undefined;
     const release = () =>
-      (released ??= store
-        .release(subject, lease)
-        .catch((error: unknown) => app.log.warn({ err: error }, 'rate limiting: releasing a slot failed')));
+      (released ??= (
+        shared === undefined ? store.release(subject, lease) : Promise.all([store.release(subject, lease), store.release(shared, lease)])
+      ).catch((error: unknown) => app.log.warn({ err: error }, 'rate limiting: releasing a slot failed')));
     // A connection that closed before now (while the key was looked up, or Redis answered) has
     // emitted its 'close' already: its slot is given back at once.
     if (reply.raw.destroyed) return void release();
@@ -139,13 +184,22 @@ export function createAdmission(
         throw errors.costExceedsLimit(operationCost, limit, window);
       }
       const client = key ? undefined : clientOf(request.ip, ipv6Prefix);
-      const subject = client === undefined ? keySubject(key!.quotaId) : addressSubject(client);
+      const subject = client === undefined ? keySubject(key!) : addressSubject(client);
       const limits = key ?? ANONYMOUS;
       const cost = key ? operationCost : 1;
+      // A customer's limits bind its keys together: decided with the key's, in the same store call.
+      const shared = key?.customerLimits ? sharedOf(key, key.customerLimits, operationCost) : undefined;
       const limit = key && operationCost > 0 ? concurrencyLimit(key, concurrency) : undefined;
       // With a concurrency limit, the slot and the windows are decided together: one round trip to Redis.
-      const slot = limit === undefined ? undefined : { limit, lease: `${leasePrefix}:${++leases}` };
+      const slot = limit === undefined && !shared?.slots ? undefined : { limit: limit ?? 0, lease: `${leasePrefix}:${++leases}` };
+      let own: Decision | undefined;
       const decide = (count: boolean): Promise<Admission> => {
+        if (shared) {
+          const claim = { cost, bans: !shadow, count, slot: slot ?? NO_SLOT };
+          return store
+            .decideShared(subject, limits, now, claim, shared)
+            .then((decided) => bound(decided, (ownDecision) => (own = ownDecision)));
+        }
         if (slot) return store.admit(subject, limits, now, { cost, bans: !shadow, count, slot });
         return count ? store.consume(subject, limits, now, cost, !shadow) : store.check(subject, limits, now, cost);
       };
@@ -155,15 +209,16 @@ export function createAdmission(
         (request as Charged)[CHARGE] = SETTLED;
         setHeaders(reply, decision.standing, now);
         decided(request, 'concurrency_limited');
+        if (decision.customerBusy) throw errors.concurrencyLimited(key!.customerLimits!.concurrency!, "This API key's customer");
         throw errors.concurrencyLimited(limit!);
       }
-      if (slot && served(decision, decision !== checked, !shadow)) keepSlot(request, reply, subject, slot.lease);
+      if (slot && served(decision, decision !== checked, !shadow)) keepSlot(request, reply, slot.lease, subject, shared?.subject);
       const binding = setHeaders(reply, decision, now, cost);
       decided(request, decision.outcome);
       switch (decision.outcome) {
         case 'allowed':
-          (request as Charged)[CHARGE] = { subject, limits, decision, cost, now, counted: decision !== checked, bans: !shadow };
-          if (key && watchers.length > 0 && decision !== checked) reportCrossings(watchers, key, decision, cost);
+          (request as Charged)[CHARGE] = { subject, limits, shared, decision, cost, now, counted: decision !== checked, bans: !shadow };
+          if (key && watchers.length > 0 && decision !== checked) reportCrossings(watchers, key, own ?? decision, cost);
           return;
         case 'banned': {
           (request as Charged)[CHARGE] = SETTLED;
@@ -214,7 +269,7 @@ function createSettle(app: FastifyInstance, store: RateLimitStore, ipv6Prefix: n
     const now = app.now();
     setHeaders(
       reply,
-      await store.check(key ? keySubject(key.quotaId) : addressSubject(clientOf(request.ip, ipv6Prefix)), key ?? ANONYMOUS, now, 1),
+      key ? await keyStanding(store, key, now) : await store.check(addressSubject(clientOf(request.ip, ipv6Prefix)), ANONYMOUS, now, 1),
       now,
     );
   }
@@ -237,9 +292,14 @@ function createSettle(app: FastifyInstance, store: RateLimitStore, ipv6Prefix: n
         charge.now,
         charge.cost,
       );
+      if (charge.shared) return store.refundShared(charge.subject, charge.shared.subject, charge.decision, charge.cost);
       return store.refund(charge.subject, charge.decision, charge.cost);
     }
     // Admitted uncounted as a sure 304, it was refused further on (a sunset meanwhile): it counts.
+    if (charge.shared) {
+      const claim = { cost: charge.cost, bans: charge.bans, count: true, slot: NO_SLOT };
+      return store.decideShared(charge.subject, charge.limits, charge.now, claim, { ...charge.shared, slots: 0 });
+    }
     return store.consume(charge.subject, charge.limits, charge.now, charge.cost, charge.bans);
   }
 

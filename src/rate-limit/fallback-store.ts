@@ -3,7 +3,7 @@ import type { Limits } from '../api-keys/plans.js';
 import type { MemoryStore } from './memory-store.js';
 import { pingAll } from './redis-connection.js';
 import type { RedisStore } from './redis-store.js';
-import type { Admission, Bans, Claim, Decision, Inspection, RateLimitStore, StoreKind } from './store.js';
+import type { Admission, Bans, Claim, Decision, Inspection, RateLimitStore, Shared, SharedAdmission, StoreKind } from './store.js';
 
 /** While on memory, how often Redis is asked whether it answers again: the bound on how long counting stays local after it does. */
 const REDIS_PROBE_MS = 1_000;
@@ -37,6 +37,10 @@ export class FallbackStore implements RateLimitStore {
 
   admit(subject: string, limits: Limits, now: number, claim: Claim): Promise<Admission> {
     return this.#decide((store) => store.admit(subject, limits, now, claim));
+  }
+
+  decideShared(subject: string, limits: Limits, now: number, claim: Claim, shared: Shared): Promise<SharedAdmission> {
+    return this.#decide((store) => store.decideShared(subject, limits, now, claim, shared));
   }
 
   inFlight(subject: string, now: number): Promise<number> {
@@ -91,6 +95,11 @@ export class FallbackStore implements RateLimitStore {
   async refund(subject: string, decision: Decision, cost: number) {
     if (this.degraded) return this.#memory.refund(subject, decision, cost);
     await this.#redis.refund(subject, decision, cost).catch((error: unknown) => this.#switchToMemory(error));
+  }
+
+  async refundShared(subject: string, customerSubject: string, decision: Decision, cost: number) {
+    if (this.degraded) return this.#memory.refundShared(subject, customerSubject, decision, cost);
+    await this.#redis.refundShared(subject, customerSubject, decision, cost).catch((error: unknown) => this.#switchToMemory(error));
   }
 
   #switchToMemory(error: unknown) {

@@ -16,6 +16,8 @@ import {
   type Decision,
   type Inspection,
   type RateLimitStore,
+  type Shared,
+  type SharedAdmission,
   type StoreKind,
 } from './store.js';
 
@@ -60,25 +62,40 @@ export class MemoryStore implements RateLimitStore {
   }
 
   #decide(subject: string, limits: Limits, now: number, cost: number, bans: boolean): Decision {
+    const counters = this.#current(subject, now);
+    if (bans && counters.bannedUntil > now) return this.#banned(counters, limits, now);
+    if (hasRoom(limits, counters.minuteUsed, counters.dayUsed, cost)) return this.#count(counters, limits, now, cost);
+    return this.#refuse(counters, limits, now, bans);
+  }
+
+  /** The subject's counters, their windows rolled over to the ones `now` is in. */
+  #current(subject: string, now: number): Counters {
     const minute = windowStart(now, MINUTE_MS);
     const day = windowStart(now, DAY_MS);
     const counters = this.#take(subject, minute, day);
     if (counters.minute !== minute) Object.assign(counters, { minute, minuteUsed: 0, refused: 0, shadowRefused: 0 });
     if (counters.day !== day) Object.assign(counters, { day, dayUsed: 0 });
+    return counters;
+  }
 
-    if (bans && counters.bannedUntil > now) {
-      return {
-        outcome: 'banned',
-        ...usage(limits, now, counters.minuteUsed, counters.dayUsed),
-        bannedUntil: counters.bannedUntil,
-        banStarted: false,
-      };
+  #banned(counters: Counters, limits: Limits, now: number): Decision {
+    const windows = usage(limits, now, counters.minuteUsed, counters.dayUsed);
+    return { outcome: 'banned', ...windows, bannedUntil: counters.bannedUntil, banStarted: false };
+  }
+
+  /** Counts the cost in the subject's counters (and in `shared`'s, a customer's); the subject's windows are the decision's. */
+  #count(counters: Counters, limits: Limits, now: number, cost: number, shared?: Counters): Decision {
+    counters.minuteUsed += cost;
+    counters.dayUsed += cost;
+    if (shared) {
+      shared.minuteUsed += cost;
+      shared.dayUsed += cost;
     }
-    if (hasRoom(limits, counters.minuteUsed, counters.dayUsed, cost)) {
-      counters.minuteUsed += cost;
-      counters.dayUsed += cost;
-      return { outcome: 'allowed', ...usage(limits, now, counters.minuteUsed, counters.dayUsed) };
-    }
+    return { outcome: 'allowed', ...usage(limits, now, counters.minuteUsed, counters.dayUsed) };
+  }
+
+  /** Counts a refusal of the subject: apart in shadow mode (`bans` false), else towards its ban. */
+  #refuse(counters: Counters, limits: Limits, now: number, bans: boolean): Decision {
     const windows = usage(limits, now, counters.minuteUsed, counters.dayUsed);
     if (!bans) return { outcome: 'limited', refusals: ++counters.shadowRefused, ...windows };
     counters.refused += 1;
@@ -121,14 +138,58 @@ export class MemoryStore implements RateLimitStore {
   }
 
   async admit(subject: string, limits: Limits, now: number, { cost, bans, count, slot }: Claim): Promise<Admission> {
-    let leases = this.#inFlight.get(subject);
+    const leases = this.#inFlight.get(subject);
     if (leases && leases.size >= slot.limit) return { outcome: 'busy', standing: this.#check(subject, limits, now, cost) };
     const decision = count ? this.#decide(subject, limits, now, cost, bans) : this.#check(subject, limits, now, cost);
-    if (served(decision, count, bans)) {
-      if (!leases) this.#inFlight.set(subject, (leases = new Set()));
-      leases.add(slot.lease);
-    }
+    if (served(decision, count, bans)) this.#hold(subject, slot.lease);
     return decision;
+  }
+
+  async decideShared(subject: string, limits: Limits, now: number, claim: Claim, shared: Shared): Promise<SharedAdmission> {
+    const customerNow = () => {
+      const { minute, day } = this.#check(shared.subject, shared.limits, now, claim.cost);
+      return { minute, day };
+    };
+    const full = (of: string, limit: number) => limit > 0 && (this.#inFlight.get(of)?.size ?? 0) >= limit;
+    const customerBusy = full(shared.subject, shared.slots);
+    if (customerBusy || full(subject, claim.slot.limit)) {
+      const standing = this.#check(subject, limits, now, claim.cost);
+      return { admission: { outcome: 'busy', standing, customerBusy }, customer: customerNow() };
+    }
+    const decision = claim.count
+      ? this.#decideBoth(subject, limits, now, claim, shared)
+      : this.#checkBoth(subject, limits, now, claim, shared);
+    if (served(decision, claim.count, claim.bans)) {
+      if (claim.slot.limit > 0) this.#hold(subject, claim.slot.lease);
+      if (shared.slots > 0) this.#hold(shared.subject, claim.slot.lease);
+    }
+    return { admission: decision, customer: customerNow() };
+  }
+
+  /** decideShared's counting decision: both subjects counted, or neither; the refusals the key's. */
+  #decideBoth(subject: string, limits: Limits, now: number, { cost, bans }: Claim, shared: Shared): Decision {
+    const own = this.#current(subject, now);
+    if (bans && own.bannedUntil > now) return this.#banned(own, limits, now);
+    const customer = this.#current(shared.subject, now);
+    const ownRoom = hasRoom(limits, own.minuteUsed, own.dayUsed, cost);
+    if (ownRoom && hasRoom(shared.limits, customer.minuteUsed, customer.dayUsed, cost))
+      return this.#count(own, limits, now, cost, customer);
+    // Refused by the customer's windows alone: towards no ban of the key, unless a would-be refusal of shadow mode.
+    if (ownRoom && bans) return { outcome: 'limited', refusals: own.refused, ...usage(limits, now, own.minuteUsed, own.dayUsed) };
+    return this.#refuse(own, limits, now, bans);
+  }
+
+  /** decideShared's decision counting nothing: the key's ban or windows, then the customer's. */
+  #checkBoth(subject: string, limits: Limits, now: number, { cost }: Claim, shared: Shared): Decision {
+    const own = this.#check(subject, limits, now, cost);
+    if (own.outcome !== 'allowed' || this.#check(shared.subject, shared.limits, now, cost).outcome === 'allowed') return own;
+    return { ...own, outcome: 'limited', refusals: 0 };
+  }
+
+  #hold(subject: string, lease: string) {
+    let leases = this.#inFlight.get(subject);
+    if (!leases) this.#inFlight.set(subject, (leases = new Set()));
+    leases.add(lease);
   }
 
   async release(subject: string, lease: string) {
@@ -146,6 +207,10 @@ export class MemoryStore implements RateLimitStore {
     const { minute, day } = windowsOf(decision);
     if (counters.minute === minute) counters.minuteUsed = Math.max(0, counters.minuteUsed - cost);
     if (counters.day === day) counters.dayUsed = Math.max(0, counters.dayUsed - cost);
+  }
+
+  async refundShared(subject: string, customerSubject: string, decision: Decision, cost: number) {
+    await Promise.all([this.refund(subject, decision, cost), this.refund(customerSubject, decision, cost)]);
   }
 
   /** Forgets subjects whose day window and ban are both over: nothing of them matters any more. */

@@ -4,12 +4,12 @@ import type { Limits } from '../api-keys/plans.js';
 import type { ApiKeyIdentity } from '../api-keys/identity.js';
 import { clientOf } from './address.js';
 import { adminOperations, type AdminOperations } from './admin-operations.js';
-import { concurrencyLimit, createAdmission, type RequestAdmission } from './admission.js';
+import { concurrencyLimit, createAdmission, keyStanding, type RequestAdmission } from './admission.js';
 import { rateLimitMetrics } from './metrics.js';
 import { checkPlanSettings } from './settings.js';
 import { chooseStore, type StoreOptions } from './store-choice.js';
 import type { WindowUsage } from './store.js';
-import { addressSubject, ANONYMOUS, keySubject, lookupSubject } from './subjects.js';
+import { addressSubject, ANONYMOUS, keySubject, lookupSubject, type KeyQuota } from './subjects.js';
 
 export interface RateLimitOptions extends StoreOptions {
   /** Callers without a key count per IPv6 network of this many leading bits (see clientOf). */
@@ -48,12 +48,13 @@ export interface RateLimiter extends RequestAdmission, AdminOperations {
   /** Whether the client an address counts as is banned now (auth then spends no lookup on its key). */
   addressBanned(address: string, now: number): Promise<boolean>;
   /**
-   * The key's windows and requests in flight now, counting nothing of them: one of its quota
-   * lookups, which have a limit of their own (60 a minute, 429 rate_limited past it; no ban).
+   * The key's windows (each the lesser of its own and its customer's: keyStanding) and its
+   * requests in flight now, counting nothing of them: one of its quota lookups, which have a
+   * limit of their own (60 a minute, 429 rate_limited past it; no ban).
    */
   standing(key: ApiKeyIdentity, now: number): Promise<Standing>;
   /** The requests of a key's quota in flight now, on every instance that shares the store. */
-  inFlight(quotaId: number, now: number): Promise<number>;
+  inFlight(key: KeyQuota, now: number): Promise<number>;
 }
 
 /**
@@ -80,11 +81,11 @@ export default fp<RateLimitOptions>(
         const lookup = await store.consume(lookupSubject(key.quotaId), QUOTA_LOOKUPS, now, 1, false);
         if (lookup.outcome !== 'allowed')
           throw errors.quotaLookupsLimited(QUOTA_LOOKUPS.perMinute, secondsUntil(lookup.minute.resetAt - now));
-        const subject = keySubject(key.quotaId);
-        const [windows, inFlight] = await Promise.all([store.check(subject, key, now, 1), store.inFlight(subject, now)]);
+        const subject = keySubject(key);
+        const [windows, inFlight] = await Promise.all([keyStanding(store, key, now), store.inFlight(subject, now)]);
         return { minute: windows.minute, day: windows.day, concurrency: { limit: concurrencyLimit(key, concurrency) ?? null, inFlight } };
       },
-      inFlight: (quotaId, now) => store.inFlight(keySubject(quotaId), now),
+      inFlight: (key, now) => store.inFlight(keySubject(key), now),
     } satisfies RateLimiter);
   },
   { name: 'rate-limit', dependencies: ['metrics'] },

@@ -60,9 +60,80 @@ end
 return {0, minute_used, day_used, refused, 0}
 `;
 
-/** Takes a request's cost (ARGV) back from each count (KEYS: minute, day) that still holds it, down to 0 at most. */
+/**
+ * DECIDE for a request of a customer's key: the key's subject (KEYS 1 to 5, as DECIDE's) and its
+ * customer's (KEYS 6 to 8: minute count, day count, leases), one hash tag for all (see keySubject).
+ * ARGV: DECIDE's first 13 (slots 0: no slot of the key's own), then the customer's per-minute limit,
+ * per-day limit and slots (0: none), the number of leases given back from the key's slots, those
+ * leases, then the leases given back from the customer's. Allowed only when both have room, counted
+ * in both or neither; a lease takes both subjects' slots or none. The ban and refusals are the
+ * key's: a refusal by the customer's windows alone counts towards no ban (in shadow mode it is
+ * counted apart, as any). A script of its own, so that keys without a customer run DECIDE as before.
+ * Returns DECIDE's five (for every slot taken, the fifth is 1 when the customer's were), then the
+ * customer's minute used and day used.
+ */
+const DECIDE_SHARED = `
+local now = tonumber(ARGV[3])
+local bans = ARGV[9] == '1'
+local count = ARGV[10] == '1'
+local slots = tonumber(ARGV[11])
+local shared_slots = tonumber(ARGV[16])
+local own_releases = 17 + tonumber(ARGV[17])
+for i = 18, own_releases do redis.call('ZADD', KEYS[5], 'XX', 0, ARGV[i]) end
+for i = own_releases + 1, #ARGV do redis.call('ZADD', KEYS[8], 'XX', 0, ARGV[i]) end
+if slots > 0 or own_releases > 17 then redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now) end
+if shared_slots > 0 or #ARGV > own_releases then redis.call('ZREMRANGEBYSCORE', KEYS[8], '-inf', now) end
+local ban_end = tonumber(redis.call('GET', KEYS[4]) or '0')
+local minute_used = tonumber(redis.call('GET', KEYS[1]) or '0')
+local day_used = tonumber(redis.call('GET', KEYS[2]) or '0')
+local shared_minute = tonumber(redis.call('GET', KEYS[6]) or '0')
+local shared_day = tonumber(redis.call('GET', KEYS[7]) or '0')
+local function answer(outcome, last, taken) return {outcome, minute_used, day_used, last, taken, shared_minute, shared_day} end
+if shared_slots > 0 and redis.call('ZCARD', KEYS[8]) >= shared_slots then return answer(4, ban_end, 1) end
+if slots > 0 and redis.call('ZCARD', KEYS[5]) >= slots then return answer(4, ban_end, 0) end
+local function take_slots()
+  for _, taken in ipairs({{5, slots}, {8, shared_slots}}) do
+    if taken[2] > 0 then
+      redis.call('ZADD', KEYS[taken[1]], now + tonumber(ARGV[13]), ARGV[12])
+      redis.call('PEXPIRE', KEYS[taken[1]], ARGV[13])
+    end
+  end
+  return (slots > 0 or shared_slots > 0) and 1 or 0
+end
+if (bans or not count) and ban_end > now then return answer(2, ban_end, 0) end
+local cost = tonumber(ARGV[8])
+local own_room = minute_used + cost <= tonumber(ARGV[1]) and day_used + cost <= tonumber(ARGV[2])
+if own_room and shared_minute + cost <= tonumber(ARGV[14]) and shared_day + cost <= tonumber(ARGV[15]) then
+  if count then
+    local function add(key, ttl)
+      local used = redis.call('INCRBY', key, cost)
+      if used == cost then redis.call('PEXPIRE', key, ttl) end
+      return used
+    end
+    minute_used = add(KEYS[1], ARGV[6])
+    day_used = add(KEYS[2], ARGV[7])
+    shared_minute = add(KEYS[6], ARGV[6])
+    shared_day = add(KEYS[7], ARGV[7])
+  end
+  return answer(1, 0, take_slots())
+end
+if not count then return answer(0, 0, 0) end
+if own_room and bans then return answer(0, tonumber(redis.call('GET', KEYS[3]) or '0'), 0) end
+local refused = redis.call('INCR', KEYS[3])
+if refused == 1 then redis.call('PEXPIRE', KEYS[3], ARGV[6]) end
+if not bans then return answer(0, refused, take_slots()) end
+if refused > tonumber(ARGV[4]) then
+  local banned_until = now + tonumber(ARGV[5])
+  redis.call('SET', KEYS[4], banned_until, 'PX', tonumber(ARGV[5]) + ${DAY_MS})
+  redis.call('DEL', KEYS[3])
+  return answer(3, banned_until, 0)
+end
+return answer(0, refused, 0)
+`;
+
+/** Takes a request's cost (ARGV) back from each count (KEYS: minute, day, and a customer's minute and day) that still holds it, down to 0 at most. */
 const REFUND = `
-for i = 1, 2 do
+for i = 1, #KEYS do
   local used = tonumber(redis.call('GET', KEYS[i]) or '0')
   if used > 0 then redis.call('DECRBY', KEYS[i], math.min(used, tonumber(ARGV[1]))) end
 end
@@ -71,12 +142,17 @@ end
 declare module 'ioredis' {
   interface RedisCommander {
     decideRateLimit(...args: Array<string | number>): Promise<DecideResult>;
+    decideSharedRateLimit(...args: Array<string | number>): Promise<DecideSharedResult>;
     refundRateLimit(minuteKey: string, dayKey: string, cost: number): Promise<null>;
+    refundSharedRateLimit(minuteKey: string, dayKey: string, sharedMinuteKey: string, sharedDayKey: string, cost: number): Promise<null>;
   }
 }
 
 /** DECIDE's answer: outcome, minute used, day used, banned until or refusals, slot taken. */
 export type DecideResult = [number, number, number, number, number];
+
+/** DECIDE_SHARED's answer: DECIDE's, then the customer's minute used and day used. */
+export type DecideSharedResult = [...DecideResult, number, number];
 
 /** DECIDE's first result: 0 when limited, else one of these (BAN_STARTED: banned by this very request; BUSY: every slot taken). */
 export const ALLOWED = 1;
@@ -84,8 +160,10 @@ export const BANNED = 2;
 export const BAN_STARTED = 3;
 export const BUSY = 4;
 
-/** Makes the scripts commands of the client: decideRateLimit and refundRateLimit. */
+/** Makes the scripts commands of the client: decideRateLimit, decideSharedRateLimit, refundRateLimit and refundSharedRateLimit. */
 export function defineScripts(redis: Redis | Cluster) {
   redis.defineCommand('decideRateLimit', { numberOfKeys: 5, lua: DECIDE });
+  redis.defineCommand('decideSharedRateLimit', { numberOfKeys: 8, lua: DECIDE_SHARED });
   redis.defineCommand('refundRateLimit', { numberOfKeys: 2, lua: REFUND });
+  redis.defineCommand('refundSharedRateLimit', { numberOfKeys: 4, lua: REFUND });
 }

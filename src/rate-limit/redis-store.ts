@@ -15,6 +15,8 @@ import {
   type Decision,
   type Inspection,
   type RateLimitStore,
+  type Shared,
+  type SharedAdmission,
   type Slot,
   type StoreKind,
 } from './store.js';
@@ -91,9 +93,27 @@ export class RedisStore implements RateLimitStore {
     }
   }
 
-  /** Where a subject's keys start; one hash tag per subject keeps them on one slot of a Redis Cluster. */
+  /**
+   * Where a subject's keys start; one hash tag per subject keeps them on one slot of a Redis
+   * Cluster. A subject that starts with a hash tag of its own (a customer's key: keySubject) keeps
+   * it, and so shares the slot of its customer's subject.
+   */
   #base(subject: string) {
-    return `${this.#prefix}rl:{${subject}}`;
+    return subject.startsWith('{') ? `${this.#prefix}rl:${subject}` : `${this.#prefix}rl:{${subject}}`;
+  }
+
+  /** The releases queued for a subject's slots (`slots`, their key), now taken to be sent with a command. */
+  #takeReleases(slots: string) {
+    const releases = this.#releases.get(slots);
+    this.#releases.delete(slots);
+    return releases;
+  }
+
+  /** Remembers a lease this instance holds on a subject's slots, to renew it until it is given back. */
+  #holdLease(slots: string, lease: string) {
+    let leases = this.#leases.get(slots);
+    if (!leases) this.#leases.set(slots, (leases = new Set()));
+    leases.add(lease);
   }
 
   /** Runs DECIDE for the subject, carrying the releases of its slots queued until now. */
@@ -101,8 +121,7 @@ export class RedisStore implements RateLimitStore {
     const base = this.#base(subject);
     const slots = `${base}:c`;
     const minute = windowStart(now, MINUTE_MS);
-    const releases = this.#releases.get(slots);
-    this.#releases.delete(slots);
+    const releases = this.#takeReleases(slots);
     const deciding = this.redis.decideRateLimit(
       `${base}:m:${minute}`,
       `${base}:d:${windowStart(now, DAY_MS)}`,
@@ -143,13 +162,58 @@ export class RedisStore implements RateLimitStore {
     const decided = await this.#decide(subject, limits, now, cost, bans, count, slot);
     const [code, minuteUsed, dayUsed, banEnd, taken] = decided;
     if (code === BUSY) return { outcome: 'busy', standing: decideWithout(limits, now, minuteUsed, dayUsed, banEnd, cost) };
-    if (taken === 1) {
-      const key = `${this.#base(subject)}:c`;
-      let leases = this.#leases.get(key);
-      if (!leases) this.#leases.set(key, (leases = new Set()));
-      leases.add(slot.lease);
-    }
+    if (taken === 1) this.#holdLease(`${this.#base(subject)}:c`, slot.lease);
     return this.#decision(limits, now, decided);
+  }
+
+  async decideShared(subject: string, limits: Limits, now: number, claim: Claim, shared: Shared): Promise<SharedAdmission> {
+    const [own, customer] = [this.#base(subject), this.#base(shared.subject)];
+    const minute = windowStart(now, MINUTE_MS);
+    const day = windowStart(now, DAY_MS);
+    const [ownReleases, customerReleases] = [this.#takeReleases(`${own}:c`), this.#takeReleases(`${customer}:c`)];
+    const { cost, bans, count, slot } = claim;
+    const deciding = this.redis.decideSharedRateLimit(
+      `${own}:m:${minute}`,
+      `${own}:d:${day}`,
+      `${own}:${bans ? 'r' : 's'}:${minute}`,
+      `${own}:ban`,
+      `${own}:c`,
+      `${customer}:m:${minute}`,
+      `${customer}:d:${day}`,
+      `${customer}:c`,
+      limits.perMinute,
+      limits.perDay,
+      now,
+      this.#ban.threshold,
+      this.#ban.durationMs,
+      2 * MINUTE_MS,
+      2 * DAY_MS,
+      cost,
+      bans ? 1 : 0,
+      count ? 1 : 0,
+      slot.limit,
+      slot.lease,
+      LEASE_MS,
+      shared.limits.perMinute,
+      shared.limits.perDay,
+      shared.slots,
+      ownReleases?.leases.length ?? 0,
+      ...(ownReleases?.leases ?? []),
+      ...(customerReleases?.leases ?? []),
+    );
+    ownReleases?.sendWith(deciding);
+    customerReleases?.sendWith(deciding);
+    const [code, minuteUsed, dayUsed, last, taken, sharedMinute, sharedDay] = await deciding;
+    const customerWindows = usage(shared.limits, now, sharedMinute, sharedDay);
+    if (code === BUSY) {
+      const standing = decideWithout(limits, now, minuteUsed, dayUsed, last, cost);
+      return { admission: { outcome: 'busy', standing, customerBusy: taken === 1 }, customer: customerWindows };
+    }
+    if (taken === 1) {
+      if (slot.limit > 0) this.#holdLease(`${own}:c`, slot.lease);
+      if (shared.slots > 0) this.#holdLease(`${customer}:c`, slot.lease);
+    }
+    return { admission: this.#decision(limits, now, [code, minuteUsed, dayUsed, last, taken]), customer: customerWindows };
   }
 
   /**
@@ -236,6 +300,18 @@ export class RedisStore implements RateLimitStore {
     const base = this.#base(subject);
     const { minute, day } = windowsOf(decision);
     await this.redis.refundRateLimit(`${base}:m:${minute}`, `${base}:d:${day}`, cost);
+  }
+
+  async refundShared(subject: string, customerSubject: string, decision: Decision, cost: number) {
+    const [own, customer] = [this.#base(subject), this.#base(customerSubject)];
+    const { minute, day } = windowsOf(decision);
+    await this.redis.refundSharedRateLimit(
+      `${own}:m:${minute}`,
+      `${own}:d:${day}`,
+      `${customer}:m:${minute}`,
+      `${customer}:d:${day}`,
+      cost,
+    );
   }
 
   async close() {

@@ -12,7 +12,7 @@ export interface WindowUsage {
   resetAt: number;
 }
 
-interface Windows {
+export interface Windows {
   minute: WindowUsage;
   day: WindowUsage;
 }
@@ -39,8 +39,33 @@ export interface Claim {
   slot: Slot;
 }
 
-/** What admit decided: a decision, or `busy` when every slot was taken, with the standing `check` would tell (nothing counted). */
-export type Admission = Decision | { outcome: 'busy'; standing: Decision };
+/**
+ * What admit decided: a decision, or `busy` when every slot was taken, with the standing `check`
+ * would tell (nothing counted); of decideShared, `customerBusy` when the customer's slots were the ones taken.
+ */
+export type Admission = Decision | { outcome: 'busy'; standing: Decision; customerBusy?: boolean };
+
+/** The customer's side of a request of one of its keys: the subject its limits count in, its windows, its slots (0: none). */
+export interface Shared {
+  subject: string;
+  limits: Limits;
+  slots: number;
+}
+
+/** What decideShared decided: the key's admission (its own windows), and the customer's windows as they stand after it. */
+export interface SharedAdmission {
+  admission: Admission;
+  customer: Windows;
+}
+
+/** Each window of the two with fewer units left, the key's on a tie: what the headers and a 429 show of a customer's key. */
+export const lesserWindows = (own: Windows, customer: Windows): Windows => {
+  const left = (window: WindowUsage) => window.limit - window.used;
+  return {
+    minute: left(customer.minute) < left(own.minute) ? customer.minute : own.minute,
+    day: left(customer.day) < left(own.day) ? customer.day : own.day,
+  };
+};
 
 /** Whether a request so decided is served, and so holds the slot it asked for: allowed, or refused by its windows in shadow mode. */
 export const served = (decision: Decision, count: boolean, bans: boolean) =>
@@ -86,6 +111,17 @@ export interface RateLimitStore {
    * slot only if it is served (see served), so one the windows refuse holds none.
    */
   admit(subject: string, limits: Limits, now: number, claim: Claim): Promise<Admission>;
+  /**
+   * Decides a request of a customer's key against the key's subject and the customer's together,
+   * in one step, as admit would (a `claim.slot` of limit 0: no slot of the key's own): allowed only
+   * when both have room for its cost, counted in both or in neither; the slots of both (where they
+   * have a limit) taken by the lease together, or none. The ban and the refusals that start it are
+   * the key's alone: a request only the customer's windows refuse counts towards no ban (in shadow
+   * mode, it is a would-be refusal of the key as any other).
+   */
+  decideShared(subject: string, limits: Limits, now: number, claim: Claim, shared: Shared): Promise<SharedAdmission>;
+  /** Takes back a request decideShared allowed, from both subjects (as refund does). */
+  refundShared(subject: string, customerSubject: string, decision: Decision, cost: number): Promise<void>;
   /** Gives back the slot a lease holds, if it holds one. */
   release(subject: string, lease: string): Promise<void>;
   /** The subject's requests in flight now, on every instance that shares the store. */

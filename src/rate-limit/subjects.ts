@@ -1,7 +1,19 @@
 import { PLAN_LIMITS, type Limits } from '../api-keys/plans.js';
+import type { ApiKeyIdentity } from '../api-keys/identity.js';
 
-/** The subject a key counts as: its quota, which the keys rotated from one another share. */
-export const keySubject = (quotaId: number) => `key:${quotaId}`;
+/** The subject a customer's limits count in, shared by all its keys. */
+export const customerSubject = (customerId: number) => `customer:${customerId}`;
+/** What names a key's subject: its quota and its customer. */
+export type KeyQuota = Pick<ApiKeyIdentity, 'quotaId' | 'customerId'>;
+
+/**
+ * The subject a key counts as: its quota, which the keys rotated from one another share. A
+ * customer's key starts with its customer's subject in braces, the Redis Cluster hash tag both
+ * subjects' keys then share (see RedisStore's naming), so one script can decide both. A key's
+ * customer is set at its creation and kept by rotation, so its subject never changes.
+ */
+export const keySubject = ({ quotaId, customerId }: KeyQuota) =>
+  customerId === null ? `key:${quotaId}` : `{${customerSubject(customerId)}}key:${quotaId}`;
 /** The subject a caller without a valid key counts as: its client address (see clientOf). */
 export const addressSubject = (client: string) => `ip:${client}`;
 /** The subject a key's quota lookups count as. */

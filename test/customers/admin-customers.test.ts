@@ -10,7 +10,7 @@ const test = adminTest();
 async function createCustomer(admin: TestAdmin, body: Record<string, unknown>) {
   const response = await admin.request('POST', '/admin/v1/customers', { json: body });
   expect(response.status, JSON.stringify(response.body)).toBe(201);
-  return response.body as { id: number; externalId: string; name: string; createdAt: string; updatedAt: string };
+  return response.body as { id: number; externalId: string; name: string; limits: unknown; createdAt: string; updatedAt: string };
 }
 
 /** The audit trail's newest entries, newest first. */
@@ -25,6 +25,7 @@ describe('create', () => {
       id: expect.any(Number),
       externalId: 'cus_4711',
       name: 'Acme Corp',
+      limits: null,
       createdAt: expect.any(String),
       updatedAt: created.createdAt,
     });
@@ -309,4 +310,76 @@ describe('keys of a customer', () => {
     }
     expect((await t.app.apiKeysRepository.list()).length).toBe(before);
   });
+});
+
+describe('limits', () => {
+  test('create with limits shows them (concurrency null when absent); a PATCH changes them, null removes them; each change audited', async ({
+    admin,
+  }) => {
+    const created = await createCustomer(admin, { externalId: 'cus_limited', limits: { perMinute: 100, perDay: 10_000 } });
+    expect(created).toMatchObject({ limits: { perMinute: 100, perDay: 10_000, concurrency: null } });
+    expect((await admin.request('GET', `/admin/v1/customers/${created.id}`)).body).toEqual(created);
+    expect((await newestAudit(admin))[0]).toMatchObject({
+      action: 'customer.create',
+      details: { customerId: created.id, limits: { perMinute: 100, perDay: 10_000, concurrency: null } },
+    });
+
+    const limits = { perMinute: 50, perDay: 20_000, concurrency: 4 };
+    const changed = await admin.request('PATCH', `/admin/v1/customers/${created.id}`, { json: { limits } });
+    expect(changed.status, JSON.stringify(changed.body)).toBe(200);
+    expect(changed.body).toMatchObject({ externalId: 'cus_limited', limits });
+    expect((await newestAudit(admin))[0]).toMatchObject({
+      action: 'customer.update',
+      details: { before: { limits: created.limits }, after: { limits } },
+    });
+    // The same limits again: nothing changes or is recorded.
+    const [audited] = await newestAudit(admin);
+    expect((await admin.request('PATCH', `/admin/v1/customers/${created.id}`, { json: { limits } })).body).toEqual(changed.body);
+    expect((await newestAudit(admin))[0]).toEqual(audited);
+
+    const removed = await admin.request('PATCH', `/admin/v1/customers/${created.id}`, { json: { limits: null } });
+    expect(removed.body).toMatchObject({ limits: null });
+    expect((await newestAudit(admin))[0]).toMatchObject({ details: { before: { limits }, after: { limits: null } } });
+    expect(await createCustomer(admin, { externalId: 'cus_unlimited', limits: null })).toMatchObject({ limits: null });
+  });
+
+  test('400 naming body/limits for limits missing one window, out of bounds, with an unknown field; nothing is created', async ({
+    admin,
+  }) => {
+    for (const limits of [
+      { perMinute: 10 },
+      { perDay: 10 },
+      { perMinute: 0, perDay: 10 },
+      { perMinute: 10, perDay: 2_147_483_648 },
+      { perMinute: 10, perDay: 10, concurrency: 0 },
+      { perMinute: 10, perDay: 10, concurrency: 100_001 },
+      { perMinute: 10, perDay: 10, burst: 5 },
+      'unlimited',
+    ]) {
+      const response = await admin.request('POST', '/admin/v1/customers', { json: { externalId: 'cus_bad_limits', limits } });
+      expectError(response, 400, 'bad_request');
+      expect(response.body.message, JSON.stringify(limits)).toMatch(/^body\/limits\b/);
+    }
+    expect((await admin.request('GET', '/admin/v1/customers?externalId=cus_bad_limits')).body).toEqual([]);
+  });
+});
+
+/** An app whose createPet costs 5 units, for the limits that must fit it. */
+const pricedTest = adminTest({ env: { RATE_LIMIT_COSTS: 'createPet=5' } });
+
+describe('limits and RATE_LIMIT_COSTS', () => {
+  pricedTest(
+    '400 naming the limit below an operation’s cost: every key of the customer would be refused it for good',
+    async ({ admin }) => {
+      const refused = await admin.request('POST', '/admin/v1/customers', {
+        json: { externalId: 'cus_cheap', limits: { perMinute: 4, perDay: 100 } },
+      });
+      expectError(refused, 400, 'bad_request');
+      expect(refused.body.message).toMatch(/^body\/limits\/perMinute is 4, less than the 5 units createPet costs/);
+      const created = await createCustomer(admin, { externalId: 'cus_cheap', limits: { perMinute: 5, perDay: 100 } });
+      const patched = await admin.request('PATCH', `/admin/v1/customers/${created.id}`, { json: { limits: { perMinute: 5, perDay: 3 } } });
+      expectError(patched, 400, 'bad_request');
+      expect(patched.body.message).toMatch(/^body\/limits\/perDay is 3/);
+    },
+  );
 });

@@ -1,6 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { expect } from 'vitest';
+import { createCustomersRepository } from '../../src/customers/repository.js';
+import { KEYS_COMMAND } from '../support/admin.js';
 import { eventually } from '../support/eventually.js';
 import { bearer, waitForKeyOnApp } from '../support/keys.js';
 import { describeNeeding, NEEDS, startRedisCluster, type RedisCluster } from '../support/engines/index.js';
@@ -59,6 +61,28 @@ describeNeeding(NEEDS.postgresUrl, NEEDS.redisServer)('a Redis Cluster (REDIS_CL
     for (const [port, key] of keys) {
       expect({ port, statuses: await freeKeyRun([a, b], key) }).toEqual({ port, statuses: { 200: 60, 429: 10 } });
     }
+    expect([await fallbackGauge(a), await fallbackGauge(b)]).toEqual([0, 0]);
+  });
+
+  test("a customer's two keys share its minute exactly through two instances: their subjects and the customer's share one slot (no CROSSSLOT)", async ({
+    instances,
+    clock,
+  }) => {
+    const [a, b] = instances;
+    const customer = await createCustomersRepository(a.app.db).create(
+      { externalId: `cus_cluster_${randomUUID()}`, limits: { perMinute: 10, perDay: 1_000 } },
+      KEYS_COMMAND,
+    );
+    const keys = await Promise.all([1, 2].map(() => a.app.apiKeysRepository.create({ plan: 'free', customerId: customer.id })));
+    for (const { key } of keys) await Promise.all([a, b].map((instance) => waitForKeyOnApp(instance.app, bearer(key))));
+    clock.advance(MINUTE);
+    const statuses: number[] = [];
+    for (let i = 0; i < 20; i++) {
+      const instance = [a, b][i % 2]!;
+      statuses.push((await instance.app.inject({ url: '/v1/pets?limit=1', headers: bearer(keys[i % 2]!.key) })).statusCode);
+    }
+    expect(statuses).toEqual([...Array<number>(10).fill(200), ...Array<number>(10).fill(429)]);
+    // Decided on the cluster all along: a CROSSSLOT error would have sent them to memory.
     expect([await fallbackGauge(a), await fallbackGauge(b)]).toEqual([0, 0]);
   });
 

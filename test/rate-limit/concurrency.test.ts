@@ -38,7 +38,7 @@ const get = (app: FastifyInstance, headers: { authorization: string }) => app.in
 
 /** Waits until the key's quota has `count` requests in flight, as the store that decides sees it. */
 const inFlight = (app: FastifyInstance, quotaId: number, count: number) =>
-  eventually(async () => (await app.rateLimit.inFlight(quotaId, app.now())) === count);
+  eventually(async () => (await app.rateLimit.inFlight({ quotaId, customerId: null }, app.now())) === count);
 
 describe('RATE_LIMIT_CONCURRENCY', () => {
   it('per plan by default, off, or plan=requests pairs; a plan there is not stops the start', async () => {

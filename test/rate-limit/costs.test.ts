@@ -161,7 +161,7 @@ describe.each(RATE_LIMIT_STORES)('a priced read revalidated with the $name store
       const revalidated = await t.app.inject({ url: '/v1/pets?limit=1', headers: { ...headers, 'if-none-match': read.headers.etag } });
       expect(revalidated.statusCode).toBe(304);
       expect(revalidated.headers['x-ratelimit-remaining']).toBe('27');
-      const { decision } = await t.app.rateLimit.usage(quotaId, limits, clock.now());
+      const { decision } = await t.app.rateLimit.usage({ quotaId, customerId: null }, limits, clock.now());
       expect(decision).toMatchObject({ minute: { used: 3 }, day: { used: 3 } });
     });
   });
