@@ -202,7 +202,8 @@ function revokeKey(admin: Admin, { rules, credits, actorOf }: AdminKeysOptions) 
       },
       config: { writes: true },
     },
-    async (request) => withCredits(credits, foundKey(await rules.revoke(request.params.id, { actor: actorOf(request) }), request.params.id)),
+    async (request) =>
+      withCredits(credits, foundKey(await rules.revoke(request.params.id, { actor: actorOf(request) }), request.params.id)),
   );
 }
 

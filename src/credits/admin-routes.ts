@@ -38,7 +38,8 @@ async function operate(
   { owner, label, actor, keyId }: { owner: CreditsOwner; label: string; actor: Actor; keyId: number | null },
   { operation, amount }: CreditsOperation,
 ): Promise<Credits> {
-  if (operation !== 'set' && amount < 1) throw errors.badRequest(`body/amount must be a whole number from 1 to ${MAX_AMOUNT} for ${operation}`);
+  if (operation !== 'set' && amount < 1)
+    throw errors.badRequest(`body/amount must be a whole number from 1 to ${MAX_AMOUNT} for ${operation}`);
   const { before, after } = await credits.apply(tx, owner, operation, amount);
   if (!after) throw before ? new BalanceLimitError(label, MAX_BALANCE) : new NoCreditsError(label);
   const action = 'customerId' in owner ? 'customer.credits' : 'key.credits';

@@ -31,7 +31,10 @@ function refillDayOf(year: number, month: number, day: number): number {
  * this month if that is still ahead, else in the next. Strictly after, so a refill made at its
  * due instant is next due a period later, and one made late (instances down for days) once only.
  */
-export function nextRefillAt({ interval, dayOfMonth = DEFAULT_DAY_OF_MONTH }: Pick<Refill, 'interval' | 'dayOfMonth'>, after: number): number {
+export function nextRefillAt(
+  { interval, dayOfMonth = DEFAULT_DAY_OF_MONTH }: Pick<Refill, 'interval' | 'dayOfMonth'>,
+  after: number,
+): number {
   if (interval === 'day') return Math.floor(after / DAY_MS) * DAY_MS + DAY_MS;
   const at = new Date(after);
   const thisMonth = refillDayOf(at.getUTCFullYear(), at.getUTCMonth(), dayOfMonth);

@@ -113,13 +113,21 @@ export function createCreditsRepository(db: Database) {
 
     /** The keys given, each with its quota's credits (null for none): one read for them all. */
     async ofKeys<T extends { quotaId: number }>(keys: T[], target: Queryable = db): Promise<Array<T & { credits: Credits | null }>> {
-      const found = await byOwner('quota_id', keys.map((key) => key.quotaId), target);
+      const found = await byOwner(
+        'quota_id',
+        keys.map((key) => key.quotaId),
+        target,
+      );
       return keys.map((key) => ({ ...key, credits: found.get(key.quotaId) ?? null }));
     },
 
     /** The customers given, each with its credits (null for none). */
     async ofCustomers<T extends { id: number }>(customers: T[], target: Queryable = db): Promise<Array<T & { credits: Credits | null }>> {
-      const found = await byOwner('customer_id', customers.map((customer) => customer.id), target);
+      const found = await byOwner(
+        'customer_id',
+        customers.map((customer) => customer.id),
+        target,
+      );
       return customers.map((customer) => ({ ...customer, credits: found.get(customer.id) ?? null }));
     },
 
@@ -164,7 +172,9 @@ export function createCreditsRepository(db: Database) {
       db.transaction(async (tx) => {
         const due = await tx.query<Pick<BalanceRow, 'id' | 'refill_interval' | 'refill_day'>>(refillStatements.due, [new Date(now), limit]);
         if (due.length === 0) return 0;
-        const next = due.map((row) => new Date(nextRefillAt({ interval: row.refill_interval!, dayOfMonth: row.refill_day ?? undefined }, now)));
+        const next = due.map(
+          (row) => new Date(nextRefillAt({ interval: row.refill_interval!, dayOfMonth: row.refill_day ?? undefined }, now)),
+        );
         const rows = await tx.query<BalanceRow>(refillStatements.refill, [due.map((row) => row.id), next.map((at) => at.toISOString())]);
         await refilled(tx, rows.map(refilledOf));
         return rows.length;
@@ -212,7 +222,9 @@ const refillStatements = {
     text: `UPDATE credit_balances AS balance
            SET base = balance.refill_amount, ${NEW_VERSION.replaceAll('credit_balances.', 'balance.')}, next_refill_at = due.next
            FROM unnest($1::bigint[], $2::timestamptz[]) AS due (id, next)
-           WHERE balance.id = due.id RETURNING ${COLUMNS.split(', ').map((column) => `balance.${column}`).join(', ')}`,
+           WHERE balance.id = due.id RETURNING ${COLUMNS.split(', ')
+             .map((column) => `balance.${column}`)
+             .join(', ')}`,
   },
 };
 

@@ -24,7 +24,9 @@ const operate = (admin: TestAdmin, path: string, json: unknown, headers?: Record
   admin.request('POST', `${path}/credits`, { json, headers });
 
 describe('credits on customers', () => {
-  test('made with the customer, shown by get and list, changed by PATCH (a set, with the new refill), removed by null', async ({ admin }) => {
+  test('made with the customer, shown by get and list, changed by PATCH (a set, with the new refill), removed by null', async ({
+    admin,
+  }) => {
     const created = await createCustomer(admin, { credits: { remaining: 10_000, refill: { interval: 'month', amount: 10_000 } } });
     const monthly = { remaining: 10_000, refill: { interval: 'month', amount: 10_000, dayOfMonth: 1 }, refillAt: NEXT_MONTH };
     expect(created.credits).toEqual(monthly);
@@ -131,14 +133,13 @@ describe('the operations', () => {
     expect(await newestAudit(admin)).toMatchObject({
       details: { operation: 'decrement', amount: 1_000, before: { remaining: 10 }, after: { remaining: 0 } },
     });
-    const [{ base, spent, version }] = await t.db.query<{ base: number; spent: number; version: number }>(
-      'SELECT base, spent, version FROM credit_balances WHERE customer_id = $1',
-      [customer.id],
-    );
-    expect({ base, spent, version }).toEqual({ base: 120, spent: 120, version: 1 });
+    const [recorded] = await t.db.query('SELECT base, spent, version FROM credit_balances WHERE customer_id = $1', [customer.id]);
+    expect(recorded).toEqual({ base: 120, spent: 120, version: 1 });
 
     expect((await operate(admin, path, { operation: 'set', amount: 40 })).body).toEqual({ remaining: 40, ...daily });
-    const [row] = await t.db.query('SELECT base, spent, version, exhausted_version FROM credit_balances WHERE customer_id = $1', [customer.id]);
+    const [row] = await t.db.query('SELECT base, spent, version, exhausted_version FROM credit_balances WHERE customer_id = $1', [
+      customer.id,
+    ]);
     expect(row).toEqual({ base: 40, spent: 0, version: 2, exhausted_version: null });
     expect((await operate(admin, path, { operation: 'set', amount: 0 })).body.remaining).toBe(0);
   });
@@ -149,7 +150,11 @@ describe('the operations', () => {
     const refused = await operate(admin, path, { operation: 'decrement', amount: 1 });
     expectError(refused, 409, 'conflict');
     expect(refused.body.message).toBe(`API key ${key.id} has no credits to decrement; set or increment them first`);
-    expect((await operate(admin, path, { operation: 'increment', amount: 25 })).body).toEqual({ remaining: 25, refill: null, refillAt: null });
+    expect((await operate(admin, path, { operation: 'increment', amount: 25 })).body).toEqual({
+      remaining: 25,
+      refill: null,
+      refillAt: null,
+    });
     expect(await newestAudit(admin)).toMatchObject({
       action: 'key.credits',
       keyId: key.id,
@@ -167,7 +172,9 @@ describe('the operations', () => {
   test('50 increments at once add up exactly', async ({ admin }) => {
     const customer = await createCustomer(admin, { credits: { remaining: 0 } });
     const path = `/admin/v1/customers/${customer.id}`;
-    const answers = await Promise.all(Array.from({ length: 50 }, (_, i) => operate(admin, path, { operation: 'increment', amount: i + 1 })));
+    const answers = await Promise.all(
+      Array.from({ length: 50 }, (_, i) => operate(admin, path, { operation: 'increment', amount: i + 1 })),
+    );
     expect(answers.map((answer) => answer.status)).toEqual(Array<number>(50).fill(200));
     expect((await admin.request('GET', path)).body.credits.remaining).toBe((50 * 51) / 2);
     // Each saw a balance no other saw: the audit's before and after chain without a gap.

@@ -107,11 +107,17 @@ describe.runIf(POSTGRES_URL)('two instances on one database', () => {
       // Both instances look for due balances every second: the clock moves for both at once, to November's last day.
       clock.set(Date.parse('2026-11-30T00:00:01Z'));
       await eventually(async () => {
-        const versions = await a!.db.query<{ version: number }>('SELECT version FROM credit_balances WHERE quota_id = ANY($1::bigint[])', [ids]);
+        const versions = await a!.db.query<{ version: number }>('SELECT version FROM credit_balances WHERE quota_id = ANY($1::bigint[])', [
+          ids,
+        ]);
         return versions.every((row) => row.version === 2);
       }, 10_000);
       for (const id of ids) {
-        expect(await balanceOf(b!, 'quota_id', id)).toMatchObject({ base: 1_000, version: 2, next_refill_at: new Date('2026-12-31T00:00:00Z') });
+        expect(await balanceOf(b!, 'quota_id', id)).toMatchObject({
+          base: 1_000,
+          version: 2,
+          next_refill_at: new Date('2026-12-31T00:00:00Z'),
+        });
       }
       const events = await refilledEvents(a!);
       expect(events).toHaveLength(20);
@@ -122,7 +128,9 @@ describe.runIf(POSTGRES_URL)('two instances on one database', () => {
       // A later refill, of a balance made due again, finds the others not due: refilled once.
       await a!.db.query("UPDATE credit_balances SET next_refill_at = '2026-11-29T00:00:00Z' WHERE quota_id = $1", [ids[0]]);
       await eventually(async () => (await balanceOf(a!, 'quota_id', ids[0]!)).version === 3);
-      const versions = await a!.db.query<{ version: number }>('SELECT version FROM credit_balances WHERE quota_id = ANY($1::bigint[])', [ids.slice(1)]);
+      const versions = await a!.db.query<{ version: number }>('SELECT version FROM credit_balances WHERE quota_id = ANY($1::bigint[])', [
+        ids.slice(1),
+      ]);
       expect(versions.every((row) => row.version === 2)).toBe(true);
       expect(await refilledEvents(b!)).toHaveLength(21);
     });

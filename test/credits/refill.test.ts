@@ -63,7 +63,11 @@ describe('creditsSetting', () => {
 
   test('a dayOfMonth on a daily refill is a 400 naming it', () => {
     expect(() => creditsSetting({ remaining: 5, refill: { interval: 'day', amount: 9, dayOfMonth: 3 } }, 0)).toThrow(
-      expect.objectContaining({ statusCode: 400, code: 'bad_request', message: 'body/credits/refill/dayOfMonth is for a monthly refill only' }),
+      expect.objectContaining({
+        statusCode: 400,
+        code: 'bad_request',
+        message: 'body/credits/refill/dayOfMonth is for a monthly refill only',
+      }),
     );
   });
 });
