@@ -23,8 +23,8 @@ interface BalanceRow {
 
 const COLUMNS = 'id, customer_id, quota_id, base, spent, version, refill_interval, refill_amount, refill_day, next_refill_at';
 
-/** A new version: spending recorded for the one before is dropped, and its exhaustion may be told again. */
-const NEW_VERSION = 'spent = 0, version = credit_balances.version + 1, exhausted_version = NULL, updated_at = now()';
+/** A new version of the row named `row`: spending recorded for the one before is dropped, and its exhaustion may be told again. */
+const newVersion = (row = 'credit_balances') => `spent = 0, version = ${row}.version + 1, exhausted_version = NULL, updated_at = now()`;
 
 /** The statements on the balances of one kind of owner (customer_id or quota_id), each prepared under its own name. */
 function statementsOf(owner: 'customer_id' | 'quota_id') {
@@ -38,7 +38,7 @@ function statementsOf(owner: 'customer_id' | 'quota_id') {
       `INSERT INTO credit_balances (${owner}, base, refill_interval, refill_amount, refill_day, next_refill_at)
        VALUES ($1, $2, $3, $4, $5, $6)
        ON CONFLICT (${owner}) DO UPDATE SET base = EXCLUDED.base, refill_interval = EXCLUDED.refill_interval,
-         refill_amount = EXCLUDED.refill_amount, refill_day = EXCLUDED.refill_day, next_refill_at = EXCLUDED.next_refill_at, ${NEW_VERSION}
+         refill_amount = EXCLUDED.refill_amount, refill_day = EXCLUDED.refill_day, next_refill_at = EXCLUDED.next_refill_at, ${newVersion()}
        RETURNING ${COLUMNS}`,
     ),
     remove: named('remove', `DELETE FROM credit_balances WHERE ${owner} = $1 RETURNING ${COLUMNS}`),
@@ -46,7 +46,7 @@ function statementsOf(owner: 'customer_id' | 'quota_id') {
     set: named(
       'set',
       `INSERT INTO credit_balances (${owner}, base) VALUES ($1, $2)
-       ON CONFLICT (${owner}) DO UPDATE SET base = EXCLUDED.base, ${NEW_VERSION} RETURNING ${COLUMNS}`,
+       ON CONFLICT (${owner}) DO UPDATE SET base = EXCLUDED.base, ${newVersion()} RETURNING ${COLUMNS}`,
     ),
     increment: named(
       'increment',
@@ -75,7 +75,7 @@ const refillOf = (row: BalanceRow): Refill | null => {
 };
 
 /** A balance as the admin API shows it: remaining as recorded, never below 0. */
-export const creditsOf = (row: BalanceRow): Credits => ({
+const creditsOf = (row: BalanceRow): Credits => ({
   remaining: Math.max(0, row.base - row.spent),
   refill: refillOf(row),
   refillAt: row.next_refill_at && new Date(row.next_refill_at).toISOString(),
@@ -109,8 +109,6 @@ export function createCreditsRepository(db: Database) {
   };
 
   return {
-    get: (owner: CreditsOwner, target: Queryable = db) => read(target, owner),
-
     /** The keys given, each with its quota's credits (null for none): one read for them all. */
     async ofKeys<T extends { quotaId: number }>(keys: T[], target: Queryable = db): Promise<Array<T & { credits: Credits | null }>> {
       const found = await byOwner(
@@ -220,11 +218,9 @@ const refillStatements = {
   refill: {
     name: 'credit_balances_refill',
     text: `UPDATE credit_balances AS balance
-           SET base = balance.refill_amount, ${NEW_VERSION.replaceAll('credit_balances.', 'balance.')}, next_refill_at = due.next
+           SET base = balance.refill_amount, ${newVersion('balance')}, next_refill_at = due.next
            FROM unnest($1::bigint[], $2::timestamptz[]) AS due (id, next)
-           WHERE balance.id = due.id RETURNING ${COLUMNS.split(', ')
-             .map((column) => `balance.${column}`)
-             .join(', ')}`,
+           WHERE balance.id = due.id RETURNING ${COLUMNS.replace(/\w+/g, 'balance.$&')}`,
   },
 };
 
