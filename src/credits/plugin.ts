@@ -1,7 +1,8 @@
 import fp from 'fastify-plugin';
 import { creditsRefilled } from '../webhooks/events.js';
 import { createWebhookDeliveriesRepository } from '../webhooks/repository.js';
-import { createCreditsRepository } from './repository.js';
+import type { Transaction } from '../platform/db/database.js';
+import { createCreditsRepository, type RefilledBalance } from './repository.js';
 
 /** How often each instance looks for balances due a refill: a refill lands within about this long of its 00:00 UTC. */
 export const REFILL_EVERY_MS = 1_000;
@@ -24,22 +25,38 @@ export default fp<CreditsOptions>(
     const balances = createCreditsRepository(app.db);
     const deliveries = events ? createWebhookDeliveriesRepository(app.db) : undefined;
     let running: Promise<void> | undefined;
+    // Told once per run of failures (a database outage), not once a second.
+    let failing = false;
 
+    /** The events of the balances a pass refilled, recorded in the refills' transaction. */
+    const recordEvents =
+      (now: number) =>
+      async (tx: Transaction, refilled: RefilledBalance[]): Promise<void> => {
+        if (!deliveries) return;
+        for (const { id, owner, version, remaining, refillAt } of refilled) {
+          await deliveries.record(creditsRefilled({ balanceId: id, owner, version, remaining, refillAt }, now), tx);
+        }
+      };
     const refill = async () => {
       const now = app.now();
-      while (
-        (await balances.refillDue(now, REFILL_BATCH, async (tx, refilled) => {
-          if (!deliveries) return;
-          for (const { id, owner, version, remaining, refillAt } of refilled) {
-            await deliveries.record(creditsRefilled({ balanceId: id, owner, version, remaining, refillAt }, now), tx);
-          }
-        })) === REFILL_BATCH
-      );
+      // A full batch may leave more due: on until one is not full.
+      let count: number;
+      do count = await balances.refillDue(now, REFILL_BATCH, recordEvents(now));
+      while (count === REFILL_BATCH);
     };
     const tick = () => {
       // One pass at a time: a slow database makes the next tick wait, not pile up.
       running ??= refill()
-        .catch((error: unknown) => app.log.warn({ err: error }, 'credits: refilling the balances due failed'))
+        .then(
+          () => {
+            if (failing) app.log.info('credits: refilling the balances due works again');
+            failing = false;
+          },
+          (error: unknown) => {
+            if (!failing) app.log.warn({ err: error }, 'credits: refilling the balances due failed; trying again every second');
+            failing = true;
+          },
+        )
         .finally(() => (running = undefined));
     };
     const timer = setInterval(tick, REFILL_EVERY_MS).unref();

@@ -61,7 +61,7 @@ export function keyBanned({ key, bannedUntil }: { key: ApiKeyIdentity; bannedUnt
   };
 }
 
-/** A balance was refilled (src/credits/refill-job.ts): its version `version` starts from `remaining`, until `refillAt`. */
+/** A balance was refilled (src/credits/plugin.ts): its version `version` starts from `remaining`, until `refillAt`. */
 export function creditsRefilled(
   {
     balanceId,
