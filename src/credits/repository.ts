@@ -90,7 +90,7 @@ export interface CreditsChanged {
 /**
  * The credit balances' record (migrations/016) as the admin API changes it: sets, removals and the
  * three operations, each one statement. `spent` is the limiter's to add to; the refills are the
- * refill job's (refill-job.ts). Methods run on the caller's transaction (`target`), so that a change
+ * refill job's (plugin.ts). Methods run on the caller's transaction (`target`), so that a change
  * and its audit entry commit together; the caller locks the owner first (lockCustomer, lockQuota)
  * so that `before` is exact.
  */
