@@ -11,6 +11,8 @@ import adminAuth, { actorOf, ADMIN_SECURITY_SCHEME, TOKEN_IN_REQUEST_LOG } from 
 import { documentAdminOperation } from './contract.js';
 import adminKeys from '../api-keys/admin-routes.js';
 import adminCustomers from '../customers/admin-routes.js';
+import { adminCustomerCredits, adminKeyCredits } from '../credits/admin-routes.js';
+import { createCreditsRepository } from '../credits/repository.js';
 import { createCustomersRepository } from '../customers/repository.js';
 import { adminAddressBans, adminKeyUsage } from '../rate-limit/admin-routes.js';
 import adminWebhookDeliveries from '../webhooks/admin-routes.js';
@@ -49,7 +51,7 @@ export async function buildAdminServer(app: FastifyInstance): Promise<FastifyIns
       title: 'Pet store admin',
       version: '1.0.0',
       description:
-        'Key management for the systems that sell and support access: issue, list, change, rotate and revoke API keys, manage the customers who own them, ' +
+        'Key management for the systems that sell and support access: issue, list, change, rotate and revoke API keys, manage the customers who own them and the prepaid credits of both, ' +
         'read their usage, list and lift bans of keys and addresses, follow the usage events sent by webhook, and read the audit trail. Every error is an `Error` body `{code, message, status}`.',
     },
     serverUrl: ADMIN_PREFIX,
@@ -82,8 +84,11 @@ export async function buildAdminServer(app: FastifyInstance): Promise<FastifyIns
       keys: createIdempotencyKeysRepository(db, 'admin'),
       ownerOf: (request) => request.adminToken?.id,
     });
-    await operations.register(adminKeys, { keys: app.apiKeysRepository, rules: app.keyRules, actorOf });
+    const credits = createCreditsRepository(db);
+    await operations.register(adminKeys, { keys: app.apiKeysRepository, rules: app.keyRules, credits, actorOf });
+    await operations.register(adminKeyCredits, { db, credits, actorOf });
     await operations.register(adminCustomers, { customers: createCustomersRepository(db), actorOf, costs: config.rateLimitCosts });
+    await operations.register(adminCustomerCredits, { db, credits, actorOf });
     await operations.register(adminKeyUsage, { keys: app.apiKeysRepository, rateLimit: app.rateLimit, audit, actorOf });
     await operations.register(adminAddressBans, { rateLimit: app.rateLimit, audit, actorOf });
     await operations.register(adminWebhookDeliveries, { deliveries: createWebhookDeliveriesRepository(db), audit, actorOf });

@@ -2,6 +2,8 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { errors } from '../platform/errors.js';
 import { decodeCursor, encodeCursor, filterDigest, nextLink } from '../platform/pagination.js';
 import type { ActorOf } from '../audit/repository.js';
+import { creditsSetting } from '../credits/refill.js';
+import type { CreditsRepository } from '../credits/repository.js';
 import type { ApiKeyRecord, ApiKeysRepository } from './repository.js';
 import { expiryOf, newKey, type KeyRules } from './rules.js';
 import { refuseOtherMethods } from '../platform/http/method-not-allowed.js';
@@ -14,6 +16,8 @@ export const KEYS_PATH = '/admin/v1/keys';
 export interface AdminKeysOptions {
   keys: ApiKeysRepository;
   rules: KeyRules;
+  /** Each key is shown with its quota's credits. */
+  credits: CreditsRepository;
   /** Who the admin request's change is recorded as, in the audit trail. */
   actorOf: ActorOf;
 }
@@ -29,6 +33,9 @@ export const foundKey = (key: ApiKeyRecord | undefined, id: number): ApiKeyRecor
   return key;
 };
 
+/** The key with its quota's credits, as every operation shows it. */
+const withCredits = async (credits: CreditsRepository, key: ApiKeyRecord) => (await credits.ofKeys([key]))[0]!;
+
 /**
  * The listing's filters, so that a cursor is used only with the filters it was made for (short: they include a name);
  * without a customer, the digest of the filters before there were customers, so that their cursors still hold.
@@ -41,7 +48,7 @@ const filterOf = (query: { plan?: string; state?: string; name?: string; custome
     ...(query.customerId === undefined ? [] : [query.customerId]),
   ]);
 
-function createKey(admin: Admin, { rules, actorOf }: AdminKeysOptions) {
+function createKey(admin: Admin, { rules, credits, actorOf }: AdminKeysOptions) {
   admin.post(
     KEYS_PATH,
     {
@@ -55,13 +62,16 @@ function createKey(admin: Admin, { rules, actorOf }: AdminKeysOptions) {
       config: { writes: true, idempotent: true },
     },
     async (request, reply) => {
-      const key = newKey(request.body, admin.now());
+      const { credits: given, ...fields } = request.body;
+      const key = newKey(fields, admin.now());
+      const setting = given && creditsSetting(given, admin.now());
       // The secret leaves in this answer only: the stored response a retry gets has no secret.
       let secret: string | undefined;
       const { status, location, body } = await admin.idempotently(request, reply, async (tx) => {
-        const issued = await rules.create(key, { tx, actor: actorOf(request) });
+        const issued = await rules.create(key, { tx, actor: actorOf(request), credits: setting });
         secret = issued.key;
-        return { status: 201 as const, location: `${KEYS_PATH}/${issued.id}`, body: issued.record };
+        const [record] = await credits.ofKeys([issued.record], tx);
+        return { status: 201 as const, location: `${KEYS_PATH}/${issued.id}`, body: record! };
       });
       return reply
         .code(status)
@@ -71,7 +81,7 @@ function createKey(admin: Admin, { rules, actorOf }: AdminKeysOptions) {
   );
 }
 
-function listKeys(admin: Admin, { keys }: AdminKeysOptions) {
+function listKeys(admin: Admin, { keys, credits }: AdminKeysOptions) {
   admin.get(
     KEYS_PATH,
     {
@@ -94,12 +104,12 @@ function listKeys(admin: Admin, { keys }: AdminKeysOptions) {
       if (page.nextAfterId !== undefined) {
         reply.header('link', nextLink(KEYS_PATH, { ...filters, limit, cursor: encodeCursor(page.nextAfterId, filter) }));
       }
-      return page.keys;
+      return credits.ofKeys(page.keys);
     },
   );
 }
 
-function getKey(admin: Admin, { keys }: AdminKeysOptions) {
+function getKey(admin: Admin, { keys, credits }: AdminKeysOptions) {
   admin.get(
     `${KEYS_PATH}/:id`,
     {
@@ -111,18 +121,18 @@ function getKey(admin: Admin, { keys }: AdminKeysOptions) {
         response: { 200: AdminKey, 400: ErrorBody, 404: ErrorBody },
       },
     },
-    async (request) => foundKey(await keys.get(request.params.id), request.params.id),
+    async (request) => withCredits(credits, foundKey(await keys.get(request.params.id), request.params.id)),
   );
 }
 
-function changeKey(admin: Admin, { rules, actorOf }: AdminKeysOptions) {
+function changeKey(admin: Admin, { rules, credits, actorOf }: AdminKeysOptions) {
   admin.patch(
     `${KEYS_PATH}/:id`,
     {
       schema: {
         operationId: 'changeKey',
         tags: ['keys'],
-        summary: "Change a key's plan, limits or name; effective on every instance within a second",
+        summary: "Change a key's plan, limits, name or credits; effective on every instance within a second",
         params: KeyParams,
         body: AdminKeyChange,
         response: { 200: AdminKey, 400: ErrorBody, 404: ErrorBody, 409: ErrorBody, 413: ErrorBody, 415: ErrorBody },
@@ -131,12 +141,14 @@ function changeKey(admin: Admin, { rules, actorOf }: AdminKeysOptions) {
     },
     async (request) => {
       const { id } = request.params;
-      return foundKey(await rules.update(id, request.body, { actor: actorOf(request) }), id);
+      const { credits: given, ...fields } = request.body;
+      const change = given === undefined ? fields : { ...fields, credits: given && creditsSetting(given, admin.now()) };
+      return withCredits(credits, foundKey(await rules.update(id, change, { actor: actorOf(request) }), id));
     },
   );
 }
 
-function rotateKey(admin: Admin, { rules, actorOf }: AdminKeysOptions) {
+function rotateKey(admin: Admin, { rules, credits, actorOf }: AdminKeysOptions) {
   admin.post(
     `${KEYS_PATH}/:id/rotate`,
     {
@@ -171,12 +183,12 @@ function rotateKey(admin: Admin, { rules, actorOf }: AdminKeysOptions) {
       return reply
         .code(201)
         .header('location', `${KEYS_PATH}/${rotated.id}`)
-        .send({ ...rotated.record, key: rotated.key });
+        .send({ ...(await withCredits(credits, rotated.record)), key: rotated.key });
     },
   );
 }
 
-function revokeKey(admin: Admin, { rules, actorOf }: AdminKeysOptions) {
+function revokeKey(admin: Admin, { rules, credits, actorOf }: AdminKeysOptions) {
   admin.post(
     `${KEYS_PATH}/:id/revoke`,
     {
@@ -190,7 +202,8 @@ function revokeKey(admin: Admin, { rules, actorOf }: AdminKeysOptions) {
       },
       config: { writes: true },
     },
-    async (request) => foundKey(await rules.revoke(request.params.id, { actor: actorOf(request) }), request.params.id),
+    async (request) =>
+      withCredits(credits, foundKey(await rules.revoke(request.params.id, { actor: actorOf(request) }), request.params.id)),
   );
 }
 

@@ -2,6 +2,7 @@ import { Type, type Static } from '@sinclair/typebox';
 import { DEFAULT_OVERLAP_SECONDS, KEY_STATES, MAX_OVERLAP_SECONDS } from './lifecycle.js';
 import { DATE_TIME, LATEST_EXPIRY } from './expiry.js';
 import { PLANS } from './plans.js';
+import { Credits, CreditsChange, CreditsInput } from '../credits/schemas.js';
 import { Cursor, Id, Literals, Name, Nullable, PageLimit, Timestamp } from '../platform/schemas/common.js';
 
 export const Plan = Literals(PLANS, 'The plan, whose limits the key gets (enterprise: its own)');
@@ -72,6 +73,10 @@ export const AdminKey = Type.Object(
     customerId: Nullable(
       Type.Integer({ format: 'int64', description: 'The customer the key belongs to (kept through rotation); null for none' }),
     ),
+    credits: Nullable({
+      ...Credits,
+      description: 'Prepaid credits of the key’s own (its quota’s, kept through rotation), beside its customer’s if any; null for none',
+    }),
     key: Type.Optional(
       Type.String({
         description: 'The secret API key: in the answer of a create or a rotation only, and never again (not in a replay either)',
@@ -95,6 +100,7 @@ export const NewAdminKey = Type.Object(
     enforceLimits: Type.Optional({ ...EnforceLimits, default: true }),
     concurrency: Type.Optional(ConcurrencyInput),
     customerId: Type.Optional(Type.Integer({ ...Id, description: 'The customer the key belongs to; by default none' })),
+    credits: Type.Optional({ ...CreditsInput, description: `${CreditsInput.description}: the key’s own, kept through rotation` }),
   },
   { title: 'NewAdminKey', additionalProperties: false, 'x-error-message': 'must be a JSON object with known fields only' },
 );
@@ -108,13 +114,15 @@ export const AdminKeyChange = Type.Object(
     name: Type.Optional(KeyName),
     enforceLimits: Type.Optional(EnforceLimits),
     concurrency: Type.Optional(ConcurrencyInput),
+    credits: Type.Optional(CreditsChange),
   },
   {
     title: 'AdminKeyChange',
-    description: 'Absent fields keep their value; an enterprise key keeps its limits unless given new ones',
+    description:
+      'Absent fields keep their value; an enterprise key keeps its limits unless given new ones; credits set the balance (and its refill: none unless given), null removes it',
     additionalProperties: false,
     minProperties: 1,
-    'x-error-message': 'must be a JSON object with at least one of plan, perMinute, perDay, name, enforceLimits, concurrency',
+    'x-error-message': 'must be a JSON object with at least one of plan, perMinute, perDay, name, enforceLimits, concurrency, credits',
   },
 );
 export type AdminKeyChange = Static<typeof AdminKeyChange>;

@@ -1,4 +1,6 @@
 import { recordAudit, type Actor } from '../audit/repository.js';
+import { createCreditsRepository, type CreditsChanged } from '../credits/repository.js';
+import type { CreditsSetting } from '../credits/refill.js';
 import type { Database, Queryable } from '../platform/db/database.js';
 import { RevokedKeyError, RotatedKeyError } from './errors.js';
 import { parseExpiry } from './expiry.js';
@@ -27,6 +29,8 @@ export interface ApiKeyChange {
   name?: string;
   enforceLimits?: boolean;
   concurrency?: number | null;
+  /** A set of the quota's credits (a new version from remaining, with this refill), or null to remove them. */
+  credits?: CreditsSetting | null;
 }
 
 /** How a change is made and recorded: in the caller's transaction (Idempotency-Key), and by whom (the audit trail). */
@@ -34,6 +38,9 @@ export interface ChangeOptions {
   tx?: Queryable;
   actor?: Actor;
 }
+
+/** The credits before and after, in an audit entry, when a change set them. */
+const creditsAudit = (changed: CreditsChanged | undefined, side: keyof CreditsChanged) => (changed ? { credits: changed[side] } : {});
 
 /** An expiry as given, checked (parseExpiry): undefined for none; an expiry error (errors.ts) otherwise. */
 export const expiryOf = (expiresAt: string | undefined, now: number): Date | undefined =>
@@ -97,6 +104,7 @@ function settingsAfter(before: ApiKeyRecord, change: ApiKeyChange, costs: Record
 export function createKeyRules(db: Database, keys: ApiKeysRepository, costs: Record<string, number>) {
   /** Runs a change and its audit entry together: in the caller's transaction, or in one of their own. */
   const atomically = <T>(tx: Queryable | undefined, work: (target: Queryable) => Promise<T>) => (tx ? work(tx) : db.transaction(work));
+  const credits = createCreditsRepository(db);
 
   /** The key for a change, locked; undefined when there is none; a RevokedKeyError or RotatedKeyError when it is revoked or rotated. */
   async function changeable(tx: Queryable, id: number, instead: string): Promise<ApiKeyRecord | undefined> {
@@ -109,13 +117,14 @@ export function createKeyRules(db: Database, keys: ApiKeysRepository, costs: Rec
 
   return {
     /**
-     * Creates a key newKey checked, and returns it with its secret; a LimitBelowCostError when an operation costs more than its limits,
-     * an UnknownCustomerError when its customerId names no customer.
+     * Creates a key newKey checked, with the credits given (its quota's), and returns it with its secret; a LimitBelowCostError when
+     * an operation costs more than its limits, an UnknownCustomerError when its customerId names no customer.
      */
-    create: (key: NewApiKey, { tx, actor }: ChangeOptions = {}): Promise<IssuedApiKey> =>
+    create: (key: NewApiKey, { tx, actor, credits: setting }: ChangeOptions & { credits?: CreditsSetting } = {}): Promise<IssuedApiKey> =>
       atomically(tx, async (target) => {
         if (key.limits) checkCostsFit(key.limits, costs);
         const issued = await keys.create(key, { tx: target });
+        const changed = setting && (await credits.replace(target, { quotaId: issued.record.quotaId }, setting));
         if (actor) {
           const { plan, name, perMinute, perDay, expiresAt, readOnly, enforceLimits, concurrency, customerId } = issued.record;
           await recordAudit(target, actor, 'key.create', issued.id, {
@@ -127,8 +136,9 @@ export function createKeyRules(db: Database, keys: ApiKeysRepository, costs: Rec
             readOnly,
             enforceLimits,
             concurrency,
-            // Only a key of a customer says so: a key of its own is recorded as before customers were.
+            // Only a key of a customer says so: a key of its own is recorded as before customers were; so for credits.
             ...(customerId !== null && { customerId }),
+            ...creditsAudit(changed, 'after'),
           });
         }
         return issued;
@@ -162,8 +172,8 @@ export function createKeyRules(db: Database, keys: ApiKeysRepository, costs: Rec
     },
 
     /**
-     * Changes a key's plan, limits, name or enforcement (shadow mode, concurrency), effective wherever the key is cached as soon as the
-     * change notice arrives. The plan and limits are the quota's: the keys rotated into this one
+     * Changes a key's plan, limits, name, enforcement (shadow mode, concurrency) or credits (its quota's: a set, or null to remove them),
+     * effective wherever the key is cached as soon as the change notice arrives. The plan and limits are the quota's: the keys rotated into this one
      * and still in their overlap take them too, so a cut binds every key counting in the quota.
      * Undefined when there is no such key; a limits error when the limits do not go with the plan,
      * or an operation costs more than them; a RevokedKeyError or RotatedKeyError for a revoked or rotated key.
@@ -173,13 +183,22 @@ export function createKeyRules(db: Database, keys: ApiKeysRepository, costs: Rec
         const before = await changeable(tx, id, 'change its successor, or create a new key');
         if (!before) return undefined;
         const { after, limits } = settingsAfter(before, change, costs);
-        if (SETTINGS.every((field) => after[field] === before[field])) return before;
+        const same = SETTINGS.every((field) => after[field] === before[field]);
+        if (same && change.credits === undefined) return before;
         const { plan, name, enforceLimits, concurrency } = after;
-        const updated = await keys.updateQuota(tx, id, { plan, limits, name, quotaId: before.quotaId, enforceLimits, concurrency });
+        const updated = same
+          ? [before]
+          : await keys.updateQuota(tx, id, { plan, limits, name, quotaId: before.quotaId, enforceLimits, concurrency });
+        let changed: CreditsChanged | undefined;
+        if (change.credits !== undefined) {
+          // The quota's first key too: a credits operation through another key of the quota waits, so `before` is exact.
+          await credits.lockQuota(tx, id);
+          changed = await credits.replace(tx, { quotaId: before.quotaId }, change.credits);
+        }
         if (actor) {
           await recordAudit(tx, actor, 'key.update', id, {
-            before: settingsOf(before),
-            after,
+            before: { ...settingsOf(before), ...creditsAudit(changed, 'before') },
+            after: { ...after, ...creditsAudit(changed, 'after') },
             ...sameQuotaOf(
               id,
               updated.map((key) => key.id),

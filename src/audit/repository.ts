@@ -23,7 +23,9 @@ export type AuditAction =
   | 'admin_token.create'
   | 'admin_token.revoke'
   | 'customer.create'
-  | 'customer.update';
+  | 'customer.update'
+  | 'customer.credits'
+  | 'key.credits';
 
 /** One change as the trail keeps it: never a secret, never a hash. */
 export interface AuditEntry {

@@ -2,6 +2,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { LimitBelowCostError } from '../api-keys/errors.js';
 import { limitBelowCost } from '../api-keys/plans.js';
 import type { ActorOf } from '../audit/repository.js';
+import { creditsSetting } from '../credits/refill.js';
 import { errors } from '../platform/errors.js';
 import { refuseOtherMethods } from '../platform/http/method-not-allowed.js';
 import { decodeCursor, encodeCursor, filterDigest, nextLink } from '../platform/pagination.js';
@@ -55,8 +56,10 @@ function createCustomer(admin: Admin, { customers, actorOf, costs }: AdminCustom
     },
     async (request, reply) => {
       checkCostsFit(request.body.limits, costs);
+      const { credits, ...fields } = request.body;
+      const setting = credits && creditsSetting(credits, admin.now());
       const { status, location, body } = await admin.idempotently(request, reply, async (tx) => {
-        const customer = await customers.create(request.body, actorOf(request), tx);
+        const customer = await customers.create({ ...fields, credits: setting }, actorOf(request), tx);
         return { status: 201 as const, location: `${CUSTOMERS_PATH}/${customer.id}`, body: customer };
       });
       return reply.code(status).header('location', location).send(body);
@@ -118,7 +121,7 @@ function changeCustomer(admin: Admin, { customers, actorOf, costs }: AdminCustom
       schema: {
         operationId: 'changeCustomer',
         tags: ['customers'],
-        summary: "Change a customer's name, externalId or limits",
+        summary: "Change a customer's name, externalId, limits or credits",
         params: CustomerParams,
         body: CustomerPatch,
         response: { 200: Customer, 400: ErrorBody, 404: ErrorBody, 409: ErrorBody, 413: ErrorBody, 415: ErrorBody },
@@ -127,8 +130,10 @@ function changeCustomer(admin: Admin, { customers, actorOf, costs }: AdminCustom
     },
     async (request) => {
       const { id } = request.params;
-      checkCostsFit(request.body.limits, costs);
-      return foundCustomer(await customers.update(id, request.body, actorOf(request)), id);
+      const { credits, ...fields } = request.body;
+      checkCostsFit(fields.limits, costs);
+      const change = credits === undefined ? fields : { ...fields, credits: credits && creditsSetting(credits, admin.now()) };
+      return foundCustomer(await customers.update(id, change, actorOf(request)), id);
     },
   );
 }

@@ -1,5 +1,6 @@
 import { Type, type Static } from '@sinclair/typebox';
 import { Concurrency, Limit } from '../api-keys/admin-schemas.js';
+import { Credits, CreditsChange, CreditsInput } from '../credits/schemas.js';
 import { Cursor, Id, Name, Nullable, PageLimit, Timestamp } from '../platform/schemas/common.js';
 
 // The columns' bounds (migrations/014), as a key's name is bounded.
@@ -50,6 +51,7 @@ export const Customer = Type.Object(
     externalId: Type.String({ description: ExternalId.description }),
     name: Type.String(),
     limits: Nullable(CustomerLimits),
+    credits: Nullable({ ...Credits, description: 'Prepaid credits all the customer’s keys spend; null for none' }),
     createdAt: Timestamp,
     updatedAt: Timestamp,
   },
@@ -60,19 +62,30 @@ export type Customer = Static<typeof Customer>;
 export const Customers = Type.Array(Customer, { title: 'Customers', description: 'One page of customers, in id order' });
 
 export const NewCustomer = Type.Object(
-  { externalId: ExternalId, name: Type.Optional(CustomerName), limits: Type.Optional(LimitsInput) },
+  {
+    externalId: ExternalId,
+    name: Type.Optional(CustomerName),
+    limits: Type.Optional(LimitsInput),
+    credits: Type.Optional({ ...CreditsInput, description: `${CreditsInput.description}, which all the customer’s keys spend` }),
+  },
   { title: 'NewCustomer', additionalProperties: false, 'x-error-message': 'must be a JSON object with known fields only' },
 );
 export type NewCustomer = Static<typeof NewCustomer>;
 
 export const CustomerPatch = Type.Object(
-  { name: Type.Optional(CustomerName), externalId: Type.Optional(ExternalId), limits: Type.Optional(LimitsInput) },
+  {
+    name: Type.Optional(CustomerName),
+    externalId: Type.Optional(ExternalId),
+    limits: Type.Optional(LimitsInput),
+    credits: Type.Optional(CreditsChange),
+  },
   {
     title: 'CustomerPatch',
-    description: 'Absent fields keep their value; limits null removes the shared limits',
+    description:
+      'Absent fields keep their value; limits null removes the shared limits; credits set the balance (and its refill: none unless given), null removes it',
     additionalProperties: false,
     minProperties: 1,
-    'x-error-message': 'must be a JSON object with at least one of name, externalId, limits',
+    'x-error-message': 'must be a JSON object with at least one of name, externalId, limits, credits',
   },
 );
 export type CustomerPatch = Static<typeof CustomerPatch>;

@@ -1,10 +1,13 @@
 import type { CustomerLimits } from '../api-keys/identity.js';
 import { recordAudit, type Actor } from '../audit/repository.js';
+import { createCreditsRepository, type CreditsChanged } from '../credits/repository.js';
+import type { CreditsSetting } from '../credits/refill.js';
+import type { Credits } from '../credits/schemas.js';
 import type { Database, Queryable } from '../platform/db/database.js';
 import { ExternalIdTakenError } from './errors.js';
 
-/** A customer as the admin API shows it. */
-export interface CustomerRecord {
+/** A customer's own row, as the admin API shows it. */
+interface CustomerFields {
   id: number;
   externalId: string;
   name: string;
@@ -13,6 +16,9 @@ export interface CustomerRecord {
   createdAt: string;
   updatedAt: string;
 }
+
+/** A customer as the admin API shows it: with its credits, which all its keys spend (null for none). */
+export type CustomerRecord = CustomerFields & { credits: Credits | null };
 
 interface CustomerRow {
   id: number;
@@ -47,7 +53,7 @@ const statements = {
   },
 } as const;
 
-const recordOf = (row: CustomerRow): CustomerRecord => ({
+const recordOf = (row: CustomerRow): CustomerFields => ({
   id: row.id,
   externalId: row.external_id,
   name: row.name,
@@ -81,12 +87,17 @@ const limitsOf = (limits: LimitsInput): CustomerLimits | null => limits && { ...
 const sameLimits = (a: CustomerLimits | null, b: CustomerLimits | null) =>
   a === b || (a !== null && b !== null && a.perMinute === b.perMinute && a.perDay === b.perDay && a.concurrency === b.concurrency);
 
-/** The fields of a customer a change may set; absent ones keep their value (limits null removes them). */
+/** The fields of a customer a change may set; absent ones keep their value (limits null removes them, credits null its balance). */
 export interface CustomerChange {
   externalId?: string;
   name?: string;
   limits?: LimitsInput;
+  /** A set of its credits (a new version from remaining, with this refill), or null to remove them. */
+  credits?: CreditsSetting | null;
 }
+
+/** The credits before and after, in an audit entry, when a change set them. */
+const creditsAudit = (changed: CreditsChanged | undefined, side: keyof CreditsChanged) => (changed ? { credits: changed[side] } : {});
 
 /**
  * The customers table, and the audit entry of each change, written in the change's transaction
@@ -94,11 +105,18 @@ export interface CustomerChange {
  */
 export function createCustomersRepository(db: Database) {
   const atomically = <T>(tx: Queryable | undefined, work: (target: Queryable) => Promise<T>) => (tx ? work(tx) : db.transaction(work));
+  const credits = createCreditsRepository(db);
+  const withCredits = async (fields: CustomerFields, target: Queryable = db) => (await credits.ofCustomers([fields], target))[0]!;
 
   return {
-    /** Stores a customer; an ExternalIdTakenError when another has its externalId. */
+    /** Stores a customer, with its credits if given; an ExternalIdTakenError when another has its externalId. */
     create: (
-      { externalId, name = '', limits = null }: { externalId: string; name?: string; limits?: LimitsInput },
+      {
+        externalId,
+        name = '',
+        limits = null,
+        credits: setting,
+      }: { externalId: string; name?: string; limits?: LimitsInput; credits?: CreditsSetting },
       actor: Actor,
       tx?: Queryable,
     ): Promise<CustomerRecord> =>
@@ -106,20 +124,28 @@ export function createCustomersRepository(db: Database) {
         claiming(externalId, async () => {
           const [row] = await target.query<CustomerRow>(statements.insert, [externalId, name, ...limitColumns(limits)]);
           const customer = recordOf(row!);
-          await recordAudit(target, actor, 'customer.create', null, { customerId: customer.id, externalId, name, limits: customer.limits });
-          return customer;
+          const { after = null } = setting ? await credits.replace(target, { customerId: customer.id }, setting) : {};
+          await recordAudit(target, actor, 'customer.create', null, {
+            customerId: customer.id,
+            externalId,
+            name,
+            limits: customer.limits,
+            ...(after && { credits: after }),
+          });
+          return { ...customer, credits: after };
         }),
       ),
 
     async get(id: number): Promise<CustomerRecord | undefined> {
       const [row] = await db.query<CustomerRow>(statements.get, [id]);
-      return row && recordOf(row);
+      return row && withCredits(recordOf(row));
     },
 
     /**
-     * Changes a customer's externalId, name or limits, with its audit entry (the values before and
-     * after); a change to what it already is changes and records nothing. A change of the limits
-     * reaches every instance's key cache as a change of the customer's keys (migrations/015).
+     * Changes a customer's externalId, name, limits or credits, with its audit entry (the values before and
+     * after); a change to what it already is changes and records nothing (credits given are always a
+     * set). A change of the limits or credits reaches every instance's key cache as a change of the
+     * customer's keys (migrations/015, 016).
      * Undefined when there is no such customer; an ExternalIdTakenError when another has the externalId.
      */
     update: (id: number, change: CustomerChange, actor: Actor): Promise<CustomerRecord | undefined> =>
@@ -132,20 +158,19 @@ export function createCustomersRepository(db: Database) {
           name: change.name ?? before.name,
           limits: change.limits === undefined ? before.limits : limitsOf(change.limits),
         };
-        if (after.externalId === before.externalId && after.name === before.name && sameLimits(after.limits, before.limits)) return before;
+        const same = after.externalId === before.externalId && after.name === before.name && sameLimits(after.limits, before.limits);
+        if (same && change.credits === undefined) return withCredits(before, tx);
         return claiming(after.externalId, async () => {
-          const [updated] = await tx.query<CustomerRow>(statements.update, [
-            id,
-            after.externalId,
-            after.name,
-            ...limitColumns(after.limits),
-          ]);
+          const [updated] = same
+            ? [row]
+            : await tx.query<CustomerRow>(statements.update, [id, after.externalId, after.name, ...limitColumns(after.limits)]);
+          const changed = change.credits === undefined ? undefined : await credits.replace(tx, { customerId: id }, change.credits);
           await recordAudit(tx, actor, 'customer.update', null, {
             customerId: id,
-            before: { externalId: before.externalId, name: before.name, limits: before.limits },
-            after,
+            before: { externalId: before.externalId, name: before.name, limits: before.limits, ...creditsAudit(changed, 'before') },
+            after: { ...after, ...creditsAudit(changed, 'after') },
           });
-          return recordOf(updated!);
+          return withCredits(recordOf(updated!), tx);
         });
       }),
 
@@ -155,7 +180,7 @@ export function createCustomersRepository(db: Database) {
         externalId === undefined
           ? await db.query<CustomerRow>(statements.page, [afterId, limit + 1])
           : await db.query<CustomerRow>(statements.pageByExternalId, [afterId, limit + 1, externalId]);
-      const customers = rows.slice(0, limit).map(recordOf);
+      const customers = await credits.ofCustomers(rows.slice(0, limit).map(recordOf));
       return { customers, nextAfterId: rows.length > limit ? customers.at(-1)!.id : undefined };
     },
   };

@@ -27,7 +27,7 @@ export const validatorCompiler: FastifySchemaCompiler<TSchema> = ({ schema, http
     const value = fromWire(input);
     if (check.Check(value)) return { value };
     // Every missing field is named at once, so a caller does not learn them one request at a time.
-    const found = [...check.Errors(value)];
+    const found = [...check.Errors(value)].flatMap(insideUnion);
     const missing = found.filter((error) => error.type === ValueErrorType.ObjectRequiredProperty);
     return { error: (missing.length > 0 ? missing : found.slice(0, 1)).map(toFastifyError) };
   };
@@ -68,6 +68,19 @@ function copyOf(input: unknown): unknown {
         : value;
   }
   return copy;
+}
+
+/**
+ * The errors inside the one choice of a union whose errors all lie within the value (an object
+ * where the other choice is null): what is wrong with a field of it, named, rather than the union's
+ * wording for the whole. Any other union error stays as it is (a value none of the choices' types).
+ */
+function insideUnion(error: ValueError): ValueError[] {
+  if (error.type !== ValueErrorType.Union) return [error];
+  const inside = error.errors
+    .map((choice) => [...choice])
+    .filter((errors) => errors.length > 0 && errors.every((each) => each.path.startsWith(`${error.path}/`)));
+  return inside.length === 1 ? inside[0]!.flatMap(insideUnion) : [error];
 }
 
 function toFastifyError(error: ValueError): FastifySchemaValidationError {

@@ -5,7 +5,7 @@ import type { ApiKeyIdentity } from '../api-keys/identity.js';
 export interface UsageEvent {
   /** Unique per event, the same on every attempt: a receiver drops one it has seen. */
   id: string;
-  type: 'usage.threshold' | 'key.banned';
+  type: 'usage.threshold' | 'key.banned' | 'credits.refilled';
   createdAt: string;
   data: Record<string, unknown>;
 }
@@ -58,5 +58,22 @@ export function keyBanned({ key, bannedUntil }: { key: ApiKeyIdentity; bannedUnt
   return {
     event: newEvent('key.banned', now, { keyId: key.id, quotaId: key.quotaId, bannedUntil: new Date(bannedUntil).toISOString() }),
     dedupeKey: `key.banned:${key.quotaId}:${bannedUntil}`,
+  };
+}
+
+/** A balance was refilled (src/credits/plugin.ts): its version `version` starts from `remaining`, until `refillAt`. */
+export function creditsRefilled(
+  {
+    balanceId,
+    owner,
+    version,
+    remaining,
+    refillAt,
+  }: { balanceId: number; owner: { customerId: number } | { quotaId: number }; version: number; remaining: number; refillAt: number },
+  now: number,
+): RecordedEvent {
+  return {
+    event: newEvent('credits.refilled', now, { ...owner, remaining, refillAt: new Date(refillAt).toISOString() }),
+    dedupeKey: `credits.refilled:${balanceId}:${version}`,
   };
 }

@@ -1,4 +1,4 @@
-import type { Database } from '../platform/db/database.js';
+import type { Database, Queryable } from '../platform/db/database.js';
 import type { RecordedEvent, UsageEvent } from './events.js';
 
 /** Heard by every instance's sender when a delivery is due now: recorded, or put back by an operator. */
@@ -148,9 +148,12 @@ const pageStatement = (filtered: boolean) => ({
 /** The outbox of usage events: what senders deliver from and the admin API reads. */
 export function createWebhookDeliveriesRepository(db: Database) {
   return {
-    /** Records an event unless its dedupe key was recorded already (by any instance); true when this call recorded it. */
-    async record({ event, dedupeKey }: RecordedEvent): Promise<boolean> {
-      return (await db.query(statements.record, [event.id, event.type, dedupeKey, JSON.stringify(event)])).length > 0;
+    /**
+     * Records an event unless its dedupe key was recorded already (by any instance); true when this call recorded it.
+     * In the transaction given, an event commits with the change it tells of (a refill).
+     */
+    async record({ event, dedupeKey }: RecordedEvent, target: Queryable = db): Promise<boolean> {
+      return (await target.query(statements.record, [event.id, event.type, dedupeKey, JSON.stringify(event)])).length > 0;
     },
 
     /** Claims up to `limit` due deliveries for CLAIM_SECONDS, counting the attempt. */

@@ -29,6 +29,7 @@ describe('create', () => {
       replacedBy: null,
       quotaId: created.id,
       customerId: null,
+      credits: null,
       key: expect.stringMatching(KEY),
     });
     expect(response.headers.get('location')).toBe(`/admin/v1/keys/${created.id}`);

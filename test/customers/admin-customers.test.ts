@@ -26,6 +26,7 @@ describe('create', () => {
       externalId: 'cus_4711',
       name: 'Acme Corp',
       limits: null,
+      credits: null,
       createdAt: expect.any(String),
       updatedAt: created.createdAt,
     });

@@ -13,6 +13,7 @@ import {
   RotatedKeyError,
   UnknownCustomerError,
 } from '../../src/api-keys/errors.js';
+import { BalanceLimitError, CREDITS_CODES, NoCreditsError } from '../../src/credits/errors.js';
 import { CUSTOMER_CODES, ExternalIdTakenError } from '../../src/customers/errors.js';
 import { DATABASE_CODES, DatabaseUnavailableError, DataDirInUseError } from '../../src/platform/db/errors.js';
 import { InvalidSettingError } from '../../src/platform/config/errors.js';
@@ -55,6 +56,11 @@ const CATALOGUE: Array<[Error & { code: string }, string]> = [
   [new RotatedKeyError(7, 8, 'create a new key instead'), 'API key 7 was rotated into key 8; create a new key instead'],
   [new UnknownCustomerError(42), 'is 42, which names no customer'],
   [new ExternalIdTakenError('cus_4711'), 'externalId cus_4711 is taken by another customer'],
+  [new NoCreditsError('customer 7'), 'customer 7 has no credits to decrement; set or increment them first'],
+  [
+    new BalanceLimitError('API key 12', 1e15),
+    'the increment would take the balance of API key 12 past 1000000000000000 units; set it instead',
+  ],
   [new DatabaseUnavailableError({ cause: new Error('down') }), 'The database is unreachable'],
   [
     new DataDirInUseError('/var/lib/pets', 4242),
@@ -79,6 +85,7 @@ describe('the catalogue of domain errors', () => {
     const codes = [
       ...Object.values(API_KEY_CODES),
       ...Object.values(CUSTOMER_CODES),
+      ...Object.values(CREDITS_CODES),
       ...Object.values(DATABASE_CODES),
       LISTEN_CODE,
       ...Object.values(DOMAIN_CODES),

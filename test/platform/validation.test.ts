@@ -41,6 +41,31 @@ app.get(
   async (request) => ({ query: request.query }),
 );
 
+// A field that is an object or null, as a PATCH takes one that may be removed.
+app.post(
+  '/choices',
+  {
+    schema: {
+      body: Type.Object({
+        limits: Type.Optional(
+          Type.Union(
+            [
+              Type.Object({
+                a: Type.Integer(),
+                b: Type.Optional(Type.Object({ c: Type.Integer({ maximum: 3, 'x-error-message': 'must be at most 3' }) })),
+              }),
+              Type.Null(),
+            ],
+            { 'x-error-message': 'must be an object with a, or null' },
+          ),
+        ),
+        kind: Type.Optional(Type.Union([Type.Literal('a'), Type.Literal('b')], { 'x-error-message': 'must be one of a, b' })),
+      }),
+    },
+  },
+  async (request) => request.body,
+);
+
 const get = async (url: string) => {
   const response = await app.inject(url);
   return { status: response.statusCode, body: response.json() };
@@ -78,5 +103,16 @@ describe('parameters on the wire', () => {
       expect(body.message, url).toMatch(new RegExp(`^${field} `));
     }
     expect((await get('/things/7?size=x')).body.message).toBe('querystring/size must be a whole number');
+  });
+});
+
+describe('a body field that is an object or null', () => {
+  it('names the field inside the object that is wrong; a value of neither type, or a choice of literals, gets the union’s wording', async () => {
+    const post = async (payload: unknown) => (await app.inject({ method: 'POST', url: '/choices', payload: payload as object })).json();
+    expect((await post({ limits: { a: 1, b: { c: 9 } } })).message).toBe('body/limits/b/c must be at most 3');
+    expect((await post({ limits: {} })).message).toBe('body/limits/a is required');
+    expect((await post({ limits: 5 })).message).toBe('body/limits must be an object with a, or null');
+    expect((await post({ kind: 'z' })).message).toBe('body/kind must be one of a, b');
+    expect(await post({ limits: null })).toEqual({ limits: null });
   });
 });
