@@ -1,0 +1,78 @@
+import fp from 'fastify-plugin';
+import type { FastifyRequest } from 'fastify';
+import type { ApiKeyIdentity } from '../api-keys/identity.js';
+import { UsageRecorder } from './recorder.js';
+import { createUsageRepository, type RefusalKind } from './repository.js';
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    usage: UsageRecording;
+  }
+}
+
+/** The decisions on a request with a valid key, as the /v1 pipeline tells them to the usage record. */
+export interface UsageRecording {
+  /** The limiter admitted the request (its answer, whatever its status, is then `served`). */
+  admitted(request: FastifyRequest): void;
+  /**
+   * Once answered: a request `admitted` counts as served, spending `units` (its operation's cost; 0
+   * for a free revalidation). Any other (refused, or answered before the limiter decided) counts nothing here.
+   */
+  served(request: FastifyRequest, key: ApiKeyIdentity, operation: string | undefined, units: number): void;
+  /** The limiter refused the request with `error`: counted by the kind of its code; an error of no such code is no refusal. */
+  refused(key: ApiKeyIdentity, operation: string | undefined, error: unknown): void;
+  /** Writes what this instance counted so far, after the write under way if there is one (tests, and the close). */
+  flush(): Promise<void>;
+}
+
+/** The limiter's refusals, by their API code, as the record counts them. */
+const REFUSAL_KINDS: Readonly<Record<string, RefusalKind>> = {
+  rate_limited: 'rateLimited',
+  cost_exceeds_limit: 'rateLimited',
+  concurrency_limited: 'concurrency',
+  credits_exhausted: 'credits',
+  api_key_banned: 'banned',
+};
+
+/** Marks a request the limiter admitted: a request decoration only this module names (cheaper than a WeakMap entry). */
+const ADMITTED = Symbol('usageAdmitted');
+type Marked = FastifyRequest & { [ADMITTED]?: boolean };
+
+const usageOf = (key: ApiKeyIdentity, operation: string | undefined) => ({
+  keyId: key.id,
+  customerId: key.customerId,
+  operation: operation ?? '',
+});
+
+/**
+ * The usage record (docs/admin-api.md, "Usage"): every decision on a request with a valid key,
+ * counted in memory per hour, key and operation, and added to usage_hours each second and at close
+ * (recorder.ts). USAGE_RETENTION_DAYS 0 records nothing.
+ */
+export default fp<{ retentionDays: number }>(
+  async function usage(app, { retentionDays }) {
+    if (retentionDays === 0) {
+      app.decorate('usage', { admitted() {}, served() {}, refused() {}, flush: async () => {} } satisfies UsageRecording);
+      return;
+    }
+    const recorder = new UsageRecorder(createUsageRepository(app.db), { retentionDays, now: app.now, log: app.log });
+    app.decorateRequest(ADMITTED, false);
+    app.decorate('usage', {
+      admitted: (request) => void ((request as Marked)[ADMITTED] = true),
+      served(request, key, operation, units) {
+        if (!(request as Marked)[ADMITTED]) return;
+        (request as Marked)[ADMITTED] = false;
+        recorder.served(usageOf(key, operation), units);
+      },
+      refused(key, operation, error) {
+        const kind = REFUSAL_KINDS[(error as { code?: string } | null)?.code ?? ''];
+        if (kind) recorder.refused(usageOf(key, operation), kind);
+      },
+      flush: () => recorder.flush(),
+    } satisfies UsageRecording);
+    recorder.start();
+    // Closing hooks run once the listener has closed and its requests are answered: the last counts are in.
+    app.addHook('onClose', () => recorder.stop());
+  },
+  { name: 'usage', dependencies: ['database'] },
+);
