@@ -46,6 +46,10 @@ const refused = (counts: Partial<Record<'rateLimited' | 'concurrency' | 'credits
   ...counts,
 });
 
+/** A customer of the app's database, as the admin API makes one; its id. */
+const newCustomer = async (app: FastifyInstance, externalId: string) =>
+  (await app.db.query<{ id: number }>('INSERT INTO customers (external_id) VALUES ($1) RETURNING id', [externalId]))[0]!.id;
+
 /** A day of its own for each test, from 10:00 UTC: the hours it reads hold only what it sent. */
 const dayOf = (n: number) => T0 + n * 7 * DAY;
 const iso = (time: number) => new Date(time).toISOString();
@@ -56,8 +60,7 @@ describe('the usage record counts every decision on a request with a valid key',
     clock,
     admin,
   }) => {
-    const customer = await t.app.db.query<{ id: number }>("INSERT INTO customers (external_id) VALUES ('cus_usage') RETURNING id");
-    const customerId = customer[0]!.id;
+    const customerId = await newCustomer(t.app, 'cus_usage');
     const { headers, keyId } = await freshKey(
       t.app,
       clock,
@@ -158,9 +161,7 @@ describe('GET /admin/v1/usage', () => {
     clock,
     admin,
   }) => {
-    const [{ id: customerId }] = await t.app.db.query<{ id: number }>(
-      "INSERT INTO customers (external_id) VALUES ('cus_buckets') RETURNING id",
-    );
+    const customerId = await newCustomer(t.app, 'cus_buckets');
     const a = await freshKey(t.app, clock, { plan: 'enterprise', limits: { perMinute: 1_000, perDay: 10_000 }, customerId }, dayOf(3));
     const b = await freshKey(t.app, clock, { plan: 'enterprise', limits: { perMinute: 1_000, perDay: 10_000 }, customerId }, dayOf(3));
     const day = Math.floor(clock.now() / DAY) * DAY;
@@ -238,7 +239,7 @@ describe('GET /admin/v1/usage', () => {
     admin,
   }) => {
     const range = 'start=2026-11-01T00:00:00Z&end=2026-11-02T00:00:00Z';
-    const [{ id: keyId }] = await t.app.db.query<{ id: number }>('SELECT min(id)::int AS id FROM api_keys');
+    const keyId = (await t.app.db.query<{ id: number }>('SELECT min(id)::int AS id FROM api_keys'))[0]!.id;
     const refusals: Array<[string, string]> = [
       [range, 'querystring/customerId or keyId is required'],
       [`customerId=1&keyId=${keyId}&${range}`, 'querystring/keyId goes without customerId'],
