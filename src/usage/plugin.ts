@@ -12,13 +12,14 @@ declare module 'fastify' {
 
 /** The decisions on a request with a valid key, as the /v1 pipeline tells them to the usage record. */
 export interface UsageRecording {
-  /** The limiter admitted the request (its answer, whatever its status, is then `served`). */
-  admitted(request: FastifyRequest): void;
+  /** The limiter admitted the request, of the operation (its operationId; none for an unknown path) and its cost. */
+  admitted(request: FastifyRequest, operation: string | undefined, cost: number): void;
   /**
-   * Once answered: a request `admitted` counts as served, spending `units` (its operation's cost; 0
-   * for a free revalidation). Any other (refused, or answered before the limiter decided) counts nothing here.
+   * Once answered: a request `admitted` counts as served, whatever its status, spending its operation's
+   * cost, or nothing when `free` (a revalidation the limiter takes back). Any other (refused, or answered
+   * before the limiter decided) counts nothing here.
    */
-  served(request: FastifyRequest, key: ApiKeyIdentity, operation: string | undefined, units: number): void;
+  served(request: FastifyRequest, key: ApiKeyIdentity, free: boolean): void;
   /** The limiter refused the request with `error`: counted by the kind of its code; an error of no such code is no refusal. */
   refused(key: ApiKeyIdentity, operation: string | undefined, error: unknown): void;
   /** Writes what this instance counted so far, after the write under way if there is one (tests, and the close). */
@@ -34,18 +35,17 @@ const REFUSAL_KINDS: Readonly<Record<string, RefusalKind>> = {
   api_key_banned: 'banned',
 };
 
-/** Marks a request the limiter admitted: a request decoration only this module names (cheaper than a WeakMap entry). */
-const ADMITTED = Symbol('usageAdmitted');
-type Marked = FastifyRequest & { [ADMITTED]?: boolean };
-
-const usageOf = (key: ApiKeyIdentity, operation: string | undefined) => ({
-  keyId: key.id,
-  customerId: key.customerId,
-  operation: operation ?? '',
-});
+/**
+ * What a request the limiter admitted spends, and of which operation, until it is answered: request
+ * decorations only this module names (cheaper than a WeakMap entry). NOT_ADMITTED: nothing to count.
+ */
+const COST = Symbol('usageCost');
+const OPERATION = Symbol('usageOperation');
+const NOT_ADMITTED = -1;
+type Marked = FastifyRequest & { [COST]: number; [OPERATION]: string | undefined };
 
 /**
- * The usage record (docs/admin-api.md, "Usage"): every decision on a request with a valid key,
+ * The usage record (docs/admin-api.md, "The usage record"): every decision on a request with a valid key,
  * counted in memory per hour, key and operation, and added to usage_hours each second and at close
  * (recorder.ts). USAGE_RETENTION_DAYS 0 records nothing.
  */
@@ -56,17 +56,22 @@ export default fp<{ retentionDays: number }>(
       return;
     }
     const recorder = new UsageRecorder(createUsageRepository(app.db), { retentionDays, now: app.now, log: app.log });
-    app.decorateRequest(ADMITTED, false);
+    app.decorateRequest(COST, NOT_ADMITTED);
+    app.decorateRequest(OPERATION, undefined);
     app.decorate('usage', {
-      admitted: (request) => void ((request as Marked)[ADMITTED] = true),
-      served(request, key, operation, units) {
-        if (!(request as Marked)[ADMITTED]) return;
-        (request as Marked)[ADMITTED] = false;
-        recorder.served(usageOf(key, operation), units);
+      admitted(request, operation, cost) {
+        (request as Marked)[COST] = cost;
+        (request as Marked)[OPERATION] = operation;
+      },
+      served(request, key, free) {
+        const cost = (request as Marked)[COST];
+        if (cost === NOT_ADMITTED) return;
+        (request as Marked)[COST] = NOT_ADMITTED;
+        recorder.served(key, (request as Marked)[OPERATION], free ? 0 : cost);
       },
       refused(key, operation, error) {
         const kind = REFUSAL_KINDS[(error as { code?: string } | null)?.code ?? ''];
-        if (kind) recorder.refused(usageOf(key, operation), kind);
+        if (kind) recorder.refused(key, operation, kind);
       },
       flush: () => recorder.flush(),
     } satisfies UsageRecording);

@@ -1,5 +1,9 @@
 import type { FastifyBaseLogger } from 'fastify';
+import type { ApiKeyIdentity } from '../api-keys/identity.js';
 import type { RefusalKind, UsageEntry, UsageRepository } from './repository.js';
+
+/** What the record keeps of a request's key: its id, and its customer's (a key's customer never changes). */
+type UsageKey = Pick<ApiKeyIdentity, 'id' | 'customerId'>;
 
 /** How often an instance writes what it counted: the record's lag behind the requests. */
 export const FLUSH_EVERY_MS = 1_000;
@@ -16,14 +20,6 @@ export interface RecorderOptions {
   /** The app's clock: the hour a request counts in, and the retention (tests move it). */
   now: () => number;
   log: FastifyBaseLogger;
-}
-
-/** Who a request was and what it asked for, as the record keeps it. */
-export interface UsageOf {
-  keyId: number;
-  customerId: number | null;
-  /** The route's operationId; '' for a request that matched none. */
-  operation: string;
 }
 
 /** Adds an entry's counts to another's. */
@@ -62,15 +58,18 @@ export class UsageRecorder {
     }, FLUSH_EVERY_MS).unref();
   }
 
-  /** A request served: it spent `units` (0 for a free revalidation, or an operation of cost 0). */
-  served(of: UsageOf, units: number) {
-    const entry = this.#entry(of);
+  /**
+   * A request of the key served: it spent `units` (0 for a free revalidation, or an operation of cost 0).
+   * `operation` is the route's operationId, none for a request that matched none.
+   */
+  served(key: UsageKey, operation: string | undefined, units: number) {
+    const entry = this.#entry(key, operation ?? '');
     entry.requests++;
     entry.units += units;
   }
 
-  refused(of: UsageOf, kind: RefusalKind) {
-    this.#entry(of).refused[kind]++;
+  refused(key: UsageKey, operation: string | undefined, kind: RefusalKind) {
+    this.#entry(key, operation ?? '').refused[kind]++;
   }
 
   /** Writes what was counted until now, after the write under way if there is one. */
@@ -91,7 +90,7 @@ export class UsageRecorder {
     await Promise.all([this.#pruning, this.flush()]);
   }
 
-  #entry({ keyId, customerId, operation }: UsageOf): UsageEntry {
+  #entry({ id: keyId, customerId }: UsageKey, operation: string): UsageEntry {
     const hour = Math.floor(this.#options.now() / HOUR_MS) * HOUR_MS;
     const id = `${hour} ${keyId} ${operation}`;
     let entry = this.#counts.get(id);

@@ -69,17 +69,19 @@ const v1: FastifyPluginAsync<V1Options> = async (app, options) => {
 
   app.addHook('onRequest', async (request, reply) => {
     const now = app.now();
-    const { config } = request.routeOptions;
+    // One read: each read of routeOptions makes a new object.
+    const { config, schema } = request.routeOptions;
+    const cost = config.cost ?? 1;
     const authentication = await app.auth.authenticate(request, now);
     const key = authentication.kind === 'key' ? authentication.key : undefined;
     const free = app.conditionalRequests.knownCurrent(request, key !== undefined);
     try {
-      await app.rateLimit.admit(request, reply, { key, now, free, cost: config.cost ?? 1 });
+      await app.rateLimit.admit(request, reply, { key, now, free, cost });
     } catch (error) {
-      if (key) app.usage.refused(key, request.routeOptions.schema?.operationId, error);
+      if (key) app.usage.refused(key, schema?.operationId, error);
       throw error;
     }
-    if (key) app.usage.admitted(request);
+    if (key) app.usage.admitted(request, schema?.operationId, cost);
     const refusal = app.auth.refusal(authentication, config);
     if (refusal) throw refusal;
   });
@@ -92,8 +94,7 @@ const v1: FastifyPluginAsync<V1Options> = async (app, options) => {
     const answer = app.conditionalRequests.finish(request, reply, payload);
     const key = app.auth.keyOf(request);
     const settling = app.rateLimit.settle(request, reply, { key, free: answer.free });
-    if (key)
-      app.usage.served(request, key, request.routeOptions.schema?.operationId, answer.free ? 0 : (request.routeOptions.config.cost ?? 1));
+    if (key) app.usage.served(request, key, answer.free);
     if (settling) settling.then(() => done(null, answer.payload), done);
     else done(null, answer.payload);
   });
