@@ -47,15 +47,19 @@ type Marked = FastifyRequest & { [COST]: number; [OPERATION]: string | undefined
 /**
  * The usage record (docs/admin-api.md, "The usage record"): every decision on a request with a valid key,
  * counted in memory per hour, key and operation, and added to usage_hours each second and at close
- * (recorder.ts). USAGE_RETENTION_DAYS 0 records nothing.
+ * (recorder.ts). USAGE_RETENTION_DAYS 0 records nothing (and prunes every hour recorded before).
  */
 export default fp<{ retentionDays: number }>(
   async function usage(app, { retentionDays }) {
+    const recorder = new UsageRecorder(createUsageRepository(app.db), { retentionDays, now: app.now, log: app.log });
+    recorder.start();
+    // Closing hooks run once the listener has closed and its requests are answered: the last counts are in.
+    app.addHook('onClose', () => recorder.stop());
+    // No record kept: nothing is counted, and the hours recorded before are pruned all the same.
     if (retentionDays === 0) {
-      app.decorate('usage', { admitted() {}, served() {}, refused() {}, flush: async () => {} } satisfies UsageRecording);
+      app.decorate('usage', { admitted() {}, served() {}, refused() {}, flush: () => recorder.flush() } satisfies UsageRecording);
       return;
     }
-    const recorder = new UsageRecorder(createUsageRepository(app.db), { retentionDays, now: app.now, log: app.log });
     app.decorateRequest(COST, NOT_ADMITTED);
     app.decorateRequest(OPERATION, undefined);
     app.decorate('usage', {
@@ -75,9 +79,6 @@ export default fp<{ retentionDays: number }>(
       },
       flush: () => recorder.flush(),
     } satisfies UsageRecording);
-    recorder.start();
-    // Closing hooks run once the listener has closed and its requests are answered: the last counts are in.
-    app.addHook('onClose', () => recorder.stop());
   },
   { name: 'usage', dependencies: ['database'] },
 );

@@ -9,6 +9,6 @@ export const usage = {
     default: 400,
     description:
       'Days the usage record keeps each hour of usage (`GET /admin/v1/usage`); older hours are deleted by the instances. ' +
-      '`0` keeps no usage record at all: nothing is recorded.',
+      '`0` keeps no usage record at all: nothing is recorded, and the hours recorded before are deleted.',
   }),
 };

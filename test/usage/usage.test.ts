@@ -3,12 +3,13 @@ import { describe } from 'vitest';
 import { loadConfig } from '../../src/config/load.js';
 import { CSV_TYPE } from '../../src/usage/admin-routes.js';
 import { adminFixture, type TestAdmin } from '../support/admin.js';
+import { buildTestApp } from '../support/app.js';
 import { eventually } from '../support/eventually.js';
 import { appTest, expect } from '../support/fixtures.js';
 import { portOf } from '../support/http.js';
 import { bearer, keyInFreshWindows } from '../support/keys.js';
 import { openSocket } from '../support/raw-socket.js';
-import { DAY, MINUTE, T0, type TestClock } from '../support/time.js';
+import { DAY, MINUTE, T0, testClock, type TestClock } from '../support/time.js';
 
 const HOUR = 60 * MINUTE;
 
@@ -313,10 +314,27 @@ describe('what the record keeps', () => {
     expect(await left()).toEqual([hour - 29 * DAY]);
   });
 
-  test('USAGE_RETENTION_DAYS: 400 days by default; 0 keeps no record at all', () => {
+  test('USAGE_RETENTION_DAYS: 400 days by default; 0 keeps no record at all, counting nothing and deleting the hours recorded before', async () => {
     expect(loadConfig({}).USAGE_RETENTION_DAYS).toBe(400);
-    expect(loadConfig({ USAGE_RETENTION_DAYS: '0' }).USAGE_RETENTION_DAYS).toBe(0);
     expect(() => loadConfig({ USAGE_RETENTION_DAYS: '-1' })).toThrow('USAGE_RETENTION_DAYS');
+    // The app's clock, moved past a minute below: the next prune comes then.
+    const clock = testClock(Date.now());
+    const none = await buildTestApp({ USAGE_RETENTION_DAYS: '0' }, { now: clock.now });
+    try {
+      const keyId = (await none.db.query<{ id: number }>('SELECT min(id)::int AS id FROM api_keys'))[0]!.id;
+      const hour = Math.floor(clock.now() / HOUR) * HOUR;
+      await none.db.query(`INSERT INTO usage_hours (hour, key_id, operation, requests) VALUES ($1, $2, 'listPets', 1)`, [
+        iso(hour - 2 * HOUR),
+        keyId,
+      ]);
+      expect((await none.app.inject({ url: '/v1/pets?limit=1', headers: none.auth })).statusCode).toBe(200);
+      await none.app.usage.flush();
+      expect(await none.db.query('SELECT 1 FROM usage_hours WHERE hour >= $1', [iso(hour)])).toEqual([]);
+      clock.advance(2 * MINUTE);
+      await eventually(async () => (await none.db.query('SELECT 1 FROM usage_hours')).length === 0, 10_000);
+    } finally {
+      await none.close();
+    }
   });
 });
 
