@@ -9,13 +9,13 @@ import { ErrorBody } from '../platform/schemas/error.js';
 import { UsageQuery, UsageRows } from './admin-schemas.js';
 import type { Granularity, UsageOwner, UsageRepository, UsageRow } from './repository.js';
 
-export const USAGE_PATH = '/admin/v1/usage';
+const USAGE_PATH = '/admin/v1/usage';
 
 const HOUR_MS = 3_600_000;
 const DAY_MS = 86_400_000;
 
 /** The longest range each granularity answers: a year of hours (8,784 buckets at most), ten years of days. */
-export const MAX_RANGE_DAYS: Record<Granularity, number> = { hour: 366, day: 3_660 };
+const MAX_RANGE_DAYS: Record<Granularity, number> = { hour: 366, day: 3_660 };
 
 export const CSV_TYPE = 'text/csv; charset=utf-8; header=present';
 

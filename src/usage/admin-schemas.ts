@@ -50,7 +50,6 @@ export const UsageRow = Type.Object(
   },
   { title: 'UsageRow', description: "A bucket's usage: one key's, or all of a customer's keys', or one key's or operation's with groupBy" },
 );
-export type UsageRow = Static<typeof UsageRow>;
 
 export const UsageRows = Type.Array(UsageRow, {
   title: 'UsageRows',

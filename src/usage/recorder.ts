@@ -6,7 +6,7 @@ import type { RefusalKind, UsageEntry, UsageRepository } from './repository.js';
 type UsageKey = Pick<ApiKeyIdentity, 'id' | 'customerId'>;
 
 /** How often an instance writes what it counted: the record's lag behind the requests. */
-export const FLUSH_EVERY_MS = 1_000;
+const FLUSH_EVERY_MS = 1_000;
 /** How often, by the app's clock, an instance deletes the hours past the retention. */
 const PRUNE_EVERY_MS = 60_000;
 /** Rows one statement deletes at most, so that no prune holds many rows (or the database) for long. */

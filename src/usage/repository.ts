@@ -1,8 +1,7 @@
 import type { Database } from '../platform/db/database.js';
 
 /** The kinds of refusal the usage record counts, as the admin API names them. */
-export const REFUSAL_KINDS = ['rateLimited', 'concurrency', 'credits', 'banned'] as const;
-export type RefusalKind = (typeof REFUSAL_KINDS)[number];
+export type RefusalKind = 'rateLimited' | 'concurrency' | 'credits' | 'banned';
 
 /** What one hour of one key's requests of one operation did, or the sum of such hours. */
 export interface UsageCounts {

@@ -104,7 +104,7 @@ describe('the usage record counts every decision on a request with a valid key',
     ]);
   });
 
-  test('a shadow-mode key past its limits is served and counted so; a request over the concurrency limit is refused as such', async ({
+  test('a shadow-mode key past its limits is served and counted so; an operation dearer than a window, and a request over the concurrency limit, are refused as such', async ({
     t,
     clock,
     admin,
@@ -120,6 +120,20 @@ describe('the usage record counts every decision on a request with a valid key',
     const range = `start=${iso(hour)}&end=${iso(hour + HOUR)}`;
     expect(await rowsOf(t.app, admin, `keyId=${shadow.keyId}&${range}`)).toEqual([
       { start: iso(hour), requests: 3, units: 3, refused: refused() },
+    ]);
+
+    // Limits stored below createPet's 3 units (as before RATE_LIMIT_COSTS rose): its 403 cost_exceeds_limit counts as rate limited.
+    const cheap = await freshKey(t.app, clock, { plan: 'enterprise', limits: { perMinute: 2, perDay: 1_000 } }, dayOf(2));
+    const refusal = await t.app.inject({
+      method: 'POST',
+      url: '/v1/pets',
+      headers: cheap.headers,
+      payload: { name: 'Dear', categoryId: 1 },
+    });
+    expect(refusal.json()).toMatchObject({ code: 'cost_exceeds_limit' });
+    const cheapHour = Math.floor(clock.now() / HOUR) * HOUR;
+    expect(await rowsOf(t.app, admin, `keyId=${cheap.keyId}&start=${iso(cheapHour)}&end=${iso(cheapHour + HOUR)}`)).toEqual([
+      { start: iso(cheapHour), requests: 0, units: 0, refused: refused({ rateLimited: 1 }) },
     ]);
 
     // One request in flight (its body not sent) holds the key's one slot: the next is refused.
