@@ -1,5 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import { describe } from 'vitest';
+import type { ApiKeyIdentity } from '../../src/api-keys/identity.js';
 import { loadConfig } from '../../src/config/load.js';
 import { CSV_TYPE } from '../../src/usage/admin-routes.js';
 import { adminFixture, type TestAdmin } from '../support/admin.js';
@@ -169,6 +170,20 @@ async function freshKey(
   // A first key's quota is its own id. The probes that waited for it were counted days before: the test's hours hold none.
   return { headers, quotaId, keyId: quotaId };
 }
+
+describe('the refusals the limiter names by code', () => {
+  test('credits_exhausted counts as credits; an error of another code is no refusal', async ({ t, clock, admin }) => {
+    const { keyId } = await freshKey(t.app, clock, { plan: 'enterprise', limits: { perMinute: 1_000, perDay: 10_000 } }, dayOf(4));
+    const key = { id: keyId, customerId: null } as ApiKeyIdentity;
+    // As the pipeline tells the record of a refusal of admit, with the error admit threw.
+    t.app.usage.refused(key, 'listPets', Object.assign(new Error('spent'), { code: 'credits_exhausted' }));
+    t.app.usage.refused(key, 'listPets', new Error('the store failed'));
+    const hour = Math.floor(clock.now() / HOUR) * HOUR;
+    expect(await rowsOf(t.app, admin, `keyId=${keyId}&start=${iso(hour)}&end=${iso(hour + HOUR)}`)).toEqual([
+      { start: iso(hour), requests: 0, units: 0, refused: refused({ credits: 1 }) },
+    ]);
+  });
+});
 
 describe('GET /admin/v1/usage', () => {
   test('hours or UTC days, grouped by key or operation, without the buckets that had no usage; CSV the same rows as JSON', async ({
