@@ -19,6 +19,7 @@ export const SERVER_LABELS = {
   'ours-traced': 'ours (memory store, traced, every request)',
   'ours-redis-sampled': 'ours (Redis store, defaults, traced, sampled at 5%)',
   'ours-redis-traced': 'ours (Redis store, defaults, traced, every request)',
+  'ours-unrecorded': 'ours (memory store, no usage record)',
 } as const;
 export type ServerName = keyof typeof SERVER_LABELS;
 
@@ -68,6 +69,7 @@ export const oursSpec = (
     OTEL_TRACES_SAMPLER?: string;
     OTEL_TRACES_SAMPLER_ARG?: string;
     RATE_LIMIT_CONCURRENCY?: string;
+    USAGE_RETENTION_DAYS?: string;
   },
   extraNodeArgs: string[] = [],
 ): ServerSpec => ({
@@ -107,6 +109,13 @@ export const TRACING_SETS = [
   { store: 'Redis store, defaults', off: 'ours-redis-concurrency', sampled: 'ours-redis-sampled', traced: 'ours-redis-traced' },
 ] as const satisfies ReadonlyArray<{ store: string; off: ServerName; sampled: ServerName; traced: ServerName }>;
 
+/**
+ * The usage record (issue #48) on and off, on the hot page in the same rounds: every server of ours
+ * records (the default), ours-unrecorded keeps no record (USAGE_RETENTION_DAYS=0). What recording
+ * costs is on over off.
+ */
+export const USAGE_RECORDING = { on: 'ours-memory', off: 'ours-unrecorded' } as const satisfies { on: ServerName; off: ServerName };
+
 /** Tracing sampled at TRACING_SAMPLE_RATIO, and every request traced, exporting to the bench's OTLP/HTTP sink. */
 const tracing = (db: Databases) => ({
   sampled: {
@@ -140,6 +149,8 @@ export function serverSpecs(db: Databases): Record<ServerName, ServerSpec> {
     'ours-pglite': oursSpec('ours-pglite', { DATA_DIR: db.pgliteDir }),
     // As behind a transaction pooler: what named statements save is this row against ours-memory's.
     'ours-unnamed': oursSpec('ours-unnamed', { DATABASE_URL: db.postgresUrl, DATABASE_PREPARED_STATEMENTS: 'false' }),
+    // What the usage record costs, against ours-memory's hot page (which records, as every other server of ours).
+    'ours-unrecorded': oursSpec('ours-unrecorded', { DATABASE_URL: db.postgresUrl, USAGE_RETENTION_DAYS: '0' }),
     // What tracing costs when on, against ours-memory's rows (tracing off): sampled as the operating
     // docs advise, and every request traced; the sampled spans exported over OTLP/HTTP to the bench's sink.
     'ours-sampled': oursSpec('ours-sampled', { DATABASE_URL: db.postgresUrl, ...traced.sampled }),
@@ -363,6 +374,7 @@ export function phases(db: Databases, etags: { list: string; fullPage: string })
     // of the machine's changing load, not several.
     ...CONCURRENCY_PAIRS.map(({ on }) => row(on, LIST, ours.list)),
     ...TRACING_SETS.flatMap(({ sampled, traced }) => [row(sampled, LIST, ours.list), row(traced, LIST, ours.list)]),
+    row(USAGE_RECORDING.off, LIST, ours.list),
     ...workload('walk', DB_WALK, baseline.walk, ours.walk),
     ...stores.map((store) => row(store, 'GET /v1/pets?...&cursor= (a page 90% through)', ours.deepPage)),
     ...stores.map((store) => row(store, 'GET /v1/pets/{id} (deprecated)', ours.byId)),

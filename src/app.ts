@@ -14,6 +14,7 @@ import openapi from './platform/http/openapi.js';
 import rateLimit from './rate-limit/plugin.js';
 import pets from './pets/plugin.js';
 import shutdown from './platform/http/shutdown.js';
+import usage from './usage/plugin.js';
 import v1, { API_PREFIX } from './v1/pipeline.js';
 import webhooks from './webhooks/plugin.js';
 import credits from './credits/plugin.js';
@@ -148,6 +149,7 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
       firstRetryMs: deps.webhookFirstRetryMs,
     });
   }
+  await app.register(usage, { retentionDays: config.USAGE_RETENTION_DAYS });
   await app.register(v1, {
     prefix: API_PREFIX,
     idempotencyKeyRetentionHours: config.IDEMPOTENCY_KEY_RETENTION_HOURS,

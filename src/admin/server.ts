@@ -17,6 +17,8 @@ import { createCustomersRepository } from '../customers/repository.js';
 import { adminAddressBans, adminKeyUsage } from '../rate-limit/admin-routes.js';
 import adminWebhookDeliveries from '../webhooks/admin-routes.js';
 import adminAudit from '../audit/admin-routes.js';
+import adminUsage from '../usage/admin-routes.js';
+import { createUsageRepository } from '../usage/repository.js';
 import { createWebhookDeliveriesRepository } from '../webhooks/repository.js';
 
 export const ADMIN_PREFIX = '/admin/v1';
@@ -52,13 +54,14 @@ export async function buildAdminServer(app: FastifyInstance): Promise<FastifyIns
       version: '1.0.0',
       description:
         'Key management for the systems that sell and support access: issue, list, change, rotate and revoke API keys, manage the customers who own them and the prepaid credits of both, ' +
-        'read their usage, list and lift bans of keys and addresses, follow the usage events sent by webhook, and read the audit trail. Every error is an `Error` body `{code, message, status}`.',
+        'read their usage and the usage record by hour or day, list and lift bans of keys and addresses, follow the usage events sent by webhook, and read the audit trail. Every error is an `Error` body `{code, message, status}`.',
     },
     serverUrl: ADMIN_PREFIX,
     apiPrefix: ADMIN_PREFIX,
     tags: [
       { name: 'keys', description: 'API keys, their usage and bans' },
       { name: 'customers', description: "The seller's customers, each known by its own id (externalId)" },
+      { name: 'usage', description: 'The usage record: what each customer and key used, hour by hour, and what was refused' },
       { name: 'address bans', description: 'Client addresses banned for what was sent from them without a valid key' },
       { name: 'webhooks', description: 'Usage events sent to WEBHOOK_URL, and their deliveries' },
       { name: 'audit', description: 'Who changed what, and when' },
@@ -87,9 +90,11 @@ export async function buildAdminServer(app: FastifyInstance): Promise<FastifyIns
     const credits = createCreditsRepository(db);
     await operations.register(adminKeys, { keys: app.apiKeysRepository, rules: app.keyRules, credits, actorOf });
     await operations.register(adminKeyCredits, { db, credits, actorOf });
-    await operations.register(adminCustomers, { customers: createCustomersRepository(db), actorOf, costs: config.rateLimitCosts });
+    const customers = createCustomersRepository(db);
+    await operations.register(adminCustomers, { customers, actorOf, costs: config.rateLimitCosts });
     await operations.register(adminCustomerCredits, { db, credits, actorOf });
     await operations.register(adminKeyUsage, { keys: app.apiKeysRepository, rateLimit: app.rateLimit, audit, actorOf });
+    await operations.register(adminUsage, { usage: createUsageRepository(db), keys: app.apiKeysRepository, customers });
     await operations.register(adminAddressBans, { rateLimit: app.rateLimit, audit, actorOf });
     await operations.register(adminWebhookDeliveries, { deliveries: createWebhookDeliveriesRepository(db), audit, actorOf });
     await operations.register(adminAudit, { audit });

@@ -7,6 +7,7 @@ import { adminListener, connections, listener, proxies, publicBaseUrl, shutdownA
 import { logs, metrics, tracing } from '../platform/config/settings/observability.js';
 import { redis } from '../rate-limit/redis-settings.js';
 import { rateLimits } from '../rate-limit/settings.js';
+import { usage } from '../usage/settings.js';
 import { webhooks } from '../webhooks/settings.js';
 
 /**
@@ -23,6 +24,7 @@ export const ConfigSchema = Type.Object({
   ...redis,
   ...rateLimits,
   ...webhooks,
+  ...usage,
   ...keyCache,
   ...idempotency,
   ...proxies,

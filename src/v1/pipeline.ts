@@ -24,14 +24,16 @@ export interface V1Options {
  *
  *   onRequest   auth finds the caller (a key not known here is looked up only if the limiter lets
  *               its address spend a lookup); the limiter decides (429 ends here), then auth refuses
- *               (401, 403, the 429 of a lookup): every request is counted, refused ones too
+ *               (401, 403, the 429 of a lookup): every request is counted, refused ones too; the
+ *               usage record (app.usage) counts each refusal of a request with a valid key
  *   validation  the operation's schemas (400); a deprecated operation past its sunset is a 410
  *   preHandler  a revalidation of a tag known current is answered 304 here, before the handler
  *   handler     pets/routes.ts
  *   onSend      ETag and 304; the limiter takes back a free revalidation, gives back the
  *               request's slot of its key's concurrency limit before the answer leaves, and gives
  *               a response answered before it decided (load shedding, shutdown, a failed key
- *               lookup) the headers of its caller as they stand
+ *               lookup) the headers of its caller as they stand; the usage record counts a request
+ *               the limiter admitted as served, with the units it spent (none when free)
  *
  * Unknown paths pass the same pipeline through this context's own not-found handler.
  */
@@ -67,11 +69,19 @@ const v1: FastifyPluginAsync<V1Options> = async (app, options) => {
 
   app.addHook('onRequest', async (request, reply) => {
     const now = app.now();
-    const { config } = request.routeOptions;
+    // One read: each read of routeOptions makes a new object.
+    const { config, schema } = request.routeOptions;
+    const cost = config.cost ?? 1;
     const authentication = await app.auth.authenticate(request, now);
     const key = authentication.kind === 'key' ? authentication.key : undefined;
     const free = app.conditionalRequests.knownCurrent(request, key !== undefined);
-    await app.rateLimit.admit(request, reply, { key, now, free, cost: config.cost ?? 1 });
+    try {
+      await app.rateLimit.admit(request, reply, { key, now, free, cost });
+    } catch (error) {
+      if (key) app.usage.refused(key, schema?.operationId, error);
+      throw error;
+    }
+    if (key) app.usage.admitted(request, schema?.operationId, cost);
     const refusal = app.auth.refusal(authentication, config);
     if (refusal) throw refusal;
   });
@@ -82,7 +92,9 @@ const v1: FastifyPluginAsync<V1Options> = async (app, options) => {
   });
   app.addHook('onSend', (request, reply, payload, done) => {
     const answer = app.conditionalRequests.finish(request, reply, payload);
-    const settling = app.rateLimit.settle(request, reply, { key: app.auth.keyOf(request), free: answer.free });
+    const key = app.auth.keyOf(request);
+    const settling = app.rateLimit.settle(request, reply, { key, free: answer.free });
+    if (key) app.usage.served(request, key, answer.free);
     if (settling) settling.then(() => done(null, answer.payload), done);
     else done(null, answer.payload);
   });

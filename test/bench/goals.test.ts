@@ -117,3 +117,22 @@ describe("bench: issue #46's goals, the production default", () => {
     expect(judged([round(1000, 50), round(1000, 50), round(1000, 50)])).toMatchObject({ measured: 'not measured', met: false });
   });
 });
+
+describe("bench: issue #48's goal, what the usage record costs", () => {
+  it("judges the hot page's CPU per request with the usage record against without it, at most 1.05x, round by round", () => {
+    const judged = (recording: Round[]) =>
+      evaluateGoals(
+        results({
+          [HOT]: recording,
+          [rowId('ours-unrecorded', LIST)]: [round(6_000, 40), round(6_000, 40), round(6_000, 40)],
+        }),
+      ).find((goal) => goal.name === 'hot page, memory store: CPU per request with the usage record')!;
+    // Per round 1.05x, 1.00x and 1.10x.
+    expect(judged([round(6_000, 42), round(6_000, 40), round(6_000, 44)])).toMatchObject({
+      target: '<= 1.05x no usage record',
+      measured: '1.05x (42 vs 40 µs)',
+      met: true,
+    });
+    expect(judged([round(6_000, 44), round(6_000, 44), round(6_000, 44)])).toMatchObject({ measured: '1.10x (44 vs 40 µs)', met: false });
+  });
+});

@@ -264,6 +264,7 @@ describe('the admin OpenAPI document at /admin/v1/openapi.json, on the admin lis
     ['/customers/{id}/credits', 'post', 'changeCustomerCredits', true],
     ['/keys/{id}/usage', 'get', 'getKeyUsage', false],
     ['/keys/{id}/ban', 'delete', 'liftKeyBan', true],
+    ['/usage', 'get', 'getUsage', false],
     ['/address-bans', 'get', 'listAddressBans', false],
     ['/address-bans/{address}', 'delete', 'liftAddressBan', true],
     ['/webhook-deliveries', 'get', 'listWebhookDeliveries', false],
@@ -337,6 +338,15 @@ describe('the admin OpenAPI document at /admin/v1/openapi.json, on the admin lis
       schemaOf('/customers/{id}', 'patch', 200),
       (await admin.request('PATCH', `/admin/v1/customers/${customer.body.id}`, { json: { name: 'Renamed' } })).body,
     );
+    // The usage record of the app's own key, whose requests this file sent: its hour, by operation.
+    await t.app.usage.flush();
+    const hour = Math.floor(t.app.now() / 3_600_000) * 3_600_000;
+    const window = `start=${new Date(hour).toISOString()}&end=${new Date(hour + 3_600_000).toISOString()}`;
+    const appKeyId = (await t.app.db.query<{ id: number }>('SELECT min(id)::int AS id FROM api_keys'))[0]!.id;
+    const usage = await admin.request('GET', `/admin/v1/usage?keyId=${appKeyId}&${window}&groupBy=operation`);
+    expect(usage.body.length).toBeGreaterThan(0);
+    check(schemaOf('/usage', 'get', 200), usage.body);
+    check(schemaOf('/usage', 'get', 400), (await admin.request('GET', `/admin/v1/usage?${window}`)).body);
     // A usage event recorded as the rate limiter's watcher would (this app has no WEBHOOK_URL, so it stays pending).
     const crossing = { key: created.body, window: 'minute', limit: 5, used: 4, threshold: 80, resetAt: t.app.now() } as const;
     await createWebhookDeliveriesRepository(t.app.db).record(usageThreshold(crossing, t.app.now()));

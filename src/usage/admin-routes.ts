@@ -1,0 +1,156 @@
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import { Type } from '@sinclair/typebox';
+import type { ApiKeysRepository } from '../api-keys/repository.js';
+import { dateTimeOf } from '../api-keys/expiry.js';
+import type { CustomersRepository } from '../customers/repository.js';
+import { errors } from '../platform/errors.js';
+import { refuseOtherMethods } from '../platform/http/method-not-allowed.js';
+import { ErrorBody } from '../platform/schemas/error.js';
+import { UsageQuery, UsageRows } from './admin-schemas.js';
+import type { Granularity, UsageOwner, UsageRepository, UsageRow } from './repository.js';
+
+const USAGE_PATH = '/admin/v1/usage';
+
+const HOUR_MS = 3_600_000;
+const DAY_MS = 86_400_000;
+
+/** The longest range each granularity answers: a year of hours (8,784 buckets at most), ten years of days. */
+const MAX_RANGE_DAYS: Record<Granularity, number> = { hour: 366, day: 3_660 };
+
+export const CSV_TYPE = 'text/csv; charset=utf-8; header=present';
+
+/** The CSV columns, in order: a row's fields, the refused kinds each a column of its own. */
+const CSV_COUNTS = ['requests', 'units', 'refusedRateLimited', 'refusedConcurrency', 'refusedCredits', 'refusedBanned'] as const;
+
+export interface AdminUsageOptions {
+  usage: UsageRepository;
+  keys: ApiKeysRepository;
+  customers: CustomersRepository;
+}
+
+/** A bound of the range, checked: on the calendar, and a whole bucket of the granularity. */
+function boundOf(field: 'start' | 'end', text: string, granularity: Granularity): Date {
+  const date = dateTimeOf(text);
+  if (!date) throw errors.badRequest(`querystring/${field} is no date and time on the calendar`);
+  if (date.getTime() % (granularity === 'day' ? DAY_MS : HOUR_MS) !== 0) {
+    throw errors.badRequest(
+      `querystring/${field} must be ${granularity === 'day' ? '00:00 UTC of a day, with granularity=day' : 'a whole hour (UTC)'}, as the buckets are`,
+    );
+  }
+  return date;
+}
+
+/** The query's range, checked: start before end, and no longer than its granularity answers. */
+function rangeOf(query: UsageQuery, granularity: Granularity) {
+  const start = boundOf('start', query.start, granularity);
+  const end = boundOf('end', query.end, granularity);
+  if (start >= end) throw errors.badRequest('querystring/start must be before end');
+  const most = MAX_RANGE_DAYS[granularity];
+  if (end.getTime() - start.getTime() > most * DAY_MS) {
+    throw errors.badRequest(
+      `querystring/end: the range from start to end is more than ${most} days, the most granularity=${granularity} answers` +
+        (granularity === 'hour' ? '; ask granularity=day, or a shorter range' : '; ask a shorter range'),
+    );
+  }
+  return { start, end };
+}
+
+/** Whose usage: exactly one of customerId and keyId. */
+function ownerOf({ customerId, keyId }: UsageQuery): UsageOwner {
+  if (customerId === undefined && keyId === undefined)
+    throw errors.badRequest('querystring/customerId or keyId is required: exactly one of them');
+  if (customerId !== undefined && keyId !== undefined)
+    throw errors.badRequest('querystring/keyId goes without customerId: exactly one of them');
+  return customerId !== undefined ? { customerId } : { keyId: keyId! };
+}
+
+/** A 400 naming the field, for an owner that is no customer or key (never one made later: ids are not reused). */
+async function checkExists(owner: UsageOwner, { keys, customers }: AdminUsageOptions) {
+  if ('customerId' in owner) {
+    if (!(await customers.get(owner.customerId))) throw errors.badRequest(`querystring/customerId names no customer (${owner.customerId})`);
+  } else if (!(await keys.get(owner.keyId))) throw errors.badRequest(`querystring/keyId names no key (${owner.keyId})`);
+}
+
+/** The quality an Accept header gives a media type (exactly named, or by a wildcard); 0 when it names neither. */
+function qualityOf(accept: string, type: string): number {
+  let quality = 0;
+  for (const range of accept.split(',')) {
+    const [name, ...parameters] = range.split(';').map((part) => part.trim().toLowerCase());
+    if (name !== type && name !== '*/*' && name !== `${type.split('/')[0]}/*`) continue;
+    const q = parameters.find((parameter) => parameter.startsWith('q='));
+    quality = Math.max(quality, q === undefined ? 1 : Number(q.slice(2)) || 0);
+  }
+  return quality;
+}
+
+/** CSV when Accept names text/csv, and JSON no higher; JSON otherwise (no Accept, or anything else). */
+const wantsCsv = (accept: string | undefined) =>
+  accept !== undefined &&
+  accept.toLowerCase().includes('text/csv') &&
+  qualityOf(accept, 'text/csv') > 0 &&
+  qualityOf(accept, 'text/csv') >= qualityOf(accept, 'application/json');
+
+/** A field as RFC 4180 writes it: quoted when it holds a comma, a quote or a line break. */
+const csvField = (value: string | number | null | undefined) => {
+  const text = value === null || value === undefined ? '' : String(value);
+  return /[",\r\n]/.test(text) ? `"${text.replaceAll('"', '""')}"` : text;
+};
+
+/** The rows as CSV: a header line, then a line per row, each ended by CRLF (RFC 4180). */
+function csvOf(rows: UsageRow[], groupBy: UsageQuery['groupBy']): string {
+  const group = groupBy === 'key' ? ['keyId'] : groupBy === 'operation' ? ['operation'] : [];
+  const lines = [['start', ...group, ...CSV_COUNTS].join(',')];
+  for (const row of rows) {
+    const { refused } = row;
+    const groupField = groupBy === 'key' ? [row.keyId] : groupBy === 'operation' ? [row.operation] : [];
+    const counts = [row.requests, row.units, refused.rateLimited, refused.concurrency, refused.credits, refused.banned];
+    lines.push([row.start, ...groupField, ...counts].map(csvField).join(','));
+  }
+  return `${lines.join('\r\n')}\r\n`;
+}
+
+/**
+ * The usage record of a customer or a key (docs/admin-api.md, "Usage"), hour by hour or day by day,
+ * for billing and support: JSON, or CSV for a billing import.
+ */
+const adminUsage: FastifyPluginAsyncTypebox<AdminUsageOptions> = async (admin, options) => {
+  admin.get(
+    USAGE_PATH,
+    {
+      schema: {
+        operationId: 'getUsage',
+        tags: ['usage'],
+        summary: "A customer's or a key's usage by hour or UTC day: requests served, units spent and refusals by kind",
+        querystring: UsageQuery,
+        response: {
+          200: {
+            description:
+              'The buckets with usage, in order; JSON, or CSV (Accept: text/csv) with the same rows: a header line, the refused kinds as columns',
+            content: {
+              'application/json': { schema: UsageRows },
+              'text/csv': {
+                schema: Type.String({
+                  description: `start,[keyId|operation,]${CSV_COUNTS.join(',')}, then a line per row (CRLF)`,
+                }),
+              },
+            },
+          },
+          400: ErrorBody,
+        },
+      },
+    },
+    async (request, reply) => {
+      const { query } = request;
+      const granularity = query.granularity ?? 'hour';
+      const owner = ownerOf(query);
+      const { start, end } = rangeOf(query, granularity);
+      await checkExists(owner, options);
+      const rows = await options.usage.read({ owner, granularity, groupBy: query.groupBy, start, end });
+      if (wantsCsv(request.headers.accept)) return reply.type(CSV_TYPE).send(csvOf(rows, query.groupBy));
+      return rows;
+    },
+  );
+  refuseOtherMethods(admin, USAGE_PATH, ['GET']);
+};
+
+export default adminUsage;

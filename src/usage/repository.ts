@@ -1,0 +1,143 @@
+import type { Database } from '../platform/db/database.js';
+
+/** The kinds of refusal the usage record counts, as the admin API names them. */
+export type RefusalKind = 'rateLimited' | 'concurrency' | 'credits' | 'banned';
+
+/** What one hour of one key's requests of one operation did, or the sum of such hours. */
+export interface UsageCounts {
+  requests: number;
+  units: number;
+  refused: Record<RefusalKind, number>;
+}
+
+/** The counts of one hour, key and operation, as an instance adds them to the record. */
+export interface UsageEntry extends UsageCounts {
+  /** The hour's start, in ms since the epoch. */
+  hour: number;
+  keyId: number;
+  customerId: number | null;
+  /** The route's operationId; '' for a request that matched none. */
+  operation: string;
+}
+
+/** A row of the admin API's answer: a bucket's sums, of one key or operation with groupBy. */
+export interface UsageRow extends UsageCounts {
+  start: string;
+  keyId?: number;
+  operation?: string | null;
+}
+
+export type Granularity = 'hour' | 'day';
+export type UsageGroup = 'key' | 'operation';
+
+/** Whose usage: a customer's (all its keys) or one key's. */
+export type UsageOwner = { customerId: number } | { keyId: number };
+
+export interface UsageQuery {
+  owner: UsageOwner;
+  granularity: Granularity;
+  groupBy: UsageGroup | undefined;
+  /** Inclusive. */
+  start: Date;
+  /** Exclusive. */
+  end: Date;
+}
+
+const COUNT_COLUMNS = ['requests', 'units', 'refused_rate_limited', 'refused_concurrency', 'refused_credits', 'refused_banned'] as const;
+
+const statements = {
+  // One statement per batch, whatever its size; rows in key order, so that two instances' batches lock shared rows in
+  // the same order (no deadlock). Each batch holds an hour, key and operation once (ON CONFLICT takes a row once).
+  add: {
+    name: 'usage_hours_add',
+    text: `INSERT INTO usage_hours (hour, key_id, customer_id, operation, ${COUNT_COLUMNS.join(', ')})
+           SELECT * FROM unnest($1::timestamptz[], $2::bigint[], $3::bigint[], $4::text[],
+                                $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[])
+             AS batch(hour, key_id, customer_id, operation, ${COUNT_COLUMNS.join(', ')})
+           ORDER BY hour, key_id, operation
+           ON CONFLICT (hour, key_id, operation) DO UPDATE SET
+             ${COUNT_COLUMNS.map((column) => `${column} = usage_hours.${column} + EXCLUDED.${column}`).join(', ')}`,
+  },
+  // The oldest hours before $1 (by the app's clock), at most $2 rows; rows another instance is deleting or adding to are
+  // skipped, not waited for (the next prune takes them).
+  prune: {
+    name: 'usage_hours_prune',
+    text: `WITH pruned AS (
+             DELETE FROM usage_hours WHERE (hour, key_id, operation) IN (
+               SELECT hour, key_id, operation FROM usage_hours WHERE hour < $1 ORDER BY hour LIMIT $2 FOR UPDATE SKIP LOCKED)
+             RETURNING 1)
+           SELECT count(*)::int AS count FROM pruned`,
+  },
+} as const;
+
+/** UTC days, whatever the session's time zone. */
+const BUCKETS: Record<Granularity, string> = { hour: 'hour', day: `date_bin('1 day', hour, TIMESTAMPTZ '2000-01-01 00:00:00+00')` };
+const GROUPS: Record<UsageGroup, string> = { key: 'key_id', operation: 'operation' };
+
+/** The read of one shape of query: by owner, granularity and group, each a statement of its own. */
+function readStatement(owner: 'customer' | 'key', granularity: Granularity, groupBy: UsageGroup | undefined) {
+  const group = groupBy ? `, ${GROUPS[groupBy]}` : '';
+  return {
+    name: `usage_hours_read_${owner}_${granularity}_${groupBy ?? 'all'}`,
+    text: `SELECT ${BUCKETS[granularity]} AS start${group}, ${COUNT_COLUMNS.map((column) => `sum(${column})::bigint AS ${column}`).join(', ')}
+           FROM usage_hours WHERE ${owner}_id = $1 AND hour >= $2 AND hour < $3
+           GROUP BY 1${groupBy ? ', 2' : ''} ORDER BY 1${groupBy ? ', 2' : ''}`,
+  };
+}
+
+type CountRow = Record<(typeof COUNT_COLUMNS)[number], number> & { start: Date; key_id?: number; operation?: string };
+
+const rowOf = (row: CountRow): UsageRow => ({
+  start: new Date(row.start).toISOString(),
+  ...(row.key_id !== undefined && { keyId: row.key_id }),
+  ...(row.operation !== undefined && { operation: row.operation === '' ? null : row.operation }),
+  requests: row.requests,
+  units: row.units,
+  refused: {
+    rateLimited: row.refused_rate_limited,
+    concurrency: row.refused_concurrency,
+    credits: row.refused_credits,
+    banned: row.refused_banned,
+  },
+});
+
+/** The usage record: what the instances add, what the admin API reads, and its retention. */
+export function createUsageRepository(db: Database) {
+  return {
+    /** Adds the entries' counts to the record, in one statement: all of them, or none when it fails. */
+    async add(entries: UsageEntry[]): Promise<void> {
+      const columns: unknown[][] = Array.from({ length: 10 }, () => []);
+      for (const entry of entries) {
+        const { refused } = entry;
+        const values = [
+          new Date(entry.hour).toISOString(),
+          entry.keyId,
+          entry.customerId,
+          entry.operation,
+          entry.requests,
+          entry.units,
+          refused.rateLimited,
+          refused.concurrency,
+          refused.credits,
+          refused.banned,
+        ];
+        values.forEach((value, i) => columns[i]!.push(value));
+      }
+      await db.query(statements.add, columns);
+    },
+
+    /** The sums of the query's buckets (and groups) that had usage, in order of start (then group). */
+    async read({ owner, granularity, groupBy, start, end }: UsageQuery): Promise<UsageRow[]> {
+      const [kind, id] = 'customerId' in owner ? (['customer', owner.customerId] as const) : (['key', owner.keyId] as const);
+      return (await db.query<CountRow>(readStatement(kind, granularity, groupBy), [id, start, end])).map(rowOf);
+    },
+
+    /** Deletes up to `limit` rows of hours before `before`, oldest first; how many it deleted. */
+    async prune(before: Date, limit: number): Promise<number> {
+      const [row] = await db.query<{ count: number }>(statements.prune, [before, limit]);
+      return row!.count;
+    },
+  };
+}
+
+export type UsageRepository = ReturnType<typeof createUsageRepository>;
