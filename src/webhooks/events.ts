@@ -1,11 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import type { ApiKeyIdentity } from '../api-keys/identity.js';
+import type { CreditsExhaustedEvent } from '../rate-limit/credits.js';
 
 /** A usage event as its receiver gets it: the body of the POST, the same bytes on every attempt. */
 export interface UsageEvent {
   /** Unique per event, the same on every attempt: a receiver drops one it has seen. */
   id: string;
-  type: 'usage.threshold' | 'key.banned';
+  type: 'usage.threshold' | 'key.banned' | 'credits.exhausted';
   createdAt: string;
   data: Record<string, unknown>;
 }
@@ -58,5 +59,24 @@ export function keyBanned({ key, bannedUntil }: { key: ApiKeyIdentity; bannedUnt
   return {
     event: newEvent('key.banned', now, { keyId: key.id, quotaId: key.quotaId, bannedUntil: new Date(bannedUntil).toISOString() }),
     dedupeKey: `key.banned:${key.quotaId}:${bannedUntil}`,
+  };
+}
+
+/**
+ * A balance of prepaid credits ran out (a request left it none, or was refused for it): the key's
+ * own (`owner` key) or its customer's, once per balance and version (each set or refill starts one).
+ */
+export function creditsExhausted({ key, owner, balance, version, remaining }: CreditsExhaustedEvent, now: number): RecordedEvent {
+  return {
+    event: newEvent('credits.exhausted', now, {
+      keyId: key.id,
+      quotaId: key.quotaId,
+      customerId: key.customerId,
+      owner,
+      balanceId: balance.id,
+      remaining,
+      refillAt: balance.refillAt === null ? null : new Date(balance.refillAt).toISOString(),
+    }),
+    dedupeKey: `credits.exhausted:${balance.id}:${version}`,
   };
 }
