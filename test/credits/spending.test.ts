@@ -55,7 +55,8 @@ const quotaCredits = async (app: FastifyInstance, headers: Headers) =>
 const recorded = (app: FastifyInstance, id: number, spent: number) =>
   eventually(async () => (await balanceRecord(app.db, id)).spent === spent);
 
-const NO_REFILL = "This API key's prepaid credits are spent: 0 units remain and this operation costs 1; they must be topped up before it is served";
+const NO_REFILL =
+  "This API key's prepaid credits are spent: 0 units remain and this operation costs 1; they must be topped up before it is served";
 
 describe.each(RATE_LIMIT_STORES)('prepaid credits with the $name store', (store) => {
   const test = describeAppTest({
@@ -152,13 +153,17 @@ describe.each(RATE_LIMIT_STORES)('prepaid credits with the $name store', (store)
       const { headers, record } = await knownKey(t.app, clock, { plan: 'pro' });
       const id = await withBalance(t.app, { quotaId: record.quotaId }, 2);
       const read = await get(t.app, headers);
-      for (let i = 0; i < 3; i++) expect((await get(t.app, headers, { 'if-none-match': read.headers.etag as string })).statusCode).toBe(304);
+      for (let i = 0; i < 3; i++)
+        expect((await get(t.app, headers, { 'if-none-match': read.headers.etag as string })).statusCode).toBe(304);
       expect(await quotaCredits(t.app, headers)).toEqual({ remaining: 1, refillAt: null });
       expect(await statusesOf(t.app, headers, 2)).toEqual([200, 429]);
       await recorded(t.app, id, 2);
     });
 
-    test('shadow mode still refuses for credits (money, not a limit under trial); past its windows it spends them', async ({ t, clock }) => {
+    test('shadow mode still refuses for credits (money, not a limit under trial); past its windows it spends them', async ({
+      t,
+      clock,
+    }) => {
       const shadow = await knownKey(t.app, clock, { plan: 'business' });
       const off = await knownKey(t.app, clock, { plan: 'pro', enforceLimits: false });
       await withBalance(t.app, { quotaId: shadow.record.quotaId }, 1);
@@ -176,9 +181,10 @@ describe.each(RATE_LIMIT_STORES)('prepaid credits with the $name store', (store)
       const id = await withBalance(t.app, { quotaId: record.quotaId }, 1);
       expect(await statusesOf(t.app, headers, 4)).toEqual([200, 429, 429, 429]);
       const events = () =>
-        t.app.db.query<{ body: string }>("SELECT body FROM webhook_deliveries WHERE type = 'credits.exhausted' AND body::jsonb->'data'->>'balanceId' = $1", [
-          String(id),
-        ]);
+        t.app.db.query<{ body: string }>(
+          "SELECT body FROM webhook_deliveries WHERE type = 'credits.exhausted' AND body::jsonb->'data'->>'balanceId' = $1",
+          [String(id)],
+        );
       await eventually(async () => (await balanceRecord(t.app.db, id)).exhaustedVersion === 1);
       await eventually(async () => (await events()).length === 1);
       expect(JSON.parse((await events())[0]!.body)).toMatchObject({
