@@ -1,13 +1,16 @@
-import { describe, expect } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { FastifyInstance } from 'fastify';
+import { Redis } from 'ioredis';
+import { commandCalls } from '../../harness/redis.js';
 import type { NewApiKey } from '../../src/api-keys/repository.js';
 import { createCustomersRepository } from '../../src/customers/repository.js';
 import { KEYS_COMMAND } from '../support/admin.js';
+import { buildTestApp } from '../support/app.js';
 import { balanceRecord, insertBalance, type BalanceOwner } from '../support/credit-balances.js';
 import { eventually } from '../support/eventually.js';
 import { describeAppTest } from '../support/fixtures.js';
-import { bearer, waitForKey } from '../support/keys.js';
-import { RATE_LIMIT_STORES, REDIS_URL } from '../support/redis.js';
+import { bearer, waitForKey, waitForKeyOnApp } from '../support/keys.js';
+import { RATE_LIMIT_STORES, REDIS_URL, startRedis } from '../support/redis.js';
 import { DAY, MINUTE, T0, type TestClock } from '../support/time.js';
 
 // Issue 48, item 2: a request spends its cost from its key's and its customer's prepaid credits,
@@ -199,5 +202,36 @@ describe.each(RATE_LIMIT_STORES)('prepaid credits with the $name store', (store)
       expect(await statusesOf(t.app, headers, 2)).toEqual([429, 429]);
       expect(await events()).toHaveLength(2);
     });
+  });
+});
+
+describe.skipIf(!REDIS_URL)('the Redis commands of requests spending credits (a private Redis server, counting them)', () => {
+  it("a customer's key with limits and both balances: one script call per request, the balances seeded once", async () => {
+    const redis = await startRedis();
+    const t = await buildTestApp({ REDIS_URL: redis.url, REDIS_KEY_PREFIX: 'credit-calls:', RATE_LIMIT_CONCURRENCY: 'pro=100' });
+    try {
+      const limits = { perMinute: 1_000, perDay: 10_000, concurrency: 100 };
+      const customer = await createCustomersRepository(t.app.db).create({ externalId: 'cus_credit_calls', limits }, KEYS_COMMAND);
+      const { key, record } = await t.app.apiKeysRepository.create({ plan: 'pro', customerId: customer.id });
+      await waitForKeyOnApp(t.app, bearer(key));
+      await withBalance(t.app, { quotaId: record.quotaId }, 1_000);
+      await withBalance(t.app, { customerId: customer.id }, 1_000);
+      // The first request seeds both balances from their records (a second script call); what follows is the requests' own.
+      expect((await get(t.app, bearer(key))).statusCode).toBe(200);
+      const stats = new Redis(redis.url);
+      await stats.config('RESETSTAT');
+      stats.disconnect();
+      const requests = 50;
+      const statuses = await Promise.all(Array.from({ length: requests }, async () => (await get(t.app, bearer(key))).statusCode));
+      expect(statuses.filter((status) => status !== 200)).toEqual([]);
+      const { evalsha = 0, eval: evals = 0, hincrby = 0 } = await commandCalls(redis.url);
+      expect(evalsha + evals).toBe(requests);
+      // Each request's script spent from both balances.
+      expect(hincrby).toBe(2 * requests);
+      expect(await quotaCredits(t.app, bearer(key))).toEqual({ remaining: 1_000 - requests - 1, refillAt: null });
+    } finally {
+      await t.close();
+      await redis.stop();
+    }
   });
 });
