@@ -118,7 +118,12 @@ const identityOf = (row: UsableKeyRow): ApiKeyIdentity => ({
       ? null
       : { perMinute: row.customer_per_minute, perDay: row.customer_per_day!, concurrency: row.customer_concurrency },
   credits: balanceOf(row.credits_id, row.credits_base, row.credits_version, row.credits_refill_at),
-  customerCredits: balanceOf(row.customer_credits_id, row.customer_credits_base, row.customer_credits_version, row.customer_credits_refill_at),
+  customerCredits: balanceOf(
+    row.customer_credits_id,
+    row.customer_credits_base,
+    row.customer_credits_version,
+    row.customer_credits_refill_at,
+  ),
 });
 
 const recordOf = (row: ApiKeyRecordRow): ApiKeyRecord => ({

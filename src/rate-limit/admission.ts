@@ -343,7 +343,9 @@ function createSettle(
     const count = (claims: readonly CreditClaim[] | undefined): Promise<Admission> => {
       if (!charge.shared) return store.consume(charge.subject, charge.limits, charge.now, charge.cost, charge.bans, claims);
       const claim = { cost: charge.cost, bans: charge.bans, count: true, slot: NO_SLOT, credits: claims };
-      return store.decideShared(charge.subject, charge.limits, charge.now, claim, { ...charge.shared, slots: 0 }).then((both) => both.admission);
+      return store
+        .decideShared(charge.subject, charge.limits, charge.now, claim, { ...charge.shared, slots: 0 })
+        .then((both) => both.admission);
     };
     return decideSeeded(count, charge.credits, record).then((decision) => {
       if (decision.outcome !== 'busy' && decision.credits && (decision.outcome === 'allowed' || !charge.bans))

@@ -60,7 +60,14 @@ export class MemoryStore implements RateLimitStore {
     return this.#subjects.size;
   }
 
-  async consume(subject: string, limits: Limits, now: number, cost: number, bans: boolean, credits?: readonly CreditClaim[]): Promise<Decision> {
+  async consume(
+    subject: string,
+    limits: Limits,
+    now: number,
+    cost: number,
+    bans: boolean,
+    credits?: readonly CreditClaim[],
+  ): Promise<Decision> {
     return this.#decide(subject, limits, now, cost, bans, credits);
   }
 
@@ -192,8 +199,10 @@ export class MemoryStore implements RateLimitStore {
     const room = ownRoom && hasRoom(shared.limits, customer.minuteUsed, customer.dayUsed, cost);
     // Served (allowed, or past the windows in shadow mode) only if every balance holds the cost too.
     const assessed = credits && (room || !bans) ? this.credits.assess(credits, cost) : undefined;
-    if (assessed?.refusal) return { outcome: assessed.refusal, ...usage(limits, now, own.minuteUsed, own.dayUsed), credits: assessed.standings };
-    const spent = (decision: Decision) => (assessed ? { ...decision, credits: this.credits.spend(credits!, assessed.standings, cost) } : decision);
+    if (assessed?.refusal)
+      return { outcome: assessed.refusal, ...usage(limits, now, own.minuteUsed, own.dayUsed), credits: assessed.standings };
+    const spent = (decision: Decision) =>
+      assessed ? { ...decision, credits: this.credits.spend(credits!, assessed.standings, cost) } : decision;
     if (room) return spent(this.#count(own, limits, now, cost, customer));
     // Refused by the customer's windows alone: towards no ban of the key, unless a would-be refusal of shadow mode.
     if (ownRoom && bans) return { outcome: 'limited', refusals: own.refused, ...usage(limits, now, own.minuteUsed, own.dayUsed) };

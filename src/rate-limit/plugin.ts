@@ -99,7 +99,11 @@ export default fp<RateLimitOptions>(
         if (lookup.outcome !== 'allowed')
           throw errors.quotaLookupsLimited(QUOTA_LOOKUPS.perMinute, secondsUntil(lookup.minute.resetAt - now));
         const subject = keySubject(key);
-        const [windows, inFlight, credits] = await Promise.all([keyStanding(store, key, now), store.inFlight(subject, now), creditsOf(key, now)]);
+        const [windows, inFlight, credits] = await Promise.all([
+          keyStanding(store, key, now),
+          store.inFlight(subject, now),
+          creditsOf(key, now),
+        ]);
         return {
           minute: windows.minute,
           day: windows.day,

@@ -122,7 +122,16 @@ export class RedisStore implements RateLimitStore {
   #creditKey = (claim: CreditClaim) => `${this.#base(claim.subject)}:cr:${claim.id}`;
 
   /** Runs DECIDE for the subject, carrying the releases of its slots queued until now. */
-  #decide(subject: string, limits: Limits, now: number, cost: number, bans: boolean, count: boolean, slot?: Slot, credits?: readonly CreditClaim[]) {
+  #decide(
+    subject: string,
+    limits: Limits,
+    now: number,
+    cost: number,
+    bans: boolean,
+    count: boolean,
+    slot?: Slot,
+    credits?: readonly CreditClaim[],
+  ) {
     const base = this.#base(subject);
     const slots = `${base}:c`;
     const minute = windowStart(now, MINUTE_MS);
@@ -164,10 +173,19 @@ export class RedisStore implements RateLimitStore {
       return { outcome: 'banned', ...windows, bannedUntil: last, banStarted: code === BAN_STARTED, ...standings };
     if (code === CREDITS_EXHAUSTED || code === UNSEEDED)
       return { outcome: code === UNSEEDED ? 'unseeded' : 'credits_exhausted', ...windows, ...standings };
-    return code === ALLOWED ? { outcome: 'allowed', ...windows, ...standings } : { outcome: 'limited', refusals: last, ...windows, ...standings };
+    return code === ALLOWED
+      ? { outcome: 'allowed', ...windows, ...standings }
+      : { outcome: 'limited', refusals: last, ...windows, ...standings };
   }
 
-  async consume(subject: string, limits: Limits, now: number, cost: number, bans: boolean, credits?: readonly CreditClaim[]): Promise<Decision> {
+  async consume(
+    subject: string,
+    limits: Limits,
+    now: number,
+    cost: number,
+    bans: boolean,
+    credits?: readonly CreditClaim[],
+  ): Promise<Decision> {
     return this.#decision(limits, now, await this.#decide(subject, limits, now, cost, bans, true, undefined, credits));
   }
 

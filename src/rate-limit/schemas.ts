@@ -42,7 +42,8 @@ export const RateLimitStatus = Type.Object(
       },
     ),
     costs: Type.Record(Type.String(), Type.Integer(), {
-      description: 'Units each operation spends of both windows and of the prepaid credits, by operationId (1 unless the operator prices it)',
+      description:
+        'Units each operation spends of both windows and of the prepaid credits, by operationId (1 unless the operator prices it)',
       examples: [{ listPets: 1, createPet: 5, getPet: 1 }],
     }),
   },

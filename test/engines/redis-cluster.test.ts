@@ -101,11 +101,11 @@ describeNeeding(NEEDS.postgresUrl, NEEDS.redisServer)('a Redis Cluster (REDIS_CL
       a.app.apiKeysRepository.create({ plan: 'pro', customerId: customer.id }),
       a.app.apiKeysRepository.create({ plan: 'pro' }),
     ]);
-    for (const { key } of [own!, sibling!, alone!]) await Promise.all([a, b].map((instance) => waitForKeyOnApp(instance.app, bearer(key))));
+    for (const { key } of [own, sibling, alone]) await Promise.all([a, b].map((instance) => waitForKeyOnApp(instance.app, bearer(key))));
     // The key's own 5, its customer's 8 (shared with its sibling), and a key without a customer's own 3.
-    await insertBalance(a.app.db, { quotaId: own!.record.quotaId }, 5);
+    await insertBalance(a.app.db, { quotaId: own.record.quotaId }, 5);
     await insertBalance(a.app.db, { customerId: customer.id }, 8);
-    await insertBalance(a.app.db, { quotaId: alone!.record.quotaId }, 3);
+    await insertBalance(a.app.db, { quotaId: alone.record.quotaId }, 3);
     for (const instance of [a, b]) expect(await instance.app.keyNotices.catchUp()).toBe(true);
     clock.advance(MINUTE);
     const statusesOf = async (key: string, count: number) => {
@@ -116,9 +116,9 @@ describeNeeding(NEEDS.postgresUrl, NEEDS.redisServer)('a Redis Cluster (REDIS_CL
       }
       return statuses;
     };
-    expect(await statusesOf(own!.key, 6)).toEqual([200, 200, 200, 200, 200, 'credits_exhausted']);
-    expect(await statusesOf(sibling!.key, 4)).toEqual([200, 200, 200, 'credits_exhausted']);
-    expect(await statusesOf(alone!.key, 4)).toEqual([200, 200, 200, 'credits_exhausted']);
+    expect(await statusesOf(own.key, 6)).toEqual([200, 200, 200, 200, 200, 'credits_exhausted']);
+    expect(await statusesOf(sibling.key, 4)).toEqual([200, 200, 200, 'credits_exhausted']);
+    expect(await statusesOf(alone.key, 4)).toEqual([200, 200, 200, 'credits_exhausted']);
     // Decided on the cluster all along: a CROSSSLOT error would have sent them to memory.
     expect([await fallbackGauge(a), await fallbackGauge(b)]).toEqual([0, 0]);
   });
