@@ -10,7 +10,9 @@ import { balanceRecord, insertBalance, type BalanceOwner } from '../support/cred
 import { eventually } from '../support/eventually.js';
 import { describeAppTest } from '../support/fixtures.js';
 import { bearer, waitForKey, waitForKeyOnApp } from '../support/keys.js';
-import { RATE_LIMIT_STORES, REDIS_URL, startRedis } from '../support/redis.js';
+import { POSTGRES_URL } from '../support/databases.js';
+import { RATE_LIMIT_STORES, REDIS_URL, redisStoreEnv, startRedis } from '../support/redis.js';
+import { twoInstancesOn } from '../support/scale.js';
 import { DAY, MINUTE, T0, type TestClock } from '../support/time.js';
 
 // Issue 48, item 2: a request spends its cost from its key's and its customer's prepaid credits,
@@ -61,17 +63,20 @@ const recorded = (app: FastifyInstance, id: number, spent: number) =>
 const NO_REFILL =
   "This API key's prepaid credits are spent: 0 units remain and this operation costs 1; they must be topped up before it is served";
 
+/** Webhooks to a port where nothing listens (discard): deliveries fail, and the outbox keeps the events this file counts. */
+const WEBHOOKS = { WEBHOOK_URL: 'http://127.0.0.1:9/hooks', WEBHOOK_SECRET: 'a-webhook-secret-of-32-characters-or-more' };
+
+/** The credits.exhausted events recorded of a balance. */
+const exhaustedEvents = (app: FastifyInstance, id: number) =>
+  app.db.query<{ body: string }>(
+    "SELECT body FROM webhook_deliveries WHERE type = 'credits.exhausted' AND body::jsonb->'data'->>'balanceId' = $1",
+    [String(id)],
+  );
+
 describe.each(RATE_LIMIT_STORES)('prepaid credits with the $name store', (store) => {
   const test = describeAppTest({
     clock: T0,
-    envAtBuild: () => ({
-      ...store.env(),
-      RATE_LIMIT_BAN_THRESHOLD: '2',
-      RATE_LIMIT_SHADOW_PLANS: 'business',
-      // An address (never a key) delivery fails at once: the outbox keeps the events this file counts.
-      WEBHOOK_URL: 'http://127.0.0.1:9/hooks',
-      WEBHOOK_SECRET: 'a-webhook-secret-of-32-characters-or-more',
-    }),
+    envAtBuild: () => ({ ...store.env(), RATE_LIMIT_BAN_THRESHOLD: '2', RATE_LIMIT_SHADOW_PLANS: 'business', ...WEBHOOKS }),
   });
 
   describe.skipIf(store.usesRedis && !REDIS_URL)('', () => {
@@ -183,11 +188,7 @@ describe.each(RATE_LIMIT_STORES)('prepaid credits with the $name store', (store)
       const { headers, record } = await knownKey(t.app, clock, { plan: 'pro' });
       const id = await withBalance(t.app, { quotaId: record.quotaId }, 1);
       expect(await statusesOf(t.app, headers, 4)).toEqual([200, 429, 429, 429]);
-      const events = () =>
-        t.app.db.query<{ body: string }>(
-          "SELECT body FROM webhook_deliveries WHERE type = 'credits.exhausted' AND body::jsonb->'data'->>'balanceId' = $1",
-          [String(id)],
-        );
+      const events = () => exhaustedEvents(t.app, id);
       await eventually(async () => (await balanceRecord(t.app.db, id)).exhaustedVersion === 1);
       await eventually(async () => (await events()).length === 1);
       expect(JSON.parse((await events())[0]!.body)).toMatchObject({
@@ -233,5 +234,34 @@ describe.skipIf(!REDIS_URL)('the Redis commands of requests spending credits (a 
       await t.close();
       await redis.stop();
     }
+  });
+});
+
+// Two instances on one PostgreSQL database and one Redis prefix, as instances in production.
+const twoInstances = twoInstancesOn(
+  async () => ({ close: async () => {} }),
+  () => ({ ...redisStoreEnv(), ...WEBHOOKS }),
+);
+
+describe.skipIf(!POSTGRES_URL || !REDIS_URL)('two instances on PostgreSQL and Redis', () => {
+  twoInstances("spend a customer's balance exactly, and record its credits.exhausted once between them", async ({ instances, clock }) => {
+    const [a, b] = instances;
+    const customer = await newCustomer(a.app, clock);
+    const keys = await Promise.all([1, 2].map(() => a.app.apiKeysRepository.create({ plan: 'pro', customerId: customer.id })));
+    for (const { key } of keys) for (const { app } of [a, b]) await waitForKeyOnApp(app, bearer(key));
+    const id = await insertBalance(a.app.db, { customerId: customer.id }, 10);
+    for (const { app } of [a, b]) expect(await app.keyNotices.catchUp()).toBe(true);
+    clock.advance(DAY);
+    const sent = [];
+    for (let i = 0; i < 15; i++) sent.push(get(a.app, bearer(keys[0]!.key)), get(b.app, bearer(keys[1]!.key)));
+    const statuses = (await Promise.all(sent)).map((response) => response.statusCode);
+    expect(statuses.filter((status) => status === 200)).toHaveLength(10);
+    expect(statuses.filter((status) => status === 429)).toHaveLength(20);
+    await recorded(a.app, id, 10);
+    await eventually(async () => (await exhaustedEvents(a.app, id)).length === 1);
+    // Both instances refused for it, and both asked: the record's mark let one of them tell it.
+    expect(await statusesOf(b.app, bearer(keys[1]!.key), 2)).toEqual([429, 429]);
+    expect(await exhaustedEvents(a.app, id)).toHaveLength(1);
+    expect((await balanceRecord(a.app.db, id)).exhaustedVersion).toBe(1);
   });
 });
