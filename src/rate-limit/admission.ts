@@ -333,7 +333,7 @@ function createSettle(
         charge.now,
         charge.cost,
       );
-      // Its credits come back too, in the version they were spent in (a set or refill since replaced them).
+      // Its credits come back too, to each balance still in the version they were spent in.
       if (charge.credits && charge.decision.credits) credits.refunded(charge.credits, charge.decision.credits, charge.cost);
       if (charge.shared) return store.refundShared(charge.subject, charge.shared.subject, charge.decision, charge.cost, charge.credits);
       return store.refund(charge.subject, charge.decision, charge.cost, charge.credits);

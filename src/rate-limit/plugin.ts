@@ -81,7 +81,9 @@ export default fp<RateLimitOptions>(
       if (!claims) return null;
       const check = (credits: readonly CreditClaim[] | undefined) => store.check(keySubject(key), key, now, 0, credits);
       const { credits } = await decideSeeded(check, claims, ledger);
-      const { balance, remaining } = bindingBalance(key, credits!);
+      // None only for a key banned since its lookup was admitted: the store tells a ban before the balances.
+      if (!credits) return null;
+      const { balance, remaining } = bindingBalance(key, credits);
       return { remaining, refillAt: balance.refillAt };
     };
     app.decorate('rateLimit', {

@@ -11,7 +11,7 @@ export const WebhookDelivery = Type.Object(
   {
     id: Type.Integer({ format: 'int64' }),
     eventId: Type.String({ format: 'uuid', description: "The event's id: the same on every attempt" }),
-    type: Type.String({ description: 'usage.threshold or key.banned' }),
+    type: Type.String({ description: 'usage.threshold, key.banned or credits.exhausted' }),
     state: DeliveryState,
     attempts: Type.Integer({ description: 'Attempts made so far' }),
     createdAt: Timestamp,
