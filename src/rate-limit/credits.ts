@@ -76,10 +76,15 @@ export function bindingBalance(key: ApiKeyIdentity, standings: readonly CreditSt
   return { ...balances[binding]!, remaining: Math.max(0, standings[binding]!.remaining ?? 0) };
 }
 
-/** The 429 of a request whose balance holds less than its cost: Retry-After until the balance's refill, absent without one. */
+/**
+ * The 429 of a request a balance holds less than its cost of: naming the binding balance, with
+ * Retry-After until every balance short of the cost is refilled, absent when one of them has no refill.
+ */
 export function creditsRefusal(key: ApiKeyIdentity, standings: readonly CreditStanding[], cost: number, now: number) {
-  const { owner, balance, remaining } = bindingBalance(key, standings);
-  const retryAfter = balance.refillAt === null ? undefined : secondsUntil(balance.refillAt - now);
+  const { owner, remaining } = bindingBalance(key, standings);
+  const short = balancesOf(key).filter((_, i) => (standings[i]?.remaining ?? 0) < cost);
+  const refills = short.map(({ balance }) => balance.refillAt);
+  const retryAfter = refills.includes(null) ? undefined : secondsUntil(Math.max(...(refills as number[])) - now);
   return errors.creditsExhausted(owner === 'key' ? "This API key's" : "This API key's customer's", remaining, cost, retryAfter);
 }
 

@@ -135,7 +135,10 @@ describe.each(RATE_LIMIT_STORES)('prepaid credits with the $name store', (store)
       await withBalance(t.app, { quotaId: record.quotaId }, 10);
       await withBalance(t.app, { customerId: customer.id }, 3, { refillAt });
       expect(await quotaCredits(t.app, headers)).toEqual({ remaining: 3, refillAt: new Date(refillAt).toISOString() });
-      expect(await statusesOf(t.app, headers, 4)).toEqual([200, 200, 200, 429]);
+      expect(await statusesOf(t.app, headers, 3)).toEqual([200, 200, 200]);
+      const refused = await get(t.app, headers);
+      expect(refused.json().message).toMatch(/^This API key's customer's prepaid credits are spent/);
+      expect(refused.headers['retry-after']).toBe(String(2 * 24 * 3600));
       // The quota lookup spent nothing of either; the key's own has 7 left, the customer's none.
       expect(await quotaCredits(t.app, headers)).toEqual({ remaining: 0, refillAt: new Date(refillAt).toISOString() });
     });
