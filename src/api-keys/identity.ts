@@ -6,6 +6,20 @@ export interface CustomerLimits extends Limits {
   concurrency: number | null;
 }
 
+/**
+ * A balance of prepaid credits, as the key's lookup reads it (credit_balances): the limiter decides
+ * what remains of it (base less what was spent in this version) in its store, with the windows.
+ */
+export interface CreditBalance {
+  id: number;
+  /** The balance this version started with, moved by increments and decrements. */
+  base: number;
+  /** A new one on every set and refill, when spending starts again from 0. */
+  version: number;
+  /** When its next refill is due, in ms since the epoch; null without a refill. */
+  refillAt: number | null;
+}
+
 /** What a request learns from its key: who it is and what it may do. */
 export interface ApiKeyIdentity extends Limits {
   id: number;
@@ -23,4 +37,8 @@ export interface ApiKeyIdentity extends Limits {
   customerId: number | null;
   /** Its customer's limits, which bind it with the customer's other keys; null without a customer or limits. */
   customerLimits: CustomerLimits | null;
+  /** The prepaid credits of its quota (kept by rotation); null for none. */
+  credits: CreditBalance | null;
+  /** Its customer's prepaid credits, which all the customer's keys spend from; null without a customer or credits. */
+  customerCredits: CreditBalance | null;
 }

@@ -1,5 +1,5 @@
 import { generateKey, hashKey } from './format.js';
-import type { ApiKeyIdentity } from './identity.js';
+import type { ApiKeyIdentity, CreditBalance } from './identity.js';
 import type { KeyState } from './lifecycle.js';
 import type { Database, Queryable } from '../platform/db/database.js';
 import { PLAN_LIMITS, type Limits, type Plan } from './plans.js';
@@ -84,12 +84,24 @@ export interface QuotaSettings {
 
 type ApiKeyRecordRow = ApiKeyRow & { state: KeyState };
 
-/** A usable key's row, with its customer's limits (null without a customer or limits). */
+/** A usable key's row, with its customer's limits (null without a customer or limits) and its balances of credits (null without). */
 type UsableKeyRow = ApiKeyRow & {
   customer_per_minute: number | null;
   customer_per_day: number | null;
   customer_concurrency: number | null;
+  credits_id: number | null;
+  credits_base: number | null;
+  credits_version: number | null;
+  credits_refill_at: Date | null;
+  customer_credits_id: number | null;
+  customer_credits_base: number | null;
+  customer_credits_version: number | null;
+  customer_credits_refill_at: Date | null;
 };
+
+/** A balance of credits of the key's row; null when the join found none. */
+const balanceOf = (id: number | null, base: number | null, version: number | null, refillAt: Date | null): CreditBalance | null =>
+  id === null ? null : { id, base: Number(base), version: version!, refillAt: refillAt && new Date(refillAt).getTime() };
 
 const identityOf = (row: UsableKeyRow): ApiKeyIdentity => ({
   id: row.id,
@@ -105,6 +117,13 @@ const identityOf = (row: UsableKeyRow): ApiKeyIdentity => ({
     row.customer_per_minute === null
       ? null
       : { perMinute: row.customer_per_minute, perDay: row.customer_per_day!, concurrency: row.customer_concurrency },
+  credits: balanceOf(row.credits_id, row.credits_base, row.credits_version, row.credits_refill_at),
+  customerCredits: balanceOf(
+    row.customer_credits_id,
+    row.customer_credits_base,
+    row.customer_credits_version,
+    row.customer_credits_refill_at,
+  ),
 });
 
 const recordOf = (row: ApiKeyRecordRow): ApiKeyRecord => ({

@@ -20,9 +20,12 @@ const COLUMN_NAMES = [
   'customer_id',
 ];
 const COLUMNS = COLUMN_NAMES.join(', ');
-/** The key's columns beside its customer's limits (NULL without a customer or limits), in one read. */
+/** The key's columns beside its customer's limits (NULL without a customer or limits) and both balances of credits, in one read. */
 const WITH_CUSTOMER_LIMITS = `${COLUMN_NAMES.map((column) => `k.${column}`).join(', ')},
-  c.per_minute AS customer_per_minute, c.per_day AS customer_per_day, c.concurrency AS customer_concurrency`;
+  c.per_minute AS customer_per_minute, c.per_day AS customer_per_day, c.concurrency AS customer_concurrency,
+  q.id AS credits_id, q.base AS credits_base, q.version AS credits_version, q.next_refill_at AS credits_refill_at,
+  cc.id AS customer_credits_id, cc.base AS customer_credits_base, cc.version AS customer_credits_version,
+  cc.next_refill_at AS customer_credits_refill_at`;
 
 /** A revoked key is revoked, also when it was rotated with no overlap; a rotated one stays rotated once its overlap ends. */
 const STATE = `CASE WHEN revoked_at IS NOT NULL THEN 'revoked' WHEN replaced_by IS NOT NULL THEN 'rotated'
@@ -50,10 +53,13 @@ export const statements = {
   },
   // Revoked keys are not usable; expired ones are returned with their expiry, which the caller
   // checks against its clock on every request, so expiry needs no notice. With its customer's
-  // limits, so that the limiter reads no database (a change of them is noticed as one of the key's: migrations/015).
+  // limits and the balances of credits of its quota and customer, so that the limiter reads no database (a change of
+  // them is noticed as one of the key's: migrations/015 and 016).
   findUsable: {
     name: 'api_keys_find_usable',
     text: `SELECT ${WITH_CUSTOMER_LIMITS} FROM api_keys k LEFT JOIN customers c ON c.id = k.customer_id
+           LEFT JOIN credit_balances q ON q.quota_id = coalesce(k.quota_id, k.id)
+           LEFT JOIN credit_balances cc ON cc.customer_id = k.customer_id
            WHERE k.key_hash = $1 AND k.revoked_at IS NULL`,
   },
   forChange: { name: 'api_keys_for_change', text: `SELECT ${RECORD_COLUMNS} FROM api_keys WHERE id = $1 FOR UPDATE` },

@@ -150,6 +150,15 @@ export const errors = {
       `${holder} already has ${limit} requests in flight, its limit; retry one once another has been answered`,
       retryAfter(1),
     ),
+  /** `whose`: "This API key's" or "This API key's customer's"; Retry-After until the balance's refill, absent without one. */
+  creditsExhausted: (whose: string, remaining: number, cost: number, retryAfterSeconds: number | undefined) =>
+    new ApiError(
+      429,
+      'credits_exhausted',
+      `${whose} prepaid credits are spent: ${remaining} ${remaining === 1 ? 'unit remains' : 'units remain'} and this operation costs ${cost}; ` +
+        (retryAfterSeconds === undefined ? 'they must be topped up before it is served' : 'they are refilled after the Retry-After delay'),
+      retryAfterSeconds === undefined ? {} : retryAfter(retryAfterSeconds),
+    ),
   banned: (until: string, retryAfterSeconds: number) =>
     new ApiError(429, 'api_key_banned', `Too many requests after being rate limited; banned until ${until}`, retryAfter(retryAfterSeconds)),
   headersTooLarge: () => new ApiError(431, 'headers_too_large', 'Request headers are larger than the limit (16 KiB)'),

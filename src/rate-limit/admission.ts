@@ -5,12 +5,22 @@ import { annotateRequestSpan } from '../platform/observability/tracing.js';
 import type { Limits } from '../api-keys/plans.js';
 import type { ApiKeyIdentity, CustomerLimits } from '../api-keys/identity.js';
 import { clientOf } from './address.js';
+import {
+  creditClaims,
+  creditsRefusal,
+  creditsSpending,
+  decideSeeded,
+  type CreditsExhaustedEvent,
+  type CreditsRecord,
+  type CreditsSpending,
+} from './credits.js';
 import { setHeaders } from './headers.js';
 import type { RateLimitMetrics, RateLimitOutcome } from './metrics.js';
 import {
   lesserWindows,
   served,
   type Admission,
+  type CreditClaim,
   type Decision,
   type RateLimitStore,
   type Shared,
@@ -26,6 +36,11 @@ export interface UsageWatcher {
   crossed(event: { key: ApiKeyIdentity; window: 'minute' | 'day'; limit: number; used: number; threshold: number; resetAt: number }): void;
   /** A key's refusals started a ban, ending at bannedUntil (ms since the epoch). */
   banned(event: { key: ApiKeyIdentity; bannedUntil: number }): void;
+  /**
+   * A balance of credits of a key (its own, or its customer's) ran out in its version: a request
+   * left it none, or was refused for it. Once per balance and version across all instances.
+   */
+  creditsExhausted?(event: CreditsExhaustedEvent): void;
 }
 
 /** The limiter's hot path: each request of the /v1 pipeline admitted, then settled. */
@@ -85,6 +100,8 @@ interface Charge {
   counted: boolean;
   /** Whether its refusals count towards a ban: false in shadow mode. */
   bans: boolean;
+  /** The balances of credits it was decided against, as claimed of the store. */
+  credits: readonly CreditClaim[] | undefined;
 }
 
 /** A request decided and with nothing left to settle: refused, or settled already. */
@@ -138,12 +155,29 @@ export async function keyStanding(store: RateLimitStore, key: ApiKeyIdentity, no
 export const concurrencyLimit = (key: ApiKeyIdentity, concurrency: Record<string, number>): number | undefined =>
   key.concurrency ?? concurrency[key.plan];
 
+/** Gives the slot a request holds back once its answer is about to leave (settle) or its connection closes, whichever comes first. */
+const slotKeeper =
+  (app: FastifyInstance, store: RateLimitStore) =>
+  (request: FastifyRequest, reply: FastifyReply, lease: string, subject: string, shared: string | undefined) => {
+    let released: Promise<unknown> | undefined;
+    const release = () =>
+      (released ??= (
+        shared === undefined ? store.release(subject, lease) : Promise.all([store.release(subject, lease), store.release(shared, lease)])
+      ).catch((error: unknown) => app.log.warn({ err: error }, 'rate limiting: releasing a slot failed')));
+    // A connection that closed before now (while the key was looked up, or Redis answered) has
+    // emitted its 'close' already: its slot is given back at once.
+    if (reply.raw.destroyed) return void release();
+    reply.raw.once('close', () => void release());
+    (request as Charged)[SLOT] = release;
+  };
+
 /** Admits and settles the requests of the context whose pipeline calls them, deciding them in `store`. */
 export function createAdmission(
   app: FastifyInstance,
   store: RateLimitStore,
   { decisions, shadowRefusals }: RateLimitMetrics,
   { shadowPlans, concurrency, ipv6Prefix }: AdmissionSettings,
+  record: CreditsRecord,
 ): RequestAdmission {
   app.decorateRequest(CHARGE, undefined);
   app.decorateRequest(SLOT, undefined);
@@ -156,21 +190,9 @@ export function createAdmission(
   const leasePrefix = randomBytes(6).toString('hex');
   let leases = 0;
 
-  /** Gives the slot the request holds back once its answer is about to leave (settle) or its connection closes, whichever comes first. */
-  function keepSlot(request: FastifyRequest, reply: FastifyReply, lease: string, subject: string, shared: string | undefined) {
-    let released: Promise<unknown> | undefined;
-    const release = () =>
-      (released ??= (
-        shared === undefined ? store.release(subject, lease) : Promise.all([store.release(subject, lease), store.release(shared, lease)])
-      ).catch((error: unknown) => app.log.warn({ err: error }, 'rate limiting: releasing a slot failed')));
-    // A connection that closed before now (while the key was looked up, or Redis answered) has
-    // emitted its 'close' already: its slot is given back at once.
-    if (reply.raw.destroyed) return void release();
-    reply.raw.once('close', () => void release());
-    (request as Charged)[SLOT] = release;
-  }
-
+  const keepSlot = slotKeeper(app, store);
   const watchers: UsageWatcher[] = [];
+  const credits = creditsSpending(app, record, watchers);
 
   return {
     watchUsage: (watcher) => void watchers.push(watcher),
@@ -192,17 +214,20 @@ export function createAdmission(
       const limit = key && operationCost > 0 ? concurrencyLimit(key, concurrency) : undefined;
       // With a concurrency limit, the slot and the windows are decided together: one round trip to Redis.
       const slot = limit === undefined && !shared?.slots ? undefined : { limit: limit ?? 0, lease: `${leasePrefix}:${++leases}` };
+      // Its balances of credits, decided with the windows in the same store call (none for an operation that costs nothing).
+      const claims = key && cost > 0 ? creditClaims(key) : undefined;
       let own: Decision | undefined;
-      const decide = (count: boolean): Promise<Admission> => {
+      const decideClaiming = (count: boolean, credits: readonly CreditClaim[] | undefined): Promise<Admission> => {
+        const claim = { cost, bans: !shadow, count, slot: slot ?? NO_SLOT, credits };
         if (shared) {
-          const claim = { cost, bans: !shadow, count, slot: slot ?? NO_SLOT };
           return store
             .decideShared(subject, limits, now, claim, shared)
             .then((decided) => bound(decided, (ownDecision) => (own = ownDecision)));
         }
-        if (slot) return store.admit(subject, limits, now, { cost, bans: !shadow, count, slot });
-        return count ? store.consume(subject, limits, now, cost, !shadow) : store.check(subject, limits, now, cost);
+        if (slot) return store.admit(subject, limits, now, claim);
+        return count ? store.consume(subject, limits, now, cost, !shadow, credits) : store.check(subject, limits, now, cost, credits);
       };
+      const decide = (count: boolean) => decideSeeded((credits) => decideClaiming(count, credits), claims, record);
       const checked = free || cost === 0 ? await decide(false) : undefined;
       const decision = checked?.outcome === 'allowed' || checked?.outcome === 'busy' ? checked : await decide(true);
       if (decision.outcome === 'busy') {
@@ -212,13 +237,23 @@ export function createAdmission(
         if (decision.customerBusy) throw errors.concurrencyLimited(key!.customerLimits!.concurrency!, "This API key's customer");
         throw errors.concurrencyLimited(limit!);
       }
-      if (slot && served(decision, decision !== checked, !shadow)) keepSlot(request, reply, slot.lease, subject, shared?.subject);
+      // Refused for credits: nothing was counted, no window, no refusal, no slot.
+      if (decision.outcome === 'credits_exhausted' || decision.outcome === 'unseeded') {
+        (request as Charged)[CHARGE] = SETTLED;
+        setHeaders(reply, decision, now, cost);
+        decided(request, 'credits_exhausted');
+        credits.exhausted(key!, decision.credits!, cost);
+        throw creditsRefusal(key!, decision.credits!, cost, now);
+      }
+      const counted = decision !== checked;
+      if (counted && decision.credits && (decision.outcome === 'allowed' || shadow)) credits.spent(key!, claims!, decision.credits, cost);
+      if (slot && served(decision, counted, !shadow)) keepSlot(request, reply, slot.lease, subject, shared?.subject);
       const binding = setHeaders(reply, decision, now, cost);
       decided(request, decision.outcome);
       switch (decision.outcome) {
         case 'allowed':
-          (request as Charged)[CHARGE] = { subject, limits, shared, decision, cost, now, counted: decision !== checked, bans: !shadow };
-          if (key && watchers.length > 0 && decision !== checked) reportCrossings(watchers, key, own ?? decision, cost);
+          (request as Charged)[CHARGE] = { subject, limits, shared, decision, cost, now, counted, bans: !shadow, credits: claims };
+          if (key && watchers.length > 0 && counted) reportCrossings(watchers, key, own ?? decision, cost);
           return;
         case 'banned': {
           (request as Charged)[CHARGE] = SETTLED;
@@ -245,7 +280,7 @@ export function createAdmission(
       }
     },
 
-    settle: createSettle(app, store, ipv6Prefix),
+    settle: createSettle(app, store, ipv6Prefix, credits, record),
   };
 }
 
@@ -263,7 +298,13 @@ function reportCrossings(watchers: UsageWatcher[], key: ApiKeyIdentity, decision
 }
 
 /** settle(), over the charges admit left on the requests. */
-function createSettle(app: FastifyInstance, store: RateLimitStore, ipv6Prefix: number): RequestAdmission['settle'] {
+function createSettle(
+  app: FastifyInstance,
+  store: RateLimitStore,
+  ipv6Prefix: number,
+  credits: CreditsSpending,
+  record: CreditsRecord,
+): RequestAdmission['settle'] {
   /** What `check` says of the caller now: honest headers for a request that was never counted. */
   async function describeUndecided(request: FastifyRequest, reply: FastifyReply, key: ApiKeyIdentity | undefined) {
     const now = app.now();
@@ -292,15 +333,24 @@ function createSettle(app: FastifyInstance, store: RateLimitStore, ipv6Prefix: n
         charge.now,
         charge.cost,
       );
-      if (charge.shared) return store.refundShared(charge.subject, charge.shared.subject, charge.decision, charge.cost);
-      return store.refund(charge.subject, charge.decision, charge.cost);
+      // Its credits come back too, to each balance still in the version they were spent in.
+      if (charge.credits && charge.decision.credits) credits.refunded(charge.credits, charge.decision.credits, charge.cost);
+      if (charge.shared) return store.refundShared(charge.subject, charge.shared.subject, charge.decision, charge.cost, charge.credits);
+      return store.refund(charge.subject, charge.decision, charge.cost, charge.credits);
     }
-    // Admitted uncounted as a sure 304, it was refused further on (a sunset meanwhile): it counts.
-    if (charge.shared) {
-      const claim = { cost: charge.cost, bans: charge.bans, count: true, slot: NO_SLOT };
-      return store.decideShared(charge.subject, charge.limits, charge.now, claim, { ...charge.shared, slots: 0 });
-    }
-    return store.consume(charge.subject, charge.limits, charge.now, charge.cost, charge.bans);
+    // Admitted uncounted as a sure 304, it was refused further on (a sunset meanwhile): it counts, and spends its credits
+    // (unless they ran out meanwhile: it was served already).
+    const count = (claims: readonly CreditClaim[] | undefined): Promise<Admission> => {
+      if (!charge.shared) return store.consume(charge.subject, charge.limits, charge.now, charge.cost, charge.bans, claims);
+      const claim = { cost: charge.cost, bans: charge.bans, count: true, slot: NO_SLOT, credits: claims };
+      return store
+        .decideShared(charge.subject, charge.limits, charge.now, claim, { ...charge.shared, slots: 0 })
+        .then((both) => both.admission);
+    };
+    return decideSeeded(count, charge.credits, record).then((decision) => {
+      if (decision.outcome !== 'busy' && decision.credits && (decision.outcome === 'allowed' || !charge.bans))
+        credits.spent(key!, charge.credits!, decision.credits, charge.cost);
+    });
   }
 
   return (request, reply, { key, free }) => {

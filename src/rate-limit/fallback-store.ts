@@ -3,7 +3,18 @@ import type { Limits } from '../api-keys/plans.js';
 import type { MemoryStore } from './memory-store.js';
 import { pingAll } from './redis-connection.js';
 import type { RedisStore } from './redis-store.js';
-import type { Admission, Bans, Claim, Decision, Inspection, RateLimitStore, Shared, SharedAdmission, StoreKind } from './store.js';
+import type {
+  Admission,
+  Bans,
+  Claim,
+  CreditClaim,
+  Decision,
+  Inspection,
+  RateLimitStore,
+  Shared,
+  SharedAdmission,
+  StoreKind,
+} from './store.js';
 
 /** While on memory, how often Redis is asked whether it answers again: the bound on how long counting stays local after it does. */
 const REDIS_PROBE_MS = 1_000;
@@ -13,6 +24,10 @@ const REDIS_PROBE_MS = 1_000;
  * of Redis. An outage is one switch to memory and one back, each logged once: the first failed
  * decision switches, and from then on every decision is made in memory until a probe finds
  * every node decisions may reach (each master of a cluster) answering again.
+ * Balances of credits too are this instance's during an outage, each seeded from its record on
+ * its first request here (docs/decisions/credits.md says what that can cost); once Redis is back,
+ * the balances spent here are dropped from both, so that their next request seeds them from the
+ * record again, which by then holds what was spent here.
  */
 export class FallbackStore implements RateLimitStore {
   readonly #redis: RedisStore;
@@ -31,8 +46,8 @@ export class FallbackStore implements RateLimitStore {
     return this.#probe !== undefined;
   }
 
-  consume(subject: string, limits: Limits, now: number, cost: number, bans: boolean): Promise<Decision> {
-    return this.#decide((store) => store.consume(subject, limits, now, cost, bans));
+  consume(subject: string, limits: Limits, now: number, cost: number, bans: boolean, credits?: readonly CreditClaim[]): Promise<Decision> {
+    return this.#decide((store) => store.consume(subject, limits, now, cost, bans, credits));
   }
 
   admit(subject: string, limits: Limits, now: number, claim: Claim): Promise<Admission> {
@@ -57,8 +72,8 @@ export class FallbackStore implements RateLimitStore {
     await this.#redis.release(subject, lease).catch((error: unknown) => this.#switchToMemory(error));
   }
 
-  check(subject: string, limits: Limits, now: number, cost: number): Promise<Decision> {
-    return this.#decide((store) => store.check(subject, limits, now, cost));
+  check(subject: string, limits: Limits, now: number, cost: number, credits?: readonly CreditClaim[]): Promise<Decision> {
+    return this.#decide((store) => store.check(subject, limits, now, cost, credits));
   }
 
   inspect(subject: string, limits: Limits, now: number): Promise<Inspection> {
@@ -92,14 +107,16 @@ export class FallbackStore implements RateLimitStore {
   }
 
   /** To the store that counted the request, as far as can be told: a refund lost with Redis is only a request counted. */
-  async refund(subject: string, decision: Decision, cost: number) {
-    if (this.degraded) return this.#memory.refund(subject, decision, cost);
-    await this.#redis.refund(subject, decision, cost).catch((error: unknown) => this.#switchToMemory(error));
+  async refund(subject: string, decision: Decision, cost: number, credits?: readonly CreditClaim[]) {
+    if (this.degraded) return this.#memory.refund(subject, decision, cost, credits);
+    await this.#redis.refund(subject, decision, cost, credits).catch((error: unknown) => this.#switchToMemory(error));
   }
 
-  async refundShared(subject: string, customerSubject: string, decision: Decision, cost: number) {
-    if (this.degraded) return this.#memory.refundShared(subject, customerSubject, decision, cost);
-    await this.#redis.refundShared(subject, customerSubject, decision, cost).catch((error: unknown) => this.#switchToMemory(error));
+  async refundShared(subject: string, customerSubject: string, decision: Decision, cost: number, credits?: readonly CreditClaim[]) {
+    if (this.degraded) return this.#memory.refundShared(subject, customerSubject, decision, cost, credits);
+    await this.#redis
+      .refundShared(subject, customerSubject, decision, cost, credits)
+      .catch((error: unknown) => this.#switchToMemory(error));
   }
 
   #switchToMemory(error: unknown) {
@@ -110,6 +127,7 @@ export class FallbackStore implements RateLimitStore {
       if (probing) return;
       probing = true;
       pingAll(this.#redis.redis)
+        .then(() => this.#redis.forgetCredits(this.#memory.credits.forget()))
         .then(() => {
           clearInterval(this.#probe);
           this.#probe = undefined;

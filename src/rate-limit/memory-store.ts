@@ -1,5 +1,6 @@
 import { Lru } from '../platform/lib/lru.js';
 import type { Limits } from '../api-keys/plans.js';
+import { MemoryCredits } from './memory-credits.js';
 import {
   DAY_MS,
   decideWithout,
@@ -13,6 +14,7 @@ import {
   type Admission,
   type Bans,
   type Claim,
+  type CreditClaim,
   type Decision,
   type Inspection,
   type RateLimitStore,
@@ -46,6 +48,7 @@ export class MemoryStore implements RateLimitStore {
   readonly #inFlight = new Map<string, Set<string>>();
   readonly #ban: BanPolicy;
   readonly #sweeper: NodeJS.Timeout;
+  readonly credits = new MemoryCredits();
 
   constructor(ban: BanPolicy, { maxSubjects = MAX_SUBJECTS, now = Date.now } = {}) {
     this.#ban = ban;
@@ -57,15 +60,27 @@ export class MemoryStore implements RateLimitStore {
     return this.#subjects.size;
   }
 
-  async consume(subject: string, limits: Limits, now: number, cost: number, bans: boolean): Promise<Decision> {
-    return this.#decide(subject, limits, now, cost, bans);
+  async consume(
+    subject: string,
+    limits: Limits,
+    now: number,
+    cost: number,
+    bans: boolean,
+    credits?: readonly CreditClaim[],
+  ): Promise<Decision> {
+    return this.#decide(subject, limits, now, cost, bans, credits);
   }
 
-  #decide(subject: string, limits: Limits, now: number, cost: number, bans: boolean): Decision {
+  #decide(subject: string, limits: Limits, now: number, cost: number, bans: boolean, credits?: readonly CreditClaim[]): Decision {
     const counters = this.#current(subject, now);
     if (bans && counters.bannedUntil > now) return this.#banned(counters, limits, now);
-    if (hasRoom(limits, counters.minuteUsed, counters.dayUsed, cost)) return this.#count(counters, limits, now, cost);
-    return this.#refuse(counters, limits, now, bans);
+    const room = hasRoom(limits, counters.minuteUsed, counters.dayUsed, cost);
+    // Served (allowed, or past its windows in shadow mode) only if every balance holds the cost too.
+    const assessed = credits && (room || !bans) ? this.credits.assess(credits, cost) : undefined;
+    if (assessed?.refusal)
+      return { outcome: assessed.refusal, ...usage(limits, now, counters.minuteUsed, counters.dayUsed), credits: assessed.standings };
+    const decision = room ? this.#count(counters, limits, now, cost) : this.#refuse(counters, limits, now, bans);
+    return assessed ? { ...decision, credits: this.credits.spend(credits!, assessed.standings, cost) } : decision;
   }
 
   /** The subject's counters, their windows rolled over to the ones `now` is in. */
@@ -107,8 +122,15 @@ export class MemoryStore implements RateLimitStore {
     return { outcome: 'limited', refusals: counters.refused, ...windows };
   }
 
-  async check(subject: string, limits: Limits, now: number, cost: number): Promise<Decision> {
-    return this.#check(subject, limits, now, cost);
+  async check(subject: string, limits: Limits, now: number, cost: number, credits?: readonly CreditClaim[]): Promise<Decision> {
+    return this.#withCredits(this.#check(subject, limits, now, cost), cost, credits);
+  }
+
+  /** A decision that counts nothing, with its balances' standings; refused when one of them does not hold the cost. */
+  #withCredits(decision: Decision, cost: number, credits: readonly CreditClaim[] | undefined): Decision {
+    if (!credits) return decision;
+    const { standings, refusal } = this.credits.assess(credits, cost);
+    return { ...decision, outcome: refusal && decision.outcome === 'allowed' ? refusal : decision.outcome, credits: standings } as Decision;
   }
 
   #check(subject: string, limits: Limits, now: number, cost: number): Decision {
@@ -137,10 +159,12 @@ export class MemoryStore implements RateLimitStore {
     return 'memory';
   }
 
-  async admit(subject: string, limits: Limits, now: number, { cost, bans, count, slot }: Claim): Promise<Admission> {
+  async admit(subject: string, limits: Limits, now: number, { cost, bans, count, slot, credits }: Claim): Promise<Admission> {
     const leases = this.#inFlight.get(subject);
     if (leases && leases.size >= slot.limit) return { outcome: 'busy', standing: this.#check(subject, limits, now, cost) };
-    const decision = count ? this.#decide(subject, limits, now, cost, bans) : this.#check(subject, limits, now, cost);
+    const decision = count
+      ? this.#decide(subject, limits, now, cost, bans, credits)
+      : this.#withCredits(this.#check(subject, limits, now, cost), cost, credits);
     if (served(decision, count, bans)) this.#hold(subject, slot.lease);
     return decision;
   }
@@ -158,7 +182,7 @@ export class MemoryStore implements RateLimitStore {
     }
     const decision = claim.count
       ? this.#decideBoth(subject, limits, now, claim, shared)
-      : this.#checkBoth(subject, limits, now, claim, shared);
+      : this.#withCredits(this.#checkBoth(subject, limits, now, claim, shared), claim.cost, claim.credits);
     if (served(decision, claim.count, claim.bans)) {
       if (claim.slot.limit > 0) this.#hold(subject, claim.slot.lease);
       if (shared.slots > 0) this.#hold(shared.subject, claim.slot.lease);
@@ -167,16 +191,22 @@ export class MemoryStore implements RateLimitStore {
   }
 
   /** decideShared's counting decision: both subjects counted, or neither; the refusals the key's. */
-  #decideBoth(subject: string, limits: Limits, now: number, { cost, bans }: Claim, shared: Shared): Decision {
+  #decideBoth(subject: string, limits: Limits, now: number, { cost, bans, credits }: Claim, shared: Shared): Decision {
     const own = this.#current(subject, now);
     if (bans && own.bannedUntil > now) return this.#banned(own, limits, now);
     const customer = this.#current(shared.subject, now);
     const ownRoom = hasRoom(limits, own.minuteUsed, own.dayUsed, cost);
-    if (ownRoom && hasRoom(shared.limits, customer.minuteUsed, customer.dayUsed, cost))
-      return this.#count(own, limits, now, cost, customer);
+    const room = ownRoom && hasRoom(shared.limits, customer.minuteUsed, customer.dayUsed, cost);
+    // Served (allowed, or past the windows in shadow mode) only if every balance holds the cost too.
+    const assessed = credits && (room || !bans) ? this.credits.assess(credits, cost) : undefined;
+    if (assessed?.refusal)
+      return { outcome: assessed.refusal, ...usage(limits, now, own.minuteUsed, own.dayUsed), credits: assessed.standings };
+    const spent = (decision: Decision) =>
+      assessed ? { ...decision, credits: this.credits.spend(credits!, assessed.standings, cost) } : decision;
+    if (room) return spent(this.#count(own, limits, now, cost, customer));
     // Refused by the customer's windows alone: towards no ban of the key, unless a would-be refusal of shadow mode.
     if (ownRoom && bans) return { outcome: 'limited', refusals: own.refused, ...usage(limits, now, own.minuteUsed, own.dayUsed) };
-    return this.#refuse(own, limits, now, bans);
+    return spent(this.#refuse(own, limits, now, bans));
   }
 
   /** decideShared's decision counting nothing: the key's ban or windows, then the customer's. */
@@ -201,7 +231,8 @@ export class MemoryStore implements RateLimitStore {
     return this.#inFlight.get(subject)?.size ?? 0;
   }
 
-  async refund(subject: string, decision: Decision, cost: number) {
+  async refund(subject: string, decision: Decision, cost: number, credits?: readonly CreditClaim[]) {
+    if (credits) this.credits.refund(credits, decision.credits, cost);
     const counters = this.#subjects.peek(subject);
     if (!counters) return;
     const { minute, day } = windowsOf(decision);
@@ -209,8 +240,8 @@ export class MemoryStore implements RateLimitStore {
     if (counters.day === day) counters.dayUsed = Math.max(0, counters.dayUsed - cost);
   }
 
-  async refundShared(subject: string, customerSubject: string, decision: Decision, cost: number) {
-    await Promise.all([this.refund(subject, decision, cost), this.refund(customerSubject, decision, cost)]);
+  async refundShared(subject: string, customerSubject: string, decision: Decision, cost: number, credits?: readonly CreditClaim[]) {
+    await Promise.all([this.refund(subject, decision, cost, credits), this.refund(customerSubject, decision, cost)]);
   }
 
   /** Forgets subjects whose day window and ban are both over: nothing of them matters any more. */

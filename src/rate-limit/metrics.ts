@@ -14,7 +14,7 @@ export interface RateLimitMetrics {
 export function rateLimitMetrics(registry: Registry, store: RateLimitStore): RateLimitMetrics {
   const decisions = new Counter({
     name: 'rate_limit_decisions_total',
-    help: 'Rate-limit decisions: allowed, limited (429 rate_limited), banned (429 api_key_banned), concurrency_limited (429 concurrency_limited) and cost_exceeds_limit (403)',
+    help: 'Rate-limit decisions: allowed, limited (429 rate_limited), banned (429 api_key_banned), concurrency_limited (429 concurrency_limited), credits_exhausted (429 credits_exhausted) and cost_exceeds_limit (403)',
     labelNames: ['outcome'] as const,
     registers: [registry],
   });

@@ -4,11 +4,14 @@ import type { Limits } from '../api-keys/plans.js';
 import type { ApiKeyIdentity } from '../api-keys/identity.js';
 import { clientOf } from './address.js';
 import { adminOperations, type AdminOperations } from './admin-operations.js';
+import { CreditLedger } from '../credits/ledger.js';
+import { createLedgerRepository } from '../credits/ledger-repository.js';
 import { concurrencyLimit, createAdmission, keyStanding, type RequestAdmission } from './admission.js';
+import { bindingBalance, creditClaims, decideSeeded } from './credits.js';
 import { rateLimitMetrics } from './metrics.js';
 import { checkPlanSettings } from './settings.js';
 import { chooseStore, type StoreOptions } from './store-choice.js';
-import type { WindowUsage } from './store.js';
+import type { CreditClaim, WindowUsage } from './store.js';
 import { addressSubject, ANONYMOUS, keySubject, lookupSubject, type KeyQuota } from './subjects.js';
 
 export interface RateLimitOptions extends StoreOptions {
@@ -31,6 +34,8 @@ export interface Standing {
   day: WindowUsage;
   /** `limit` null: the key has no concurrency limit. */
   concurrency: { limit: number | null; inFlight: number };
+  /** Of its balances of credits (its own, its customer's), the one with fewer units left; null without any. */
+  credits: { remaining: number; refillAt: number | null } | null;
 }
 
 declare module 'fastify' {
@@ -67,8 +72,22 @@ export default fp<RateLimitOptions>(
     const shadowPlans = new Set(options.shadowPlans);
     const store = await chooseStore(app, options);
     const { concurrency, ipv6Prefix } = options;
+    // The record of credits in PostgreSQL: what this instance spent, written at least once a second and at close.
+    const ledger = new CreditLedger(createLedgerRepository(app.db), app.log);
+    app.addHook('onClose', () => ledger.close());
+    /** What remains of the key's binding balance of credits, seeding the store from the record if it has none. */
+    const creditsOf = async (key: ApiKeyIdentity, now: number): Promise<Standing['credits']> => {
+      const claims = creditClaims(key);
+      if (!claims) return null;
+      const check = (credits: readonly CreditClaim[] | undefined) => store.check(keySubject(key), key, now, 0, credits);
+      const { credits } = await decideSeeded(check, claims, ledger);
+      // None only for a key banned since its lookup was admitted: the store tells a ban before the balances.
+      if (!credits) return null;
+      const { balance, remaining } = bindingBalance(key, credits);
+      return { remaining, refillAt: balance.refillAt };
+    };
     app.decorate('rateLimit', {
-      ...createAdmission(app, store, rateLimitMetrics(app.metricsRegistry, store), { shadowPlans, concurrency, ipv6Prefix }),
+      ...createAdmission(app, store, rateLimitMetrics(app.metricsRegistry, store), { shadowPlans, concurrency, ipv6Prefix }, ledger),
       ...adminOperations(store, ipv6Prefix),
       costOf: (operationId) => (operationId === undefined ? 1 : (options.costs[operationId] ?? 1)),
       pricedOperations: () => Object.keys(options.costs),
@@ -82,11 +101,20 @@ export default fp<RateLimitOptions>(
         if (lookup.outcome !== 'allowed')
           throw errors.quotaLookupsLimited(QUOTA_LOOKUPS.perMinute, secondsUntil(lookup.minute.resetAt - now));
         const subject = keySubject(key);
-        const [windows, inFlight] = await Promise.all([keyStanding(store, key, now), store.inFlight(subject, now)]);
-        return { minute: windows.minute, day: windows.day, concurrency: { limit: concurrencyLimit(key, concurrency) ?? null, inFlight } };
+        const [windows, inFlight, credits] = await Promise.all([
+          keyStanding(store, key, now),
+          store.inFlight(subject, now),
+          creditsOf(key, now),
+        ]);
+        return {
+          minute: windows.minute,
+          day: windows.day,
+          concurrency: { limit: concurrencyLimit(key, concurrency) ?? null, inFlight },
+          credits,
+        };
       },
       inFlight: (key, now) => store.inFlight(keySubject(key), now),
     } satisfies RateLimiter);
   },
-  { name: 'rate-limit', dependencies: ['metrics'] },
+  { name: 'rate-limit', dependencies: ['database', 'metrics'] },
 );

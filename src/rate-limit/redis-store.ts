@@ -1,6 +1,7 @@
 import { Cluster, type Redis } from 'ioredis';
 import type { Limits } from '../api-keys/plans.js';
-import { ALLOWED, BAN_STARTED, BANNED, BUSY, defineScripts, type DecideResult } from './redis-scripts.js';
+import { creditArgs, creditStandings } from './redis-credits.js';
+import { ALLOWED, BAN_STARTED, BANNED, BUSY, CREDITS_EXHAUSTED, defineScripts, UNSEEDED, type DecideResult } from './redis-scripts.js';
 import {
   DAY_MS,
   decideWithout,
@@ -12,6 +13,7 @@ import {
   type Admission,
   type Bans,
   type Claim,
+  type CreditClaim,
   type Decision,
   type Inspection,
   type RateLimitStore,
@@ -116,18 +118,32 @@ export class RedisStore implements RateLimitStore {
     leases.add(lease);
   }
 
+  /** Where a balance of credits is kept: beside its subject's counters, on their Cluster slot. */
+  #creditKey = (claim: CreditClaim) => `${this.#base(claim.subject)}:cr:${claim.id}`;
+
   /** Runs DECIDE for the subject, carrying the releases of its slots queued until now. */
-  #decide(subject: string, limits: Limits, now: number, cost: number, bans: boolean, count: boolean, slot?: Slot) {
+  #decide(
+    subject: string,
+    limits: Limits,
+    now: number,
+    cost: number,
+    bans: boolean,
+    count: boolean,
+    slot?: Slot,
+    credits?: readonly CreditClaim[],
+  ) {
     const base = this.#base(subject);
     const slots = `${base}:c`;
     const minute = windowStart(now, MINUTE_MS);
     const releases = this.#takeReleases(slots);
     const deciding = this.redis.decideRateLimit(
+      5 + (credits?.length ?? 0),
       `${base}:m:${minute}`,
       `${base}:d:${windowStart(now, DAY_MS)}`,
       `${base}:${bans ? 'r' : 's'}:${minute}`,
       `${base}:ban`,
       slots,
+      ...(credits ?? []).map(this.#creditKey),
       limits.perMinute,
       limits.perDay,
       now,
@@ -141,25 +157,40 @@ export class RedisStore implements RateLimitStore {
       slot?.limit ?? 0,
       slot?.lease ?? '',
       LEASE_MS,
+      ...creditArgs(credits),
       ...(releases?.leases ?? []),
     );
     releases?.sendWith(deciding);
     return deciding;
   }
 
-  #decision(limits: Limits, now: number, [code, minuteUsed, dayUsed, last]: DecideResult): Decision {
+  /** The decision of a script's answer: its first five as DECIDE's, the balances' standings from `credits` on. */
+  #decision(limits: Limits, now: number, decided: readonly (number | null)[], credits = 5): Decision {
+    const [code, minuteUsed, dayUsed, last] = decided as DecideResult;
     const windows = usage(limits, now, minuteUsed, dayUsed);
+    const standings = decided.length > credits ? { credits: creditStandings(decided, credits) } : {};
     if (code === BANNED || code === BAN_STARTED)
-      return { outcome: 'banned', ...windows, bannedUntil: last, banStarted: code === BAN_STARTED };
-    return code === ALLOWED ? { outcome: 'allowed', ...windows } : { outcome: 'limited', refusals: last, ...windows };
+      return { outcome: 'banned', ...windows, bannedUntil: last, banStarted: code === BAN_STARTED, ...standings };
+    if (code === CREDITS_EXHAUSTED || code === UNSEEDED)
+      return { outcome: code === UNSEEDED ? 'unseeded' : 'credits_exhausted', ...windows, ...standings };
+    return code === ALLOWED
+      ? { outcome: 'allowed', ...windows, ...standings }
+      : { outcome: 'limited', refusals: last, ...windows, ...standings };
   }
 
-  async consume(subject: string, limits: Limits, now: number, cost: number, bans: boolean): Promise<Decision> {
-    return this.#decision(limits, now, await this.#decide(subject, limits, now, cost, bans, true));
+  async consume(
+    subject: string,
+    limits: Limits,
+    now: number,
+    cost: number,
+    bans: boolean,
+    credits?: readonly CreditClaim[],
+  ): Promise<Decision> {
+    return this.#decision(limits, now, await this.#decide(subject, limits, now, cost, bans, true, undefined, credits));
   }
 
-  async admit(subject: string, limits: Limits, now: number, { cost, bans, count, slot }: Claim): Promise<Admission> {
-    const decided = await this.#decide(subject, limits, now, cost, bans, count, slot);
+  async admit(subject: string, limits: Limits, now: number, { cost, bans, count, slot, credits }: Claim): Promise<Admission> {
+    const decided = await this.#decide(subject, limits, now, cost, bans, count, slot, credits);
     const [code, minuteUsed, dayUsed, banEnd, taken] = decided;
     if (code === BUSY) return { outcome: 'busy', standing: decideWithout(limits, now, minuteUsed, dayUsed, banEnd, cost) };
     if (taken === 1) this.#holdLease(`${this.#base(subject)}:c`, slot.lease);
@@ -171,8 +202,9 @@ export class RedisStore implements RateLimitStore {
     const minute = windowStart(now, MINUTE_MS);
     const day = windowStart(now, DAY_MS);
     const [ownReleases, customerReleases] = [this.#takeReleases(`${own}:c`), this.#takeReleases(`${customer}:c`)];
-    const { cost, bans, count, slot } = claim;
+    const { cost, bans, count, slot, credits } = claim;
     const deciding = this.redis.decideSharedRateLimit(
+      8 + (credits?.length ?? 0),
       `${own}:m:${minute}`,
       `${own}:d:${day}`,
       `${own}:${bans ? 'r' : 's'}:${minute}`,
@@ -181,6 +213,7 @@ export class RedisStore implements RateLimitStore {
       `${customer}:m:${minute}`,
       `${customer}:d:${day}`,
       `${customer}:c`,
+      ...(credits ?? []).map(this.#creditKey),
       limits.perMinute,
       limits.perDay,
       now,
@@ -197,13 +230,15 @@ export class RedisStore implements RateLimitStore {
       shared.limits.perMinute,
       shared.limits.perDay,
       shared.slots,
+      ...creditArgs(credits),
       ownReleases?.leases.length ?? 0,
       ...(ownReleases?.leases ?? []),
       ...(customerReleases?.leases ?? []),
     );
     ownReleases?.sendWith(deciding);
     customerReleases?.sendWith(deciding);
-    const [code, minuteUsed, dayUsed, last, taken, sharedMinute, sharedDay] = await deciding;
+    const decided = await deciding;
+    const [code, minuteUsed, dayUsed, last, taken, sharedMinute, sharedDay] = decided;
     const customerWindows = usage(shared.limits, now, sharedMinute, sharedDay);
     if (code === BUSY) {
       const standing = decideWithout(limits, now, minuteUsed, dayUsed, last, cost);
@@ -213,7 +248,7 @@ export class RedisStore implements RateLimitStore {
       if (slot.limit > 0) this.#holdLease(`${own}:c`, slot.lease);
       if (shared.slots > 0) this.#holdLease(`${customer}:c`, slot.lease);
     }
-    return { admission: this.#decision(limits, now, [code, minuteUsed, dayUsed, last, taken]), customer: customerWindows };
+    return { admission: this.#decision(limits, now, decided, 7), customer: customerWindows };
   }
 
   /**
@@ -255,7 +290,9 @@ export class RedisStore implements RateLimitStore {
     }
   }
 
-  async check(subject: string, limits: Limits, now: number, cost: number): Promise<Decision> {
+  /** With balances of credits, DECIDE counting nothing (one round trip, which seeds them); else one MGET. */
+  async check(subject: string, limits: Limits, now: number, cost: number, credits?: readonly CreditClaim[]): Promise<Decision> {
+    if (credits) return this.#decision(limits, now, await this.#decide(subject, limits, now, cost, true, false, undefined, credits));
     const base = this.#base(subject);
     const [minuteUsed, dayUsed, bannedUntil] = await this.redis.mget(
       `${base}:m:${windowStart(now, MINUTE_MS)}`,
@@ -296,22 +333,30 @@ export class RedisStore implements RateLimitStore {
     return 'redis';
   }
 
-  async refund(subject: string, decision: Decision, cost: number) {
+  async refund(subject: string, decision: Decision, cost: number, credits?: readonly CreditClaim[]) {
     const base = this.#base(subject);
     const { minute, day } = windowsOf(decision);
-    await this.redis.refundRateLimit(`${base}:m:${minute}`, `${base}:d:${day}`, cost);
+    await this.#refund([`${base}:m:${minute}`, `${base}:d:${day}`], decision, cost, credits);
   }
 
-  async refundShared(subject: string, customerSubject: string, decision: Decision, cost: number) {
+  async refundShared(subject: string, customerSubject: string, decision: Decision, cost: number, credits?: readonly CreditClaim[]) {
     const [own, customer] = [this.#base(subject), this.#base(customerSubject)];
     const { minute, day } = windowsOf(decision);
-    await this.redis.refundSharedRateLimit(
-      `${own}:m:${minute}`,
-      `${own}:d:${day}`,
-      `${customer}:m:${minute}`,
-      `${customer}:d:${day}`,
-      cost,
-    );
+    const counts = [`${own}:m:${minute}`, `${own}:d:${day}`, `${customer}:m:${minute}`, `${customer}:d:${day}`];
+    await this.#refund(counts, decision, cost, credits);
+  }
+
+  /** REFUND of the counts, and of the balances the decision spent from, each in the version it spent in. */
+  async #refund(counts: string[], decision: Decision, cost: number, credits: readonly CreditClaim[] = []) {
+    const spent = decision.credits ? credits : [];
+    const versions = spent.map((_, i) => decision.credits![i]!.version);
+    await this.redis.refundRateLimit(counts.length + spent.length, ...counts, ...spent.map(this.#creditKey), cost, ...versions);
+  }
+
+  /** Drops these balances, so the next request of each seeds it from its record again (see FallbackStore). */
+  async forgetCredits(claims: readonly CreditClaim[]) {
+    // One DEL per balance: on a cluster they live on many slots.
+    await Promise.all(claims.map((claim) => this.redis.del(this.#creditKey(claim))));
   }
 
   async close() {

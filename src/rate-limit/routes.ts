@@ -24,7 +24,7 @@ const rateLimitRoutes: FastifyPluginAsyncTypebox<RateLimitRoutesOptions> = async
         tags: ['rate limits'],
         summary: "The key's rate limits and what is left of them; spends nothing of either window",
         description:
-          'Counts towards no window, no ban and no concurrency limit; limited to 60 calls a minute per key of its own (429 `rate_limited`). A banned key gets its 429 `api_key_banned` here too.',
+          'Counts towards no window, no ban and no concurrency limit, and spends no credits; limited to 60 calls a minute per key of its own (429 `rate_limited`). A banned key gets its 429 `api_key_banned` here too.',
         response: { 200: RateLimitStatus, 400: ErrorBody },
       },
       config: { cost: QUOTA_LOOKUP_COST, volatile: true },
@@ -44,6 +44,10 @@ const rateLimitRoutes: FastifyPluginAsyncTypebox<RateLimitRoutesOptions> = async
         minute: window(standing.minute),
         day: window(standing.day),
         concurrency: standing.concurrency,
+        credits: standing.credits && {
+          remaining: standing.credits.remaining,
+          refillAt: standing.credits.refillAt === null ? null : new Date(standing.credits.refillAt).toISOString(),
+        },
         costs: Object.fromEntries(operations().map((operation) => [operation, app.rateLimit.costOf(operation)])),
       };
     },

@@ -26,14 +26,30 @@ export const RateLimitStatus = Type.Object(
       },
       { description: 'Requests in flight: past the limit, 429 concurrency_limited' },
     ),
+    credits: Type.Union(
+      [
+        Type.Object({
+          remaining: Type.Integer({ description: 'Units left: fewer than an operation costs, and it is refused (429 credits_exhausted)' }),
+          refillAt: Type.Union([Type.String({ format: 'date-time' }), Type.Null()], {
+            description: 'When the balance is next refilled (00:00 UTC of its day); null when it has no refill',
+          }),
+        }),
+        Type.Null(),
+      ],
+      {
+        description:
+          "Prepaid credits: of the key's own balance and its customer's, the one with fewer units left, which every request spends its cost from; null when the key has none",
+      },
+    ),
     costs: Type.Record(Type.String(), Type.Integer(), {
-      description: 'Units each operation spends of both windows, by operationId (1 unless the operator prices it)',
+      description:
+        'Units each operation spends of both windows and of the prepaid credits, by operationId (1 unless the operator prices it)',
       examples: [{ listPets: 1, createPet: 5, getPet: 1 }],
     }),
   },
   {
     title: 'RateLimitStatus',
-    description: "The key's plan, what is left of its windows, its requests in flight, and what each operation costs",
+    description: "The key's plan, what is left of its windows and prepaid credits, its requests in flight, and what each operation costs",
   },
 );
 export type RateLimitStatus = Static<typeof RateLimitStatus>;

@@ -17,13 +17,44 @@ export interface Windows {
   day: WindowUsage;
 }
 
+/**
+ * A balance of prepaid credits a request spends from (its key's quota's, its customer's): decided
+ * with the windows in the same store call. The store keeps `{version, spent}` of it beside
+ * `subject`'s counters (so in its Redis Cluster slot); remaining = `base` - spent.
+ */
+export interface CreditClaim {
+  /** The subject the balance belongs to: the key's (keySubject) or its customer's (customerSubject). */
+  subject: string;
+  /** Its record's id (credit_balances). */
+  id: number;
+  /** The version and base the caller's identity holds: a stored version older than it was replaced by a set or refill. */
+  version: number;
+  base: number;
+  /** The record as PostgreSQL holds it, for a balance the store answered unseeded: written only if the store still has none. */
+  seed?: { spent: number; version: number };
+}
+
+/** A balance as a decision left it: what remains of it, under which version; `remaining` null when the store had none (unseeded). */
+export interface CreditStanding {
+  remaining: number | null;
+  version: number;
+}
+
 /** What a store decided for one request, with both windows as they stand after it. */
-export type Decision =
+export type Decision = (
   | ({ outcome: 'allowed' } & Windows)
   /** `refusals`: the subject's refusals this minute, this one included (0 for a check, which counts none). */
   | ({ outcome: 'limited'; refusals: number } & Windows)
   /** `bannedUntil`: when the ban ends, in ms since the epoch; `banStarted`: this request started it. */
-  | ({ outcome: 'banned'; bannedUntil: number; banStarted: boolean } & Windows);
+  | ({ outcome: 'banned'; bannedUntil: number; banStarted: boolean } & Windows)
+  /** A balance claimed has fewer units than the cost: nothing was counted (no window, no refusal, no slot). */
+  | ({ outcome: 'credits_exhausted' } & Windows)
+  /** A balance claimed is not in the store (never seen, or Redis flushed): nothing was counted; decide again with its seed. */
+  | ({ outcome: 'unseeded' } & Windows)
+) & {
+  /** The balances claimed, in the claim's order, as the decision left them; absent without a claim. */
+  credits?: CreditStanding[];
+};
 
 /** A request's claim on one of its subject's `limit` slots for requests in flight, held by `lease` (unique to the request). */
 export interface Slot {
@@ -37,6 +68,8 @@ export interface Claim {
   bans: boolean;
   count: boolean;
   slot: Slot;
+  /** The balances of credits it spends from, decided with the windows: see consume. */
+  credits?: readonly CreditClaim[];
 }
 
 /**
@@ -88,17 +121,25 @@ export interface RateLimitStore {
    * `bans` false (shadow mode, the quota endpoint's own limit): no ban holds or starts, and the
    * refusals are counted apart, so that none of them counts towards a ban once bans apply again.
    */
-  consume(subject: string, limits: Limits, now: number, cost: number, bans: boolean): Promise<Decision>;
   /**
-   * Decides a request as consume would, but counts nothing, refusals included: for a request known
+   * With `credits`, each balance must also hold the cost (windows refuse first; in shadow mode too,
+   * credits being money): the request is served and every balance spends the cost in the same step
+   * as the windows count it, or it is `credits_exhausted` and nothing at all is counted. A balance
+   * the store does not hold makes it `unseeded`, nothing counted: the caller decides again with
+   * the balance's seed (its record). A stored version older than the claim's starts at 0 spent.
+   */
+  consume(subject: string, limits: Limits, now: number, cost: number, bans: boolean, credits?: readonly CreditClaim[]): Promise<Decision>;
+  /**
+   * Decides a request as consume would, but counts nothing, refusals and credits included: for a request known
    * beforehand to cost nothing (a 304). The caller consumes a refused one, to count the refusal.
    */
-  check(subject: string, limits: Limits, now: number, cost: number): Promise<Decision>;
+  check(subject: string, limits: Limits, now: number, cost: number, credits?: readonly CreditClaim[]): Promise<Decision>;
   /**
    * Takes back a request that `decision` allowed: it then counts in neither window, as if never
    * made. Only the windows it was counted in lose it; one that has rolled over since is left alone.
+   * Its balances (`credits`, as claimed) get the cost back, each only under the version it was spent in.
    */
-  refund(subject: string, decision: Decision, cost: number): Promise<void>;
+  refund(subject: string, decision: Decision, cost: number, credits?: readonly CreditClaim[]): Promise<void>;
   /** What `check` would decide, and which store answered: `memory` also for Redis's fallback during an outage. */
   inspect(subject: string, limits: Limits, now: number): Promise<Inspection>;
   /** The subjects starting with `prefix` that are banned now, and which store answered. */
@@ -121,7 +162,7 @@ export interface RateLimitStore {
    */
   decideShared(subject: string, limits: Limits, now: number, claim: Claim, shared: Shared): Promise<SharedAdmission>;
   /** Takes back a request decideShared allowed, from both subjects (as refund does). */
-  refundShared(subject: string, customerSubject: string, decision: Decision, cost: number): Promise<void>;
+  refundShared(subject: string, customerSubject: string, decision: Decision, cost: number, credits?: readonly CreditClaim[]): Promise<void>;
   /** Gives back the slot a lease holds, if it holds one. */
   release(subject: string, lease: string): Promise<void>;
   /** The subject's requests in flight now, on every instance that shares the store. */

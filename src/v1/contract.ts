@@ -71,7 +71,7 @@ export function documentOperation(route: RouteOptions, { idempotencyKeyRetention
       429: {
         ...ErrorBody,
         description:
-          'Rate limit exceeded (`rate_limited`), too many requests of the key in flight at once (`concurrency_limited`, costing nothing), or the caller is banned for a while (`api_key_banned`)',
+          'Rate limit exceeded (`rate_limited`), too many requests of the key in flight at once (`concurrency_limited`, costing nothing), fewer prepaid credits left to the key or its customer than the operation costs (`credits_exhausted`, costing nothing; Retry-After until their refill, absent without one), or the caller is banned for a while (`api_key_banned`)',
         headers: RETRY_AFTER_HEADERS,
       },
     },

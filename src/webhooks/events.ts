@@ -1,11 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import type { ApiKeyIdentity } from '../api-keys/identity.js';
+import type { CreditsExhaustedEvent } from '../rate-limit/credits.js';
 
 /** A usage event as its receiver gets it: the body of the POST, the same bytes on every attempt. */
 export interface UsageEvent {
   /** Unique per event, the same on every attempt: a receiver drops one it has seen. */
   id: string;
-  type: 'usage.threshold' | 'key.banned' | 'credits.refilled';
+  type: 'usage.threshold' | 'key.banned' | 'credits.refilled' | 'credits.exhausted';
   createdAt: string;
   data: Record<string, unknown>;
 }
@@ -73,7 +74,33 @@ export function creditsRefilled(
   now: number,
 ): RecordedEvent {
   return {
-    event: newEvent('credits.refilled', now, { ...owner, remaining, refillAt: new Date(refillAt).toISOString() }),
+    event: newEvent('credits.refilled', now, {
+      // Named as credits.exhausted names its balance, so a receiver reads both events alike.
+      owner: 'customerId' in owner ? 'customer' : 'key',
+      balanceId,
+      ...owner,
+      remaining,
+      refillAt: new Date(refillAt).toISOString(),
+    }),
     dedupeKey: `credits.refilled:${balanceId}:${version}`,
+  };
+}
+
+/**
+ * A balance of prepaid credits ran out (a request left it none, or was refused for it): the key's
+ * own (`owner` key) or its customer's, once per balance and version (each set or refill starts one).
+ */
+export function creditsExhausted({ key, owner, balance, version, remaining }: CreditsExhaustedEvent, now: number): RecordedEvent {
+  return {
+    event: newEvent('credits.exhausted', now, {
+      keyId: key.id,
+      quotaId: key.quotaId,
+      customerId: key.customerId,
+      owner,
+      balanceId: balance.id,
+      remaining,
+      refillAt: balance.refillAt === null ? null : new Date(balance.refillAt).toISOString(),
+    }),
+    dedupeKey: `credits.exhausted:${balance.id}:${version}`,
   };
 }

@@ -1,13 +1,13 @@
 import fp from 'fastify-plugin';
 import { Counter, Gauge } from 'prom-client';
 import type { WebhookSettings } from './settings.js';
-import { keyBanned, usageThreshold, type RecordedEvent } from './events.js';
+import { creditsExhausted, keyBanned, usageThreshold, type RecordedEvent } from './events.js';
 import { createWebhookDeliveriesRepository, DUE_CHANNEL } from './repository.js';
 import { FIRST_RETRY_MS, WebhookSender } from './sender.js';
 
 /**
- * Usage events by webhook (WEBHOOK_URL): the rate limiter's crossings of WEBHOOK_USAGE_THRESHOLDS
- * and its bans, recorded in the outbox (webhook_deliveries) by the instance whose decision made
+ * Usage events by webhook (WEBHOOK_URL): the rate limiter's crossings of WEBHOOK_USAGE_THRESHOLDS,
+ * its bans and the balances of credits that ran out, recorded in the outbox (webhook_deliveries) by the instance whose decision made
  * them, once per quota, window and threshold across all instances, and delivered by every
  * instance's sender from there, so a restart loses none.
  */
@@ -53,6 +53,7 @@ export default fp<WebhooksOptions>(
       thresholds: settings.usageThresholds,
       crossed: (crossing) => record(usageThreshold(crossing, app.now())),
       banned: (ban) => record(keyBanned(ban, app.now())),
+      creditsExhausted: (exhausted) => record(creditsExhausted(exhausted, app.now())),
     });
 
     // Any instance's new event, or an operator's retry, wakes every sender; the first to claim it sends it.

@@ -88,7 +88,7 @@ test('a balance due is refilled by the job: remaining becomes the amount, a new 
       id: expect.any(String),
       type: 'credits.refilled',
       createdAt: '2026-11-23T00:00:00.250Z',
-      data: { customerId, remaining: 500, refillAt: '2026-11-24T00:00:00.000Z' },
+      data: { owner: 'customer', balanceId: balance.id, customerId, remaining: 500, refillAt: '2026-11-24T00:00:00.000Z' },
     });
   });
 });

@@ -3,6 +3,7 @@ import { Redis } from 'ioredis';
 import { expect } from 'vitest';
 import { createCustomersRepository } from '../../src/customers/repository.js';
 import { KEYS_COMMAND } from '../support/admin.js';
+import { insertBalance } from '../support/credit-balances.js';
 import { eventually } from '../support/eventually.js';
 import { bearer, waitForKeyOnApp } from '../support/keys.js';
 import { describeNeeding, NEEDS, startRedisCluster, type RedisCluster } from '../support/engines/index.js';
@@ -82,6 +83,42 @@ describeNeeding(NEEDS.postgresUrl, NEEDS.redisServer)('a Redis Cluster (REDIS_CL
       statuses.push((await instance.app.inject({ url: '/v1/pets?limit=1', headers: bearer(keys[i % 2]!.key) })).statusCode);
     }
     expect(statuses).toEqual([...Array<number>(10).fill(200), ...Array<number>(10).fill(429)]);
+    // Decided on the cluster all along: a CROSSSLOT error would have sent them to memory.
+    expect([await fallbackGauge(a), await fallbackGauge(b)]).toEqual([0, 0]);
+  });
+
+  test("a customer's key's own balance of credits and its customer's are decided in its one script (no CROSSSLOT), exact through two instances", async ({
+    instances,
+    clock,
+  }) => {
+    const [a, b] = instances;
+    const customer = await createCustomersRepository(a.app.db).create(
+      { externalId: `cus_cluster_credits_${randomUUID()}`, limits: { perMinute: 100, perDay: 1_000 } },
+      KEYS_COMMAND,
+    );
+    const [own, sibling, alone] = await Promise.all([
+      a.app.apiKeysRepository.create({ plan: 'pro', customerId: customer.id }),
+      a.app.apiKeysRepository.create({ plan: 'pro', customerId: customer.id }),
+      a.app.apiKeysRepository.create({ plan: 'pro' }),
+    ]);
+    for (const { key } of [own, sibling, alone]) await Promise.all([a, b].map((instance) => waitForKeyOnApp(instance.app, bearer(key))));
+    // The key's own 5, its customer's 8 (shared with its sibling), and a key without a customer's own 3.
+    await insertBalance(a.app.db, { quotaId: own.record.quotaId }, 5);
+    await insertBalance(a.app.db, { customerId: customer.id }, 8);
+    await insertBalance(a.app.db, { quotaId: alone.record.quotaId }, 3);
+    for (const instance of [a, b]) expect(await instance.app.keyNotices.catchUp()).toBe(true);
+    clock.advance(MINUTE);
+    const statusesOf = async (key: string, count: number) => {
+      const statuses = [];
+      for (let i = 0; i < count; i++) {
+        const response = await [a, b][i % 2]!.app.inject({ url: '/v1/pets?limit=1', headers: bearer(key) });
+        statuses.push(response.statusCode === 429 ? response.json<{ code: string }>().code : response.statusCode);
+      }
+      return statuses;
+    };
+    expect(await statusesOf(own.key, 6)).toEqual([200, 200, 200, 200, 200, 'credits_exhausted']);
+    expect(await statusesOf(sibling.key, 4)).toEqual([200, 200, 200, 'credits_exhausted']);
+    expect(await statusesOf(alone.key, 4)).toEqual([200, 200, 200, 'credits_exhausted']);
     // Decided on the cluster all along: a CROSSSLOT error would have sent them to memory.
     expect([await fallbackGauge(a), await fallbackGauge(b)]).toEqual([0, 0]);
   });

@@ -34,6 +34,8 @@ describe.each(RATE_LIMIT_STORES)('GET /v1/rate_limit with the $name store', (sto
           minute: { limit: 60, remaining: 54, used: 6, reset: minuteReset },
           day: { limit: 1_000, remaining: 994, used: 6, reset: dayReset },
           concurrency: { limit: 3, inFlight: 0 },
+          // No prepaid credits (test/credits/spending.test.ts tells them).
+          credits: null,
           costs: { listPets: 1, createPet: 5, getPet: 1 },
         });
         expect(answer.headers['x-ratelimit-remaining']).toBe('54');

@@ -57,7 +57,7 @@ export interface paths {
     };
     /**
      * The key's rate limits and what is left of them; spends nothing of either window
-     * @description Counts towards no window, no ban and no concurrency limit; limited to 60 calls a minute per key of its own (429 `rate_limited`). A banned key gets its 429 `api_key_banned` here too.
+     * @description Counts towards no window, no ban and no concurrency limit, and spends no credits; limited to 60 calls a minute per key of its own (429 `rate_limited`). A banned key gets its 429 `api_key_banned` here too.
      */
     get: operations['getRateLimit'];
     put?: never;
@@ -207,6 +207,7 @@ export interface operations {
               | 'rate_limited'
               | 'api_key_banned'
               | 'concurrency_limited'
+              | 'credits_exhausted'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -259,6 +260,7 @@ export interface operations {
               | 'rate_limited'
               | 'api_key_banned'
               | 'concurrency_limited'
+              | 'credits_exhausted'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -268,7 +270,7 @@ export interface operations {
           };
         };
       };
-      /** @description Rate limit exceeded (`rate_limited`), too many requests of the key in flight at once (`concurrency_limited`, costing nothing), or the caller is banned for a while (`api_key_banned`) */
+      /** @description Rate limit exceeded (`rate_limited`), too many requests of the key in flight at once (`concurrency_limited`, costing nothing), fewer prepaid credits left to the key or its customer than the operation costs (`credits_exhausted`, costing nothing; Retry-After until their refill, absent without one), or the caller is banned for a while (`api_key_banned`) */
       429: {
         headers: {
           /** @description Seconds to wait before retrying */
@@ -311,6 +313,7 @@ export interface operations {
               | 'rate_limited'
               | 'api_key_banned'
               | 'concurrency_limited'
+              | 'credits_exhausted'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -361,6 +364,7 @@ export interface operations {
               | 'rate_limited'
               | 'api_key_banned'
               | 'concurrency_limited'
+              | 'credits_exhausted'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -413,6 +417,7 @@ export interface operations {
               | 'rate_limited'
               | 'api_key_banned'
               | 'concurrency_limited'
+              | 'credits_exhausted'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -532,6 +537,7 @@ export interface operations {
               | 'rate_limited'
               | 'api_key_banned'
               | 'concurrency_limited'
+              | 'credits_exhausted'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -584,6 +590,7 @@ export interface operations {
               | 'rate_limited'
               | 'api_key_banned'
               | 'concurrency_limited'
+              | 'credits_exhausted'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -634,6 +641,7 @@ export interface operations {
               | 'rate_limited'
               | 'api_key_banned'
               | 'concurrency_limited'
+              | 'credits_exhausted'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -686,6 +694,7 @@ export interface operations {
               | 'rate_limited'
               | 'api_key_banned'
               | 'concurrency_limited'
+              | 'credits_exhausted'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -736,6 +745,7 @@ export interface operations {
               | 'rate_limited'
               | 'api_key_banned'
               | 'concurrency_limited'
+              | 'credits_exhausted'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -786,6 +796,7 @@ export interface operations {
               | 'rate_limited'
               | 'api_key_banned'
               | 'concurrency_limited'
+              | 'credits_exhausted'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -836,6 +847,7 @@ export interface operations {
               | 'rate_limited'
               | 'api_key_banned'
               | 'concurrency_limited'
+              | 'credits_exhausted'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -845,7 +857,7 @@ export interface operations {
           };
         };
       };
-      /** @description Rate limit exceeded (`rate_limited`), too many requests of the key in flight at once (`concurrency_limited`, costing nothing), or the caller is banned for a while (`api_key_banned`) */
+      /** @description Rate limit exceeded (`rate_limited`), too many requests of the key in flight at once (`concurrency_limited`, costing nothing), fewer prepaid credits left to the key or its customer than the operation costs (`credits_exhausted`, costing nothing; Retry-After until their refill, absent without one), or the caller is banned for a while (`api_key_banned`) */
       429: {
         headers: {
           /** @description Seconds to wait before retrying */
@@ -888,6 +900,7 @@ export interface operations {
               | 'rate_limited'
               | 'api_key_banned'
               | 'concurrency_limited'
+              | 'credits_exhausted'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -938,6 +951,7 @@ export interface operations {
               | 'rate_limited'
               | 'api_key_banned'
               | 'concurrency_limited'
+              | 'credits_exhausted'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -990,6 +1004,7 @@ export interface operations {
               | 'rate_limited'
               | 'api_key_banned'
               | 'concurrency_limited'
+              | 'credits_exhausted'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -1138,6 +1153,7 @@ export interface operations {
               | 'rate_limited'
               | 'api_key_banned'
               | 'concurrency_limited'
+              | 'credits_exhausted'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -1196,6 +1212,7 @@ export interface operations {
               | 'rate_limited'
               | 'api_key_banned'
               | 'concurrency_limited'
+              | 'credits_exhausted'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -1252,6 +1269,7 @@ export interface operations {
               | 'rate_limited'
               | 'api_key_banned'
               | 'concurrency_limited'
+              | 'credits_exhausted'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -1308,6 +1326,7 @@ export interface operations {
               | 'rate_limited'
               | 'api_key_banned'
               | 'concurrency_limited'
+              | 'credits_exhausted'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -1317,7 +1336,7 @@ export interface operations {
           };
         };
       };
-      /** @description Rate limit exceeded (`rate_limited`), too many requests of the key in flight at once (`concurrency_limited`, costing nothing), or the caller is banned for a while (`api_key_banned`) */
+      /** @description Rate limit exceeded (`rate_limited`), too many requests of the key in flight at once (`concurrency_limited`, costing nothing), fewer prepaid credits left to the key or its customer than the operation costs (`credits_exhausted`, costing nothing; Retry-After until their refill, absent without one), or the caller is banned for a while (`api_key_banned`) */
       429: {
         headers: {
           /** @description Seconds to wait before retrying */
@@ -1366,6 +1385,7 @@ export interface operations {
               | 'rate_limited'
               | 'api_key_banned'
               | 'concurrency_limited'
+              | 'credits_exhausted'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -1422,6 +1442,7 @@ export interface operations {
               | 'rate_limited'
               | 'api_key_banned'
               | 'concurrency_limited'
+              | 'credits_exhausted'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -1480,6 +1501,7 @@ export interface operations {
               | 'rate_limited'
               | 'api_key_banned'
               | 'concurrency_limited'
+              | 'credits_exhausted'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -1503,7 +1525,7 @@ export interface operations {
     };
     requestBody?: never;
     responses: {
-      /** @description The key's plan, what is left of its windows, its requests in flight, and what each operation costs */
+      /** @description The key's plan, what is left of its windows and prepaid credits, its requests in flight, and what each operation costs */
       200: {
         headers: {
           /** @description Strong entity tag of the body: it changes exactly when the body does */
@@ -1557,8 +1579,18 @@ export interface operations {
               /** @description Its requests in flight now, on every instance (this one not counted) */
               inFlight: number;
             };
+            /** @description Prepaid credits: of the key's own balance and its customer's, the one with fewer units left, which every request spends its cost from; null when the key has none */
+            credits: {
+              /** @description Units left: fewer than an operation costs, and it is refused (429 credits_exhausted) */
+              remaining: number;
+              /**
+               * Format: date-time
+               * @description When the balance is next refilled (00:00 UTC of its day); null when it has no refill
+               */
+              refillAt: string | null;
+            } | null;
             /**
-             * @description Units each operation spends of both windows, by operationId (1 unless the operator prices it)
+             * @description Units each operation spends of both windows and of the prepaid credits, by operationId (1 unless the operator prices it)
              * @example {
              *       "listPets": 1,
              *       "createPet": 5,
@@ -1635,6 +1667,7 @@ export interface operations {
               | 'rate_limited'
               | 'api_key_banned'
               | 'concurrency_limited'
+              | 'credits_exhausted'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -1687,6 +1720,7 @@ export interface operations {
               | 'rate_limited'
               | 'api_key_banned'
               | 'concurrency_limited'
+              | 'credits_exhausted'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -1696,7 +1730,7 @@ export interface operations {
           };
         };
       };
-      /** @description Rate limit exceeded (`rate_limited`), too many requests of the key in flight at once (`concurrency_limited`, costing nothing), or the caller is banned for a while (`api_key_banned`) */
+      /** @description Rate limit exceeded (`rate_limited`), too many requests of the key in flight at once (`concurrency_limited`, costing nothing), fewer prepaid credits left to the key or its customer than the operation costs (`credits_exhausted`, costing nothing; Retry-After until their refill, absent without one), or the caller is banned for a while (`api_key_banned`) */
       429: {
         headers: {
           /** @description Seconds to wait before retrying */
@@ -1739,6 +1773,7 @@ export interface operations {
               | 'rate_limited'
               | 'api_key_banned'
               | 'concurrency_limited'
+              | 'credits_exhausted'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -1789,6 +1824,7 @@ export interface operations {
               | 'rate_limited'
               | 'api_key_banned'
               | 'concurrency_limited'
+              | 'credits_exhausted'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -1841,6 +1877,7 @@ export interface operations {
               | 'rate_limited'
               | 'api_key_banned'
               | 'concurrency_limited'
+              | 'credits_exhausted'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */

@@ -19,6 +19,7 @@ export const ERROR_CODES = [
   'rate_limited',
   'api_key_banned',
   'concurrency_limited',
+  'credits_exhausted',
   'internal_error',
   'service_unavailable',
 ] as const;

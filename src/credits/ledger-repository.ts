@@ -1,0 +1,53 @@
+import type { Database } from '../platform/db/database.js';
+
+/**
+ * The statements of the hot path's record of credits (credit_balances, migrations/016): the
+ * record a store seeds a balance from, the spending the instances add in batches, and the
+ * once-per-version mark of a balance told exhausted.
+ */
+const statements = {
+  record: { name: 'credit_balances_record', text: 'SELECT spent, version FROM credit_balances WHERE id = $1' },
+  // One statement for every balance an instance spent from since its last write. Spending of a
+  // version the record no longer holds is dropped: a set or refill replaced it. GREATEST: refunds
+  // subtract, and one written after its spending was dropped must not break the CHECK (and so the batch).
+  addSpent: {
+    name: 'credit_balances_add_spent',
+    text: `UPDATE credit_balances b SET spent = GREATEST(b.spent + d.n, 0)
+           FROM unnest($1::bigint[], $2::int[], $3::bigint[]) AS d(id, version, n)
+           WHERE b.id = d.id AND b.version = d.version`,
+  },
+  // Matches once per balance and version across all instances: the instance it matched for tells.
+  markExhausted: {
+    name: 'credit_balances_mark_exhausted',
+    text: `UPDATE credit_balances SET exhausted_version = version
+           WHERE id = $1 AND version = $2 AND exhausted_version IS DISTINCT FROM $2 RETURNING id`,
+  },
+} as const;
+
+/** A balance's record as a store is seeded with: what PostgreSQL knows was spent, in which version. */
+export interface CreditRecord {
+  spent: number;
+  version: number;
+}
+
+export function createLedgerRepository(db: Database) {
+  return {
+    /** The balance's record; undefined when it is gone (removed since the key was read). */
+    async record(id: number): Promise<CreditRecord | undefined> {
+      const [row] = await db.query<{ spent: string | number; version: number }>(statements.record, [id]);
+      return row && { spent: Number(row.spent), version: row.version };
+    },
+
+    /** Adds units spent (negative: refunded) to each balance still in the version they were spent in. */
+    async addSpent(ids: number[], versions: number[], units: number[]): Promise<void> {
+      await db.query(statements.addSpent, [ids, versions, units]);
+    },
+
+    /** Marks the balance told exhausted in this version; true for the one call, of any instance, that marked it. */
+    async markExhausted(id: number, version: number): Promise<boolean> {
+      return (await db.query(statements.markExhausted, [id, version])).length > 0;
+    },
+  };
+}
+
+export type LedgerRepository = ReturnType<typeof createLedgerRepository>;

@@ -1,0 +1,86 @@
+import type { FastifyBaseLogger } from 'fastify';
+import type { CreditRecord, LedgerRepository } from './ledger-repository.js';
+
+/** How long spending waits in memory at most before it is written: what an instance killed can leave out of the record. */
+export const LEDGER_WRITE_MS = 1_000;
+
+interface Spending {
+  id: number;
+  version: number;
+  units: number;
+}
+
+/**
+ * This instance's part of the record of credits: the units it spent (less those refunded) per
+ * balance and version, added up in memory and written to PostgreSQL in one statement at least
+ * once a second and at close; a failed write keeps them for the next. The live balance is the
+ * store's (Redis, else memory); the record is what a store seeds a balance from when it has none
+ * (docs/decisions/credits.md).
+ */
+export class CreditLedger {
+  readonly #repository: LedgerRepository;
+  readonly #log: FastifyBaseLogger;
+  readonly #pending = new Map<string, Spending>();
+  /** The balances and versions this instance has tried to tell exhausted: one mark each is enough. */
+  readonly #told = new Set<string>();
+  readonly #timer: NodeJS.Timeout;
+  #writing: Promise<void> | undefined;
+
+  constructor(repository: LedgerRepository, log: FastifyBaseLogger) {
+    this.#repository = repository;
+    this.#log = log;
+    this.#timer = setInterval(() => void this.write(), LEDGER_WRITE_MS).unref();
+  }
+
+  /** The balance's record, to seed a store that has none of it: a record gone (removed meanwhile) counts as nothing spent. */
+  async record(id: number, version: number): Promise<CreditRecord> {
+    return (await this.#repository.record(id)) ?? { spent: 0, version };
+  }
+
+  /** Adds units spent from a balance in a version (negative: given back), to be written with the next batch. */
+  spend(id: number, version: number, units: number) {
+    const name = `${id}:${version}`;
+    const spending = this.#pending.get(name);
+    if (spending) spending.units += units;
+    else this.#pending.set(name, { id, version, units });
+  }
+
+  /** Writes what was spent since the last write, after any write under way; on failure keeps it for the next. */
+  async write(): Promise<void> {
+    while (this.#writing) await this.#writing;
+    const batch = [...this.#pending.values()].filter(({ units }) => units !== 0);
+    this.#pending.clear();
+    if (batch.length === 0) return;
+    this.#writing = this.#repository
+      .addSpent(
+        batch.map(({ id }) => id),
+        batch.map(({ version }) => version),
+        batch.map(({ units }) => units),
+      )
+      .catch((error: unknown) => {
+        this.#log.warn({ err: error, balances: batch.length }, 'credits: writing the spending failed; kept for the next write');
+        for (const { id, version, units } of batch) this.spend(id, version, units);
+      })
+      .finally(() => (this.#writing = undefined));
+    await this.#writing;
+  }
+
+  /**
+   * Whether this instance is the one to tell that the balance ran out in this version: true once
+   * per balance and version across all instances (the record's mark), asked once per instance.
+   */
+  async exhaustedOnce(id: number, version: number): Promise<boolean> {
+    const name = `${id}:${version}`;
+    if (this.#told.has(name)) return false;
+    this.#told.add(name);
+    return this.#repository.markExhausted(id, version).catch((error: unknown) => {
+      this.#told.delete(name);
+      throw error;
+    });
+  }
+
+  async close() {
+    clearInterval(this.#timer);
+    await this.write();
+  }
+}
