@@ -25,7 +25,7 @@ export const WebhookDelivery = Type.Object(
       {
         additionalProperties: true,
         description:
-          "The event's data, as POSTed: usage.threshold {keyId, quotaId, plan, window, limit, used, threshold, resetAt}; key.banned {keyId, quotaId, bannedUntil}; credits.refilled {customerId or quotaId, remaining, refillAt}; credits.exhausted {customerId or keyId, remaining, refillAt}",
+          "The event's data, as POSTed: usage.threshold {keyId, quotaId, plan, window, limit, used, threshold, resetAt}; key.banned {keyId, quotaId, bannedUntil}; credits.refilled {owner, balanceId, customerId or quotaId, remaining, refillAt}; credits.exhausted {keyId, quotaId, customerId, owner, balanceId, remaining, refillAt}",
       },
     ),
   },
