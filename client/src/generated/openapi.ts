@@ -207,6 +207,7 @@ export interface operations {
               | 'rate_limited'
               | 'api_key_banned'
               | 'concurrency_limited'
+              | 'credits_exhausted'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -259,6 +260,7 @@ export interface operations {
               | 'rate_limited'
               | 'api_key_banned'
               | 'concurrency_limited'
+              | 'credits_exhausted'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -311,6 +313,7 @@ export interface operations {
               | 'rate_limited'
               | 'api_key_banned'
               | 'concurrency_limited'
+              | 'credits_exhausted'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -361,6 +364,7 @@ export interface operations {
               | 'rate_limited'
               | 'api_key_banned'
               | 'concurrency_limited'
+              | 'credits_exhausted'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -413,6 +417,7 @@ export interface operations {
               | 'rate_limited'
               | 'api_key_banned'
               | 'concurrency_limited'
+              | 'credits_exhausted'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -532,6 +537,7 @@ export interface operations {
               | 'rate_limited'
               | 'api_key_banned'
               | 'concurrency_limited'
+              | 'credits_exhausted'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -584,6 +590,7 @@ export interface operations {
               | 'rate_limited'
               | 'api_key_banned'
               | 'concurrency_limited'
+              | 'credits_exhausted'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -634,6 +641,7 @@ export interface operations {
               | 'rate_limited'
               | 'api_key_banned'
               | 'concurrency_limited'
+              | 'credits_exhausted'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -686,6 +694,7 @@ export interface operations {
               | 'rate_limited'
               | 'api_key_banned'
               | 'concurrency_limited'
+              | 'credits_exhausted'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -736,6 +745,7 @@ export interface operations {
               | 'rate_limited'
               | 'api_key_banned'
               | 'concurrency_limited'
+              | 'credits_exhausted'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -786,6 +796,7 @@ export interface operations {
               | 'rate_limited'
               | 'api_key_banned'
               | 'concurrency_limited'
+              | 'credits_exhausted'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -836,6 +847,7 @@ export interface operations {
               | 'rate_limited'
               | 'api_key_banned'
               | 'concurrency_limited'
+              | 'credits_exhausted'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -888,6 +900,7 @@ export interface operations {
               | 'rate_limited'
               | 'api_key_banned'
               | 'concurrency_limited'
+              | 'credits_exhausted'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -938,6 +951,7 @@ export interface operations {
               | 'rate_limited'
               | 'api_key_banned'
               | 'concurrency_limited'
+              | 'credits_exhausted'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -990,6 +1004,7 @@ export interface operations {
               | 'rate_limited'
               | 'api_key_banned'
               | 'concurrency_limited'
+              | 'credits_exhausted'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -1138,6 +1153,7 @@ export interface operations {
               | 'rate_limited'
               | 'api_key_banned'
               | 'concurrency_limited'
+              | 'credits_exhausted'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -1196,6 +1212,7 @@ export interface operations {
               | 'rate_limited'
               | 'api_key_banned'
               | 'concurrency_limited'
+              | 'credits_exhausted'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -1252,6 +1269,7 @@ export interface operations {
               | 'rate_limited'
               | 'api_key_banned'
               | 'concurrency_limited'
+              | 'credits_exhausted'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -1308,6 +1326,7 @@ export interface operations {
               | 'rate_limited'
               | 'api_key_banned'
               | 'concurrency_limited'
+              | 'credits_exhausted'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -1366,6 +1385,7 @@ export interface operations {
               | 'rate_limited'
               | 'api_key_banned'
               | 'concurrency_limited'
+              | 'credits_exhausted'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -1422,6 +1442,7 @@ export interface operations {
               | 'rate_limited'
               | 'api_key_banned'
               | 'concurrency_limited'
+              | 'credits_exhausted'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -1480,6 +1501,7 @@ export interface operations {
               | 'rate_limited'
               | 'api_key_banned'
               | 'concurrency_limited'
+              | 'credits_exhausted'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -1557,6 +1579,16 @@ export interface operations {
               /** @description Its requests in flight now, on every instance (this one not counted) */
               inFlight: number;
             };
+            /** @description Prepaid credits of the key and its customer; null when neither has any */
+            credits: {
+              /** @description Units of credits left */
+              remaining: number;
+              /**
+               * Format: date-time
+               * @description When the credits are next refilled; null when no refill is set
+               */
+              refillAt: string | null;
+            } | null;
             /**
              * @description Units each operation spends of both windows, by operationId (1 unless the operator prices it)
              * @example {
@@ -1635,6 +1667,7 @@ export interface operations {
               | 'rate_limited'
               | 'api_key_banned'
               | 'concurrency_limited'
+              | 'credits_exhausted'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -1687,6 +1720,7 @@ export interface operations {
               | 'rate_limited'
               | 'api_key_banned'
               | 'concurrency_limited'
+              | 'credits_exhausted'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -1739,6 +1773,7 @@ export interface operations {
               | 'rate_limited'
               | 'api_key_banned'
               | 'concurrency_limited'
+              | 'credits_exhausted'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -1789,6 +1824,7 @@ export interface operations {
               | 'rate_limited'
               | 'api_key_banned'
               | 'concurrency_limited'
+              | 'credits_exhausted'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
@@ -1841,6 +1877,7 @@ export interface operations {
               | 'rate_limited'
               | 'api_key_banned'
               | 'concurrency_limited'
+              | 'credits_exhausted'
               | 'internal_error'
               | 'service_unavailable';
             /** @description Human-readable description */
