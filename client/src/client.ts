@@ -237,9 +237,10 @@ export class PetStoreClient {
 
   /**
    * The key's rate limits and what is left of them (GET /v1/rate_limit): its plan, both windows,
-   * its requests in flight and what each operation costs. It spends nothing of either window, so
-   * it is sent at once, also while the client waits out a spent one; the service answers it 60
-   * times a minute per key.
+   * its requests in flight, its credits (`{ remaining, refillAt }`, `refillAt` an ISO date-time
+   * string or null; `credits` null without any) and what each operation costs. It spends nothing
+   * of either window, so it is sent at once, also while the client waits out a spent one; the
+   * service answers it 60 times a minute per key.
    */
   async getRateLimit(options: CallOptions = {}): Promise<RateLimitStatus> {
     const call = this.#callOf('getRateLimit', 'GET', `${this.#baseUrl}/rate_limit`, options);
@@ -305,13 +306,15 @@ export class PetStoreClient {
         continue;
       }
       const { response, text, receivedAt, durationMs } = sent;
-      if (ticket) this.#gate.settle(response, receivedAt, ticket);
+      const answered = response.ok || response.status === 304;
+      const statedWaitMs = answered ? undefined : retryAfterMs(response.headers, clockOffsetMs(response.headers, receivedAt), receivedAt);
+      const failure = answered ? undefined : serviceError(response, text, statedWaitMs);
+      if (ticket) this.#gate.settle(response, receivedAt, ticket, failure?.code);
       const requestId = response.headers.get('x-request-id') ?? undefined;
       this.#hooks.onResponse?.({ ...event, status: response.status, requestId, durationMs });
       this.#noticeDeprecation(call, response.headers);
-      if (response.ok || response.status === 304) return this.#answer(call, response, text, held);
-      const statedWaitMs = retryAfterMs(response.headers, clockOffsetMs(response.headers, receivedAt), receivedAt);
-      await this.#retryOrThrow(call, event, serviceError(response, text, statedWaitMs), statedWaitMs);
+      if (!failure) return this.#answer(call, response, text, held);
+      await this.#retryOrThrow(call, event, failure, statedWaitMs);
     }
   }
 
@@ -412,9 +415,12 @@ function limitsOf(options: RetryOptions, defaults: Limits): Limits {
  * 429, 500, 502, 503 and 504 whatever the body (a gateway's HTML page included), for reads and
  * creates alike (a create always carries its Idempotency-Key); and a create's 409
  * `idempotency_key_in_use` (its first request still runs; retried, it gets that request's answer).
- * No other 4xx: sent again, it would fail again.
+ * No other 4xx: sent again, it would fail again. A 429 `credits_exhausted` only with a
+ * `Retry-After` (the next refill; retryOrThrow holds it to maxWaitMs): without a refill, no wait
+ * brings the credits back.
  */
 function isRetried(call: Call, failure: PetStoreError): boolean {
+  if (failure.code === 'credits_exhausted') return failure.retryAfter !== undefined;
   if (failure instanceof ConnectionError || failure instanceof TimeoutError || RETRIED_STATUSES.has(failure.status)) return true;
   return failure.status === 409 && failure.code === 'idempotency_key_in_use' && call.idempotencyKey !== undefined;
 }

@@ -64,7 +64,10 @@ export class NotFoundError extends PetStoreError {
 export class ConflictError extends PetStoreError {
   override readonly name: string = 'ConflictError';
 }
-/** 429: the key's rate limit, a ban, or the client's refusal to wait longer than `maxWaitMs`. */
+/**
+ * 429: the key's rate limit, a ban, its credits spent (`credits_exhausted`), or the client's refusal
+ * to wait longer than `maxWaitMs`; `code` tells which.
+ */
 export class RateLimitError extends PetStoreError {
   override readonly name: string = 'RateLimitError';
 }

@@ -1,8 +1,8 @@
-import { RateLimitError } from './errors.js';
+import { RateLimitError, type PetStoreError } from './errors.js';
 import { clockOffsetMs, rateLimitOf, retryAfterMs, type RateLimit } from './headers.js';
 import { sleep } from './backoff.js';
 
-/** What a 429 without Retry-After is taken to ask for (the service always sends one). */
+/** What a 429 of the windows or a ban without Retry-After is taken to ask for (the service always sends one). */
 const DEFAULT_RETRY_AFTER_MS = 1_000;
 /** While the key is out of quota for longer than a caller waits, one request this often sees whether the limit was lifted. */
 const PROBE_INTERVAL_MS = 60_000;
@@ -20,7 +20,8 @@ interface Budget {
 /**
  * Every request of one client passes here before it is sent, so that the key is never refused
  * twice in a row and never banned (the service bans a key that keeps sending after 429s):
- * - after a 429, nothing is sent until its Retry-After has passed;
+ * - after a 429, nothing is sent until its Retry-After has passed (not after `credits_exhausted`:
+ *   see settle);
  * - once the window's requests are spent (X-RateLimit-Remaining reaches 0, counting the requests
  *   this client has sent since), nothing is sent until X-RateLimit-Reset;
  * - while no answer of the window has said what is left, one request at a time goes out, so a
@@ -82,8 +83,11 @@ export class RateGate {
     return { probe };
   }
 
-  /** Learns from the answer to a request acquire let through (undefined when none came). */
-  settle(response: Response | undefined, receivedAt: number, { probe }: { probe: boolean }): void {
+  /**
+   * Learns from the answer to a request acquire let through (undefined when none came), and the
+   * code of its error body when it failed.
+   */
+  settle(response: Response | undefined, receivedAt: number, { probe }: { probe: boolean }, code?: PetStoreError['code']): void {
     this.#inFlight--;
     if (probe) this.#probing = false;
     if (response) {
@@ -92,8 +96,13 @@ export class RateGate {
       const stated = rateLimitOf(response.headers);
       if (stated) this.#learn(stated, offset);
       if (response.status === 429) {
-        const wait = retryAfterMs(response.headers, offset, receivedAt) ?? DEFAULT_RETRY_AFTER_MS;
-        this.#blockedUntil = Math.max(this.#blockedUntil, receivedAt + wait);
+        // Credits spent say nothing of the windows and count towards no ban; a top-up may come any
+        // moment and a cheaper operation may still pass: the refused call alone waits (client.ts).
+        // A probe refused so has learnt nothing of a ban or a spent window either: the gate stays shut.
+        if (code !== 'credits_exhausted') {
+          const wait = retryAfterMs(response.headers, offset, receivedAt) ?? DEFAULT_RETRY_AFTER_MS;
+          this.#blockedUntil = Math.max(this.#blockedUntil, receivedAt + wait);
+        }
       } else if (probe) {
         // Answered: the limit was lifted. What its headers state of the window now counts.
         this.#blockedUntil = 0;

@@ -8,5 +8,8 @@ export type NewPet = operations['createPet']['requestBody']['content']['applicat
 export type PetStatus = NonNullable<Pet['status']>;
 /** The `code` of the service's error bodies. */
 export type ServiceErrorCode = operations['listPets']['responses'][400]['content']['application/json']['code'];
-/** GET /v1/rate_limit's answer: the key's plan, both windows, its requests in flight, the operations' costs. */
+/**
+ * GET /v1/rate_limit's answer: the key's plan, both windows, its requests in flight, its credits
+ * (null without any), the operations' costs.
+ */
 export type RateLimitStatus = operations['getRateLimit']['responses'][200]['content']['application/json'];

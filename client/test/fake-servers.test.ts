@@ -1,9 +1,10 @@
 // The client against fake servers answering what the real service cannot be made to answer: a
 // gateway's HTML 502, a hostile Link, Retry-After as an HTTP date or a minute long, a key out of
-// quota whose limit is lifted. Waits of a minute or more are not waited: the test moves the client's
-// clock (vitest's fake timers) once the client says, through onRetry, how long it waits.
+// quota whose limit is lifted, a key whose credits are spent (429 credits_exhausted). Waits of a
+// minute or more are not waited: the test moves the client's clock (vitest's fake timers) once the
+// client says, through onRetry, how long it waits.
 import { webcrypto } from 'node:crypto';
-import { afterEach, describe, expect, it, vi } from 'vitest';
+import { afterEach, describe, expect, expectTypeOf, it, vi } from 'vitest';
 import {
   ConflictError,
   PermissionDeniedError,
@@ -142,6 +143,97 @@ describe('1. waiting is bounded by what the service said', () => {
     await expect(client.listPets()).resolves.toEqual([]);
     await expect(client.listPets()).resolves.toEqual([]);
     expect(requests).toHaveLength(4);
+  });
+});
+
+describe('2. credits', () => {
+  /** The usual rate-limit headers of the service's answers: the minute has room, whatever the credits say. */
+  const windowHeaders = () => ({
+    'x-ratelimit-limit': '100',
+    'x-ratelimit-remaining': '90',
+    'x-ratelimit-reset': String(Math.ceil(Date.now() / 1000) + 60),
+  });
+  const creditsExhausted =
+    (retryAfter?: number): Answer =>
+    (_request, response) =>
+      answerJson(
+        response,
+        429,
+        { code: 'credits_exhausted', message: 'The credits are spent', status: 429 },
+        { ...windowHeaders(), ...(retryAfter === undefined ? {} : { 'retry-after': String(retryAfter) }) },
+      );
+  const created: Answer = (_request, response) => answerJson(response, 201, { id: 7, name: 'Rex', categoryId: 1 }, windowHeaders());
+  /** A read sent with maxWaitMs 0: the rate gate would refuse it at once (`rate_limited`) if it held calls back. */
+  const notHeldBack = (client: PetStoreClient) => client.listPets({ maxWaitMs: 0 });
+
+  it('getRateLimit shows the credits left and when they refill, null without credits', async () => {
+    const standing = (credits: unknown) => ({
+      plan: 'pro',
+      minute: { limit: 100, remaining: 90, used: 10, reset: 1_795_000_000 },
+      day: { limit: 10_000, remaining: 9_990, used: 10, reset: 1_795_046_400 },
+      concurrency: { limit: 10, inFlight: 0 },
+      credits,
+      costs: { listPets: 1, createPet: 5, getPet: 1 },
+    });
+    const refilled = { remaining: 40, refillAt: '2026-12-01T00:00:00.000Z' };
+    const { client, requests } = await clientOf(
+      inTurn(
+        (_request, response) => answerJson(response, 200, standing(refilled)),
+        (_request, response) => answerJson(response, 200, standing({ remaining: 3, refillAt: null })),
+        (_request, response) => answerJson(response, 200, standing(null)),
+      ),
+    );
+    const first = await client.getRateLimit();
+    expectTypeOf(first.credits).toEqualTypeOf<{ remaining: number; refillAt: string | null } | null>();
+    expect(first.credits).toEqual(refilled);
+    expect(new Date(first.credits!.refillAt!).toISOString()).toBe(refilled.refillAt);
+    expect((await client.getRateLimit()).credits).toEqual({ remaining: 3, refillAt: null });
+    expect((await client.getRateLimit()).credits).toBeNull();
+    expect(requests.map((request) => request.url)).toEqual(Array(3).fill('/v1/rate_limit'));
+  });
+
+  it('credits_exhausted without Retry-After (no refill) is thrown at once, one request made, and holds back no other call', async () => {
+    const retries: RetryEvent[] = [];
+    const { client, requests } = await clientOf(inTurn(creditsExhausted(), pets), { onRetry: (event) => retries.push(event) });
+    const error = await client.createPet({ name: 'Rex', categoryId: 1 }).catch((failure: unknown) => failure);
+    expect(error).toBeInstanceOf(RateLimitError);
+    expect(error).toMatchObject({ status: 429, code: 'credits_exhausted', retryAfter: undefined });
+    expect(requests).toHaveLength(1);
+    expect(retries).toEqual([]);
+    await expect(notHeldBack(client)).resolves.toEqual([]);
+    expect(requests).toHaveLength(2);
+  });
+
+  it('credits_exhausted with a Retry-After within maxWaitMs is waited out and retried; meanwhile other calls go out', async () => {
+    useClientClock();
+    const retries: RetryEvent[] = [];
+    // The create (5 units) is refused until the refill in 30 s; a read (1 unit) still passes.
+    const { client, requests } = await clientOf(inTurn(creditsExhausted(30), pets, created), { onRetry: (event) => retries.push(event) });
+    const creating = client.createPet({ name: 'Rex', categoryId: 1 });
+    creating.catch(() => {});
+    const retry = await Promise.race([nextRetry(retries), creating.then(() => undefined)]);
+    expect(retry).toMatchObject({ attempt: 1, reason: { status: 429, code: 'credits_exhausted', retryAfter: 30 } });
+    expect(retry!.reason).toBeInstanceOf(RateLimitError);
+    expect(retry!.delayMs).toBeGreaterThanOrEqual(30_000);
+    expect(retry!.delayMs).toBeLessThanOrEqual(31_000);
+
+    await expect(notHeldBack(client)).resolves.toEqual([]);
+    expect(requests.map((request) => request.method)).toEqual(['POST', 'GET']);
+    await vi.advanceTimersByTimeAsync(retry!.delayMs);
+    await expect(creating).resolves.toMatchObject({ id: 7 });
+    expect(requests.map((request) => request.method)).toEqual(['POST', 'GET', 'POST']);
+    expect(requests[2]!.headers['idempotency-key']).toBe(requests[0]!.headers['idempotency-key']);
+  });
+
+  it('credits_exhausted with a Retry-After beyond maxWaitMs is thrown at once, and the gate does not wait for the refill', async () => {
+    const { client, requests } = await clientOf(inTurn(creditsExhausted(3_600), pets));
+    const error = await client.createPet({ name: 'Rex', categoryId: 1 }).catch((failure: unknown) => failure);
+    expect(error).toBeInstanceOf(RateLimitError);
+    expect(error).toMatchObject({ status: 429, code: 'credits_exhausted', retryAfter: 3_600 });
+    expect(requests).toHaveLength(1);
+    // Unlike a ban's (section 1), this Retry-After holds up no other call: it is sent and answered.
+    await expect(notHeldBack(client)).resolves.toEqual([]);
+    expect(requests).toHaveLength(2);
   });
 });
 
