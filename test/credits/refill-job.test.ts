@@ -123,7 +123,13 @@ describe.runIf(POSTGRES_URL)('two instances on one database', () => {
       expect(events).toHaveLength(20);
       const data = events.map((event) => (JSON.parse(event.body) as { data: Record<string, unknown> }).data);
       expect(data.map((each) => each.quotaId).sort((x, y) => Number(x) - Number(y))).toEqual(ids);
-      expect(data[0]).toEqual({ quotaId: expect.any(Number), remaining: 1_000, refillAt: '2026-12-31T00:00:00.000Z' });
+      expect(data[0]).toEqual({
+        owner: 'key',
+        balanceId: expect.any(Number),
+        quotaId: expect.any(Number),
+        remaining: 1_000,
+        refillAt: '2026-12-31T00:00:00.000Z',
+      });
 
       // A later refill, of a balance made due again, finds the others not due: refilled once.
       await a!.db.query("UPDATE credit_balances SET next_refill_at = '2026-11-29T00:00:00Z' WHERE quota_id = $1", [ids[0]]);
