@@ -20,9 +20,6 @@ export interface AdminCreditsOptions {
 /** The admin listener's scope the operations are declared in, with the types TypeBox gives their requests. */
 type Admin = Parameters<FastifyPluginAsyncTypebox>[0];
 
-const CUSTOMER_CREDITS_PATH = '/admin/v1/customers/:id/credits';
-const KEY_CREDITS_PATH = '/admin/v1/keys/:id/credits';
-
 const params = (of: string) => Type.Object({ id: Type.Integer({ ...Id, description: `The ${of} id` }) });
 
 const DESCRIPTION =
@@ -51,72 +48,77 @@ async function operate(
 const atomically = <T>(db: Database, tx: Queryable | undefined, work: (target: Queryable) => Promise<T>) =>
   tx ? work(tx) : db.transaction(work);
 
-function customerCredits(admin: Admin, options: AdminCreditsOptions) {
-  admin.post(
-    CUSTOMER_CREDITS_PATH,
-    {
-      schema: {
-        operationId: 'changeCustomerCredits',
-        tags: ['customers'],
-        summary: "Set, increment or decrement a customer's credits, which all its keys spend",
-        description: DESCRIPTION,
-        params: params('customer'),
-        body: CreditsOperation,
-        response: { 200: Credits, 400: ErrorBody, 404: ErrorBody, 409: ErrorBody, 413: ErrorBody, 415: ErrorBody },
-      },
-      config: { writes: true, idempotent: true },
-    },
-    async (request, reply) => {
-      const { id } = request.params;
-      const { status, body } = await admin.idempotently(request, reply, (tx) =>
-        atomically(options.db, tx, async (target) => {
-          if (!(await options.credits.lockCustomer(target, id))) throw errors.notFound(`No customer with id ${id}`);
-          const scope = { owner: { customerId: id }, label: `customer ${id}`, actor: options.actorOf(request), keyId: null };
-          return { status: 200 as const, body: await operate(options, target, scope, request.body) };
-        }),
-      );
-      return reply.code(status).send(body);
-    },
-  );
+/** What tells one operation on credits from the other: whose balance, and how its owner is found and locked. */
+interface CreditsTarget {
+  path: string;
+  operationId: string;
+  tag: string;
+  summary: string;
+  of: string;
+  /** Locks the owner in the transaction and names its balance's scope; undefined for no such owner. */
+  scopeOf(options: AdminCreditsOptions, tx: Queryable, id: number, actor: Actor): Promise<CreditsScope | undefined>;
+  notFound(id: number): Error;
 }
 
-function keyCredits(admin: Admin, options: AdminCreditsOptions) {
-  admin.post(
-    KEY_CREDITS_PATH,
-    {
-      schema: {
-        operationId: 'changeKeyCredits',
-        tags: ['keys'],
-        summary: "Set, increment or decrement a key's credits: its quota's, which its rotations keep",
-        description: DESCRIPTION,
-        params: params('key'),
-        body: CreditsOperation,
-        response: { 200: Credits, 400: ErrorBody, 404: ErrorBody, 409: ErrorBody, 413: ErrorBody, 415: ErrorBody },
+type CreditsScope = Parameters<typeof operate>[2];
+
+const CUSTOMER: CreditsTarget = {
+  path: '/admin/v1/customers/:id/credits',
+  operationId: 'changeCustomerCredits',
+  tag: 'customers',
+  summary: "Set, increment or decrement a customer's credits, which all its keys spend",
+  of: 'customer',
+  scopeOf: async ({ credits }, tx, id, actor) =>
+    (await credits.lockCustomer(tx, id)) ? { owner: { customerId: id }, label: `customer ${id}`, actor, keyId: null } : undefined,
+  notFound: (id) => errors.notFound(`No customer with id ${id}`),
+};
+
+const KEY: CreditsTarget = {
+  path: '/admin/v1/keys/:id/credits',
+  operationId: 'changeKeyCredits',
+  tag: 'keys',
+  summary: "Set, increment or decrement a key's credits: its quota's, which its rotations keep",
+  of: 'key',
+  async scopeOf({ credits }, tx, id, actor) {
+    const quotaId = await credits.lockQuota(tx, id);
+    return quotaId === undefined ? undefined : { owner: { quotaId }, label: `API key ${id}`, actor, keyId: id };
+  },
+  notFound: (id) => errors.notFound(`No API key with id ${id}`),
+};
+
+/** `POST {path}`: the operation on the target's balance, in the Idempotency-Key's transaction (or one of its own); other methods 405. */
+function creditsOperation(target: CreditsTarget): FastifyPluginAsyncTypebox<AdminCreditsOptions> {
+  return async (admin: Admin, options) => {
+    admin.post(
+      target.path,
+      {
+        schema: {
+          operationId: target.operationId,
+          tags: [target.tag],
+          summary: target.summary,
+          description: DESCRIPTION,
+          params: params(target.of),
+          body: CreditsOperation,
+          response: { 200: Credits, 400: ErrorBody, 404: ErrorBody, 409: ErrorBody, 413: ErrorBody, 415: ErrorBody },
+        },
+        config: { writes: true, idempotent: true },
       },
-      config: { writes: true, idempotent: true },
-    },
-    async (request, reply) => {
-      const { id } = request.params;
-      const { status, body } = await admin.idempotently(request, reply, (tx) =>
-        atomically(options.db, tx, async (target) => {
-          const quotaId = await options.credits.lockQuota(target, id);
-          if (quotaId === undefined) throw errors.notFound(`No API key with id ${id}`);
-          const scope = { owner: { quotaId }, label: `API key ${id}`, actor: options.actorOf(request), keyId: id };
-          return { status: 200 as const, body: await operate(options, target, scope, request.body) };
-        }),
-      );
-      return reply.code(status).send(body);
-    },
-  );
+      async (request, reply) => {
+        const { id } = request.params;
+        const { status, body } = await admin.idempotently(request, reply, (tx) =>
+          atomically(options.db, tx, async (work) => {
+            const scope = await target.scopeOf(options, work, id, options.actorOf(request));
+            if (!scope) throw target.notFound(id);
+            return { status: 200 as const, body: await operate(options, work, scope, request.body) };
+          }),
+        );
+        return reply.code(status).send(body);
+      },
+    );
+    refuseOtherMethods(admin, target.path, ['POST']);
+  };
 }
 
 /** The operations on credits: one for a customer's balance, one for a key's (its quota's). */
-export const adminCustomerCredits: FastifyPluginAsyncTypebox<AdminCreditsOptions> = async (admin, options) => {
-  customerCredits(admin, options);
-  refuseOtherMethods(admin, CUSTOMER_CREDITS_PATH, ['POST']);
-};
-
-export const adminKeyCredits: FastifyPluginAsyncTypebox<AdminCreditsOptions> = async (admin, options) => {
-  keyCredits(admin, options);
-  refuseOtherMethods(admin, KEY_CREDITS_PATH, ['POST']);
-};
+export const adminCustomerCredits = creditsOperation(CUSTOMER);
+export const adminKeyCredits = creditsOperation(KEY);

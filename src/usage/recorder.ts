@@ -1,5 +1,6 @@
 import type { FastifyBaseLogger } from 'fastify';
 import type { ApiKeyIdentity } from '../api-keys/identity.js';
+import { pruneInBatches } from '../platform/lib/prune-in-batches.js';
 import type { RefusalKind, UsageEntry, UsageRepository } from './repository.js';
 
 /** What the record keeps of a request's key: its id, and its customer's (a key's customer never changes). */
@@ -134,7 +135,12 @@ export class UsageRecorder {
     if (this.#pruning || now < this.#nextPruneAt) return;
     this.#nextPruneAt = now + PRUNE_EVERY_MS;
     const { log, retentionDays } = this.#options;
-    this.#pruning = this.#prune(new Date(now - retentionDays * DAY_MS))
+    const before = new Date(now - retentionDays * DAY_MS);
+    this.#pruning = pruneInBatches(
+      (batch) => this.#usage.prune(before, batch),
+      PRUNE_BATCH,
+      () => this.#stopped,
+    )
       .then(
         (pruned) => {
           if (pruned > 0) log.info({ pruned }, 'usage: hours past their retention deleted');
@@ -142,16 +148,5 @@ export class UsageRecorder {
         (error: unknown) => log.warn({ err: error }, 'usage: deleting the hours past their retention failed; trying again in a minute'),
       )
       .finally(() => (this.#pruning = undefined));
-  }
-
-  /** A batch at a time until none is left (or the recorder stops); how many rows were deleted. */
-  async #prune(before: Date): Promise<number> {
-    let pruned = 0;
-    let batch: number;
-    do {
-      batch = await this.#usage.prune(before, PRUNE_BATCH);
-      pruned += batch;
-    } while (batch === PRUNE_BATCH && !this.#stopped);
-    return pruned;
   }
 }

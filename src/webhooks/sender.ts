@@ -1,3 +1,4 @@
+import { pruneInBatches } from '../platform/lib/prune-in-batches.js';
 import type { FastifyBaseLogger } from 'fastify';
 import type { ClaimedDelivery, WebhookDeliveriesRepository } from './repository.js';
 import { EVENT_ID_HEADER, SIGNATURE_HEADER, signature } from './signature.js';
@@ -98,7 +99,12 @@ export class WebhookSender {
     if (this.#pruning || now < this.#nextPruneAt) return;
     this.#nextPruneAt = now + PRUNE_EVERY_MS;
     const { log, retentionDays } = this.#options;
-    this.#pruning = this.#prune(new Date(now - retentionDays * DAY_MS))
+    const before = new Date(now - retentionDays * DAY_MS);
+    this.#pruning = pruneInBatches(
+      (batch) => this.#deliveries.prune(before, batch),
+      PRUNE_BATCH,
+      () => this.#stopping.signal.aborted,
+    )
       .then(
         (pruned) => {
           if (pruned > 0) log.info({ pruned }, 'webhooks: deliveries past their retention deleted');
@@ -107,17 +113,6 @@ export class WebhookSender {
           log.warn({ err: error }, 'webhooks: deleting the deliveries past their retention failed; trying again in a minute'),
       )
       .finally(() => (this.#pruning = undefined));
-  }
-
-  /** A batch at a time until none is left (or the sender stops); how many were deleted. */
-  async #prune(recordedBefore: Date): Promise<number> {
-    let pruned = 0;
-    let batch: number;
-    do {
-      batch = await this.#deliveries.prune(recordedBefore, PRUNE_BATCH);
-      pruned += batch;
-    } while (batch === PRUNE_BATCH && !this.#stopping.signal.aborted);
-    return pruned;
   }
 
   async #drain() {
