@@ -98,6 +98,7 @@ describe.skipIf(!POSTGRES_URL || !REDIS_URL)('credits across two server processe
     expect(a.served).toBeGreaterThan(0);
     expect(b.served).toBeGreaterThan(0);
     await eventually(async () => (await spent()) === BALANCE);
+    console.log(`credits across instances: served ${a.served} by a, ${b.served} by b, ${probes} by the probes; recorded ${await spent()}`);
   });
 
   it('a FLUSHALL once the record has caught up: the balance is seeded from the record, and the rest served is exact', async () => {
@@ -112,6 +113,9 @@ describe.skipIf(!POSTGRES_URL || !REDIS_URL)('credits across two server processe
     client.disconnect();
     await Promise.all([a.run(() => false), b.run(() => false)]);
     expect(total() + probes).toBe(BALANCE);
+    console.log(
+      `credits across a FLUSHALL: ${before} served and recorded before it, ${total() + probes - before} after, ${total() + probes} in all`,
+    );
   });
 
   it('a FLUSHALL under load: at most the spending not yet written is served again (the bound of docs/decisions/credits.md)', async () => {
@@ -131,6 +135,9 @@ describe.skipIf(!POSTGRES_URL || !REDIS_URL)('credits across two server processe
     const served = total() + probes;
     expect(served).toBeGreaterThanOrEqual(BALANCE);
     expect(served - BALANCE).toBeLessThanOrEqual(bound!);
+    console.log(
+      `credits across a FLUSHALL under load: ${served} served of ${BALANCE}, the bound ${bound} (unrecorded at the flush, and in flight)`,
+    );
   });
 
   it('a SIGKILL of one server midway: the other goes on, exactly 1,000 served in all; the record is short by at most its last second', async () => {
@@ -155,5 +162,8 @@ describe.skipIf(!POSTGRES_URL || !REDIS_URL)('credits across two server processe
     const lastSecondOfA = a.servedAt.filter((at) => at > killedAt - LEDGER_WRITE_MS - 250).length;
     expect(recorded).toBeLessThanOrEqual(BALANCE);
     expect(BALANCE - recorded).toBeLessThanOrEqual(Math.min(lastSecondOfA, a.served - aCaughtUp));
+    console.log(
+      `credits across a SIGKILL: ${total() + probes} served in all (a ${a.served}, b ${b.served}); recorded ${recorded}, a's last second ${lastSecondOfA}`,
+    );
   });
 });
