@@ -147,7 +147,7 @@ export class FallbackStore implements RateLimitStore {
   #refundCredits(decision: Decision, cost: number, credits: readonly CreditClaim[] | undefined) {
     return this.#credits
       .refund(decision, cost, credits, this.degraded)
-      .catch((error: unknown) => this.#log.warn({ err: error }, 'credits: giving back a free revalidation\'s cost failed'));
+      .catch((error: unknown) => this.#log.warn({ err: error }, "credits: giving back a free revalidation's cost failed"));
   }
 
   #switchToMemory(error: unknown) {

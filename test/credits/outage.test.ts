@@ -27,7 +27,8 @@ async function statusesOf(app: FastifyInstance, headers: Headers, count: number)
 }
 
 /** Each status answered, counted. */
-const tally = (statuses: number[]) => statuses.reduce<Record<number, number>>((counts, s) => ({ ...counts, [s]: (counts[s] ?? 0) + 1 }), {});
+const tally = (statuses: number[]) =>
+  statuses.reduce<Record<number, number>>((counts, s) => ({ ...counts, [s]: (counts[s] ?? 0) + 1 }), {});
 
 /** Waits until the record of the balance holds `spent`: the ledger writes at least once a second. */
 const recorded = (app: FastifyInstance, id: number, spent: number) =>
@@ -100,8 +101,14 @@ describe.skipIf(!REDIS_URL)('credits while Redis is unreachable, one instance (a
 describe.skipIf(!POSTGRES_URL || !REDIS_URL)('credits while Redis is unreachable, two instances on one PostgreSQL', () => {
   it("serve exactly what remains of a customer's balance, spend nothing on a 304, and reseed it exactly once Redis is back", async () => {
     const redis = await redisToCut();
-    // Slots to spare: 150 requests of a key in flight at once are refused for credits, not for concurrency.
-    const env = { REDIS_URL: redis.url, REDIS_KEY_PREFIX: 'credit-outage-two:', RATE_LIMIT_CONCURRENCY: 'pro=1000' };
+    // 150 requests of a key in flight at once on each instance, each waiting its turn for the balance's row: refused for
+    // credits only, not for concurrency (slots to spare), nor shed for the requests queued for a database connection.
+    const env = {
+      REDIS_URL: redis.url,
+      REDIS_KEY_PREFIX: 'credit-outage-two:',
+      RATE_LIMIT_CONCURRENCY: 'pro=1000',
+      LOAD_SHED_POOL_WAITING: '1000',
+    };
     const a = await buildTestApp(env);
     const b = await buildTestApp({ ...env, DATABASE_URL: a.databaseUrl! });
     const instances = [a, b] as const;
