@@ -2,7 +2,8 @@ import type { Database } from '../platform/db/database.js';
 
 /**
  * The statements of the hot path's record of credits (credit_balances, migrations/016): the
- * record a store seeds a balance from, the spending the instances add in batches, and the
+ * record a store seeds a balance from, the spending the instances add in batches, the balances
+ * the limiter's fallback decides in the record itself while Redis is unreachable, and the
  * once-per-version mark of a balance told exhausted.
  */
 const statements = {
@@ -16,6 +17,13 @@ const statements = {
            FROM unnest($1::bigint[], $2::int[], $3::bigint[]) AS d(id, version, n)
            WHERE b.id = d.id AND b.version = d.version`,
   },
+  // Locked in the order of their ids: two requests claiming the same two balances take turns, never deadlock.
+  lock: {
+    name: 'credit_balances_lock',
+    text: 'SELECT id, base, spent, version FROM credit_balances WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE',
+  },
+  read: { name: 'credit_balances_read', text: 'SELECT id, base, spent, version FROM credit_balances WHERE id = ANY($1::bigint[])' },
+  spendNow: { name: 'credit_balances_spend_now', text: 'UPDATE credit_balances SET spent = spent + $2 WHERE id = ANY($1::bigint[])' },
   // Matches once per balance and version across all instances: the instance it matched for tells.
   markExhausted: {
     name: 'credit_balances_mark_exhausted',
@@ -30,7 +38,20 @@ export interface CreditRecord {
   version: number;
 }
 
+interface BalanceRow {
+  id: string | number;
+  base: string | number;
+  spent: string | number;
+  version: number;
+}
+
+const balanceOf = ({ id, base, spent, version }: BalanceRow) => ({ id: Number(id), remaining: Number(base) - Number(spent), version });
+
 export function createLedgerRepository(db: Database) {
+  /** Adds units spent (negative: refunded) to each balance still in the version they were spent in. */
+  const addSpent = async (ids: readonly number[], versions: readonly number[], units: readonly number[]) => {
+    await db.query(statements.addSpent, [ids, versions, units]);
+  };
   return {
     /** The balance's record; undefined when it is gone (removed since the key was read). */
     async record(id: number): Promise<CreditRecord | undefined> {
@@ -38,10 +59,31 @@ export function createLedgerRepository(db: Database) {
       return row && { spent: Number(row.spent), version: row.version };
     },
 
-    /** Adds units spent (negative: refunded) to each balance still in the version they were spent in. */
-    async addSpent(ids: number[], versions: number[], units: number[]): Promise<void> {
-      await db.query(statements.addSpent, [ids, versions, units]);
-    },
+    addSpent,
+
+    /**
+     * While Redis is unreachable (the limiter's fallback): in one transaction locking the balances,
+     * `cost` spent from every one if each holds it in its version, else from none; each as it stands after.
+     */
+    spendNow: (ids: readonly number[], cost: number) =>
+      db.transaction(async (tx) => {
+        const balances = (await tx.query<BalanceRow>(statements.lock, [ids])).map(balanceOf);
+        const spent = balances.every(({ remaining }) => remaining >= cost);
+        if (!spent) return { spent, balances };
+        await tx.query(statements.spendNow, [ids, cost]);
+        return { spent, balances: balances.map((balance) => ({ ...balance, remaining: balance.remaining - cost })) };
+      }),
+
+    /** The balances as they stand, locking nothing: a check of the fallback's. */
+    remaining: async (ids: readonly number[]) => (await db.query<BalanceRow>(statements.read, [ids])).map(balanceOf),
+
+    /** Gives back what spendNow spent (a free 304), to each balance still in the version it was spent in. */
+    giveBack: (ids: readonly number[], versions: readonly number[], cost: number) =>
+      addSpent(
+        ids,
+        versions,
+        ids.map(() => -cost),
+      ),
 
     /** Marks the balance told exhausted in this version; true for the one call, of any instance, that marked it. */
     async markExhausted(id: number, version: number): Promise<boolean> {

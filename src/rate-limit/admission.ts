@@ -25,7 +25,7 @@ import {
   type RateLimitStore,
   type Shared,
   type SharedAdmission,
-  type WindowUsage,
+  uncounted,
 } from './store.js';
 import { addressSubject, ANONYMOUS, customerSubject, keySubject } from './subjects.js';
 
@@ -326,13 +326,8 @@ function createSettle(
     if (charge === SETTLED || free !== charge.counted) return undefined;
     (request as Charged)[CHARGE] = SETTLED;
     if (charge.counted) {
-      const uncount = (window: WindowUsage) => ({ ...window, used: Math.max(0, window.used - charge.cost) });
-      setHeaders(
-        reply,
-        { ...charge.decision, minute: uncount(charge.decision.minute), day: uncount(charge.decision.day) },
-        charge.now,
-        charge.cost,
-      );
+      const { decision, cost } = charge;
+      setHeaders(reply, { ...decision, minute: uncounted(decision.minute, cost), day: uncounted(decision.day, cost) }, charge.now, cost);
       // Its credits come back too, to each balance still in the version they were spent in.
       if (charge.credits && charge.decision.credits) credits.refunded(charge.credits, charge.decision.credits, charge.cost);
       if (charge.shared) return store.refundShared(charge.subject, charge.shared.subject, charge.decision, charge.cost, charge.credits);

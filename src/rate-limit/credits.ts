@@ -123,14 +123,24 @@ export function creditsSpending(
   }
   return {
     exhausted,
-    /** A counted request spent `cost` from each balance; one that leaves a balance nothing tells it exhausted. */
+    /**
+     * A counted request spent `cost` from each balance; one that leaves a balance nothing tells it
+     * exhausted. Spending the store made in the record itself (`recorded`) is there already.
+     */
     spent(key: ApiKeyIdentity, claims: readonly CreditClaim[], standings: readonly CreditStanding[], cost: number) {
-      claims.forEach((claim, i) => record.spend(claim.id, standings[i]!.version, cost));
+      claims.forEach((claim, i) => {
+        if (!standings[i]!.recorded) record.spend(claim.id, standings[i]!.version, cost);
+      });
       exhausted(key, standings, 1);
     },
-    /** A counted request taken back (a free 304) gives its cost back to each balance, in the version it was spent in. */
+    /**
+     * A counted request taken back (a free 304) gives its cost back to each balance, in the version
+     * it was spent in; the store gives back in the record itself what it spent there (`recorded`).
+     */
     refunded(claims: readonly CreditClaim[], standings: readonly CreditStanding[], cost: number) {
-      claims.forEach((claim, i) => record.spend(claim.id, standings[i]!.version, -cost));
+      claims.forEach((claim, i) => {
+        if (!standings[i]!.recorded) record.spend(claim.id, standings[i]!.version, -cost);
+      });
     },
   };
 }

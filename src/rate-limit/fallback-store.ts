@@ -1,6 +1,7 @@
 import type { FastifyBaseLogger } from 'fastify';
 import type { Limits } from '../api-keys/plans.js';
 import type { MemoryStore } from './memory-store.js';
+import { OutageCredits, type RecordedCredits } from './outage-credits.js';
 import { pingAll } from './redis-connection.js';
 import type { RedisStore } from './redis-store.js';
 import type {
@@ -24,21 +25,24 @@ const REDIS_PROBE_MS = 1_000;
  * of Redis. An outage is one switch to memory and one back, each logged once: the first failed
  * decision switches, and from then on every decision is made in memory until a probe finds
  * every node decisions may reach (each master of a cluster) answering again.
- * Balances of credits too are this instance's during an outage, each seeded from its record on
- * its first request here (docs/decisions/credits.md says what that can cost); once Redis is back,
- * the balances spent here are dropped from both, so that their next request seeds them from the
- * record again, which by then holds what was spent here.
+ * Balances of credits are not: during an outage they are decided in their record in PostgreSQL,
+ * a transaction per request that spends (OutageCredits), so that instances deciding apart spend
+ * exactly what remains. Once Redis is back, the balances spent here are dropped from it, so that
+ * their next request seeds them from the record, which holds what was spent meanwhile
+ * (docs/decisions/credits.md).
  */
 export class FallbackStore implements RateLimitStore {
   readonly #redis: RedisStore;
   readonly #memory: MemoryStore;
   readonly #log: FastifyBaseLogger;
+  readonly #credits: OutageCredits;
   #probe: NodeJS.Timeout | undefined;
 
-  constructor(redis: RedisStore, memory: MemoryStore, log: FastifyBaseLogger) {
+  constructor(redis: RedisStore, memory: MemoryStore, log: FastifyBaseLogger, record: RecordedCredits) {
     this.#redis = redis;
     this.#memory = memory;
     this.#log = log;
+    this.#credits = new OutageCredits(memory, record);
   }
 
   /** True while decisions come from this instance's memory. */
@@ -47,15 +51,26 @@ export class FallbackStore implements RateLimitStore {
   }
 
   consume(subject: string, limits: Limits, now: number, cost: number, bans: boolean, credits?: readonly CreditClaim[]): Promise<Decision> {
-    return this.#decide((store) => store.consume(subject, limits, now, cost, bans, credits));
+    return this.#decide(
+      (store) => store.consume(subject, limits, now, cost, bans, credits),
+      credits?.length ? () => this.#credits.consume(subject, limits, now, cost, bans, credits) : undefined,
+    );
   }
 
   admit(subject: string, limits: Limits, now: number, claim: Claim): Promise<Admission> {
-    return this.#decide((store) => store.admit(subject, limits, now, claim));
+    const { credits } = claim;
+    return this.#decide(
+      (store) => store.admit(subject, limits, now, claim),
+      credits?.length ? () => this.#credits.admit(subject, limits, now, claim, credits) : undefined,
+    );
   }
 
   decideShared(subject: string, limits: Limits, now: number, claim: Claim, shared: Shared): Promise<SharedAdmission> {
-    return this.#decide((store) => store.decideShared(subject, limits, now, claim, shared));
+    const { credits } = claim;
+    return this.#decide(
+      (store) => store.decideShared(subject, limits, now, claim, shared),
+      credits?.length ? () => this.#credits.decideShared(subject, limits, now, claim, shared, credits) : undefined,
+    );
   }
 
   inFlight(subject: string, now: number): Promise<number> {
@@ -73,7 +88,10 @@ export class FallbackStore implements RateLimitStore {
   }
 
   check(subject: string, limits: Limits, now: number, cost: number, credits?: readonly CreditClaim[]): Promise<Decision> {
-    return this.#decide((store) => store.check(subject, limits, now, cost, credits));
+    return this.#decide(
+      (store) => store.check(subject, limits, now, cost, credits),
+      credits?.length ? () => this.#credits.check(subject, limits, now, cost, credits) : undefined,
+    );
   }
 
   inspect(subject: string, limits: Limits, now: number): Promise<Inspection> {
@@ -91,7 +109,8 @@ export class FallbackStore implements RateLimitStore {
     return source;
   }
 
-  async #decide<T>(ask: (store: RateLimitStore) => Promise<T>): Promise<T> {
+  /** Asks Redis, else memory; `outage`, where given, decides in memory's stead (a request's credits). */
+  async #decide<T>(ask: (store: RateLimitStore) => Promise<T>, outage?: () => Promise<T>): Promise<T> {
     if (!this.degraded) {
       if (this.#redis.ready) {
         try {
@@ -103,20 +122,32 @@ export class FallbackStore implements RateLimitStore {
         this.#switchToMemory(new Error(`Redis connection is ${this.#redis.redis.status}`));
       }
     }
-    return ask(this.#memory);
+    return outage ? outage() : ask(this.#memory);
   }
 
-  /** To the store that counted the request, as far as can be told: a refund lost with Redis is only a request counted. */
+  /**
+   * To the store that counted the request, as far as can be told: a refund lost with Redis is only
+   * a request counted. Credits spent in their record (during an outage) are given back there.
+   */
   async refund(subject: string, decision: Decision, cost: number, credits?: readonly CreditClaim[]) {
-    if (this.degraded) return this.#memory.refund(subject, decision, cost, credits);
+    await this.#refundCredits(decision, cost, credits);
+    if (this.degraded) return this.#memory.refund(subject, decision, cost);
     await this.#redis.refund(subject, decision, cost, credits).catch((error: unknown) => this.#switchToMemory(error));
   }
 
   async refundShared(subject: string, customerSubject: string, decision: Decision, cost: number, credits?: readonly CreditClaim[]) {
-    if (this.degraded) return this.#memory.refundShared(subject, customerSubject, decision, cost, credits);
+    await this.#refundCredits(decision, cost, credits);
+    if (this.degraded) return this.#memory.refundShared(subject, customerSubject, decision, cost);
     await this.#redis
       .refundShared(subject, customerSubject, decision, cost, credits)
       .catch((error: unknown) => this.#switchToMemory(error));
+  }
+
+  /** A refund that cannot reach the record leaves its cost spent: the 304 is answered all the same. */
+  #refundCredits(decision: Decision, cost: number, credits: readonly CreditClaim[] | undefined) {
+    return this.#credits
+      .refund(decision, cost, credits, this.degraded)
+      .catch((error: unknown) => this.#log.warn({ err: error }, "credits: giving back a free revalidation's cost failed"));
   }
 
   #switchToMemory(error: unknown) {
@@ -127,7 +158,7 @@ export class FallbackStore implements RateLimitStore {
       if (probing) return;
       probing = true;
       pingAll(this.#redis.redis)
-        .then(() => this.#redis.forgetCredits(this.#memory.credits.forget()))
+        .then(() => this.#credits.forgetIn(this.#redis))
         .then(() => {
           clearInterval(this.#probe);
           this.#probe = undefined;

@@ -4,8 +4,6 @@ import type { CreditClaim, CreditStanding } from './store.js';
 interface Balance {
   version: number;
   spent: number;
-  /** The claim it was last decided for: the subject and id name it in Redis too (see FallbackStore's recovery). */
-  claim: CreditClaim;
 }
 
 /** What a request's balances allow: every one holds its cost (undefined), or the refusal, nothing spent. */
@@ -52,22 +50,14 @@ export class MemoryCredits {
     });
   }
 
-  /** Forgets every balance, saying which it held: Redis's copies of them missed what was spent here meanwhile. */
-  forget(): CreditClaim[] {
-    const claims = [...this.#balances.values()].map(({ claim }) => claim);
-    this.#balances.clear();
-    return claims;
-  }
-
   #balance(claim: CreditClaim): Balance | undefined {
     const name = nameOf(claim);
     let balance = this.#balances.get(name);
     if (!balance) {
       if (!claim.seed) return undefined;
-      this.#balances.set(name, (balance = { ...claim.seed, claim }));
+      this.#balances.set(name, (balance = { ...claim.seed }));
     }
     if (balance.version < claim.version) Object.assign(balance, { version: claim.version, spent: 0 });
-    balance.claim = claim;
     return balance;
   }
 }

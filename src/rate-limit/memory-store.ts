@@ -39,8 +39,9 @@ const MAX_SUBJECTS = 100_000;
 
 /**
  * Counters in this process: the default for one instance, and the fallback of an instance whose
- * Redis is unreachable. A subject costs one small entry, dropped once its day window and any
- * ban are over; the cap bounds memory however many distinct keys or addresses arrive.
+ * Redis is unreachable (which decides balances of credits in their record, not here). A subject
+ * costs one small entry, dropped once its day window and any ban are over; the cap bounds memory
+ * however many distinct keys or addresses arrive.
  */
 export class MemoryStore implements RateLimitStore {
   readonly #subjects: Lru<string, Counters>;
@@ -48,7 +49,7 @@ export class MemoryStore implements RateLimitStore {
   readonly #inFlight = new Map<string, Set<string>>();
   readonly #ban: BanPolicy;
   readonly #sweeper: NodeJS.Timeout;
-  readonly credits = new MemoryCredits();
+  readonly #credits = new MemoryCredits();
 
   constructor(ban: BanPolicy, { maxSubjects = MAX_SUBJECTS, now = Date.now } = {}) {
     this.#ban = ban;
@@ -76,11 +77,11 @@ export class MemoryStore implements RateLimitStore {
     if (bans && counters.bannedUntil > now) return this.#banned(counters, limits, now);
     const room = hasRoom(limits, counters.minuteUsed, counters.dayUsed, cost);
     // Served (allowed, or past its windows in shadow mode) only if every balance holds the cost too.
-    const assessed = credits && (room || !bans) ? this.credits.assess(credits, cost) : undefined;
+    const assessed = credits && (room || !bans) ? this.#credits.assess(credits, cost) : undefined;
     if (assessed?.refusal)
       return { outcome: assessed.refusal, ...usage(limits, now, counters.minuteUsed, counters.dayUsed), credits: assessed.standings };
     const decision = room ? this.#count(counters, limits, now, cost) : this.#refuse(counters, limits, now, bans);
-    return assessed ? { ...decision, credits: this.credits.spend(credits!, assessed.standings, cost) } : decision;
+    return assessed ? { ...decision, credits: this.#credits.spend(credits!, assessed.standings, cost) } : decision;
   }
 
   /** The subject's counters, their windows rolled over to the ones `now` is in. */
@@ -129,7 +130,7 @@ export class MemoryStore implements RateLimitStore {
   /** A decision that counts nothing, with its balances' standings; refused when one of them does not hold the cost. */
   #withCredits(decision: Decision, cost: number, credits: readonly CreditClaim[] | undefined): Decision {
     if (!credits) return decision;
-    const { standings, refusal } = this.credits.assess(credits, cost);
+    const { standings, refusal } = this.#credits.assess(credits, cost);
     return { ...decision, outcome: refusal && decision.outcome === 'allowed' ? refusal : decision.outcome, credits: standings } as Decision;
   }
 
@@ -198,11 +199,11 @@ export class MemoryStore implements RateLimitStore {
     const ownRoom = hasRoom(limits, own.minuteUsed, own.dayUsed, cost);
     const room = ownRoom && hasRoom(shared.limits, customer.minuteUsed, customer.dayUsed, cost);
     // Served (allowed, or past the windows in shadow mode) only if every balance holds the cost too.
-    const assessed = credits && (room || !bans) ? this.credits.assess(credits, cost) : undefined;
+    const assessed = credits && (room || !bans) ? this.#credits.assess(credits, cost) : undefined;
     if (assessed?.refusal)
       return { outcome: assessed.refusal, ...usage(limits, now, own.minuteUsed, own.dayUsed), credits: assessed.standings };
     const spent = (decision: Decision) =>
-      assessed ? { ...decision, credits: this.credits.spend(credits!, assessed.standings, cost) } : decision;
+      assessed ? { ...decision, credits: this.#credits.spend(credits!, assessed.standings, cost) } : decision;
     if (room) return spent(this.#count(own, limits, now, cost, customer));
     // Refused by the customer's windows alone: towards no ban of the key, unless a would-be refusal of shadow mode.
     if (ownRoom && bans) return { outcome: 'limited', refusals: own.refused, ...usage(limits, now, own.minuteUsed, own.dayUsed) };
@@ -232,7 +233,7 @@ export class MemoryStore implements RateLimitStore {
   }
 
   async refund(subject: string, decision: Decision, cost: number, credits?: readonly CreditClaim[]) {
-    if (credits) this.credits.refund(credits, decision.credits, cost);
+    if (credits) this.#credits.refund(credits, decision.credits, cost);
     const counters = this.#subjects.peek(subject);
     if (!counters) return;
     const { minute, day } = windowsOf(decision);

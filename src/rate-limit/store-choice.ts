@@ -1,6 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import { FallbackStore } from './fallback-store.js';
 import { MemoryStore } from './memory-store.js';
+import type { RecordedCredits } from './outage-credits.js';
 import { createRedisClient, REDIS_START_WAIT_MS } from './redis-connection.js';
 import type { RedisCredentials, RedisTarget } from './redis-settings.js';
 import { RedisStore } from './redis-store.js';
@@ -16,16 +17,17 @@ export interface StoreOptions {
 
 /**
  * The store decisions go to, closed with the app: this instance's memory, or Redis with that
- * memory as its fallback while Redis does not answer (a start without Redis included).
+ * memory as its fallback while Redis does not answer (a start without Redis included), and the
+ * record of credits deciding their balances meanwhile.
  */
-export async function chooseStore(app: FastifyInstance, options: StoreOptions): Promise<RateLimitStore> {
+export async function chooseStore(app: FastifyInstance, options: StoreOptions, record: RecordedCredits): Promise<RateLimitStore> {
   const memory = new MemoryStore(options.ban, { now: app.now });
   let store: RateLimitStore = memory;
   if (options.redis) {
     const client = createRedisClient(options.redis, options.redisCredentials);
     const redis = new RedisStore(client, options.ban, options.redisKeyPrefix, app.now);
     await redis.connect(REDIS_START_WAIT_MS).catch((error) => app.log.warn({ err: error }, 'rate limiting: Redis unreachable at start'));
-    store = new FallbackStore(redis, memory, app.log);
+    store = new FallbackStore(redis, memory, app.log, record);
   }
   app.addHook('onClose', async () => {
     await store.close();

@@ -38,6 +38,8 @@ export interface CreditClaim {
 export interface CreditStanding {
   remaining: number | null;
   version: number;
+  /** Spent in PostgreSQL itself (the fallback's, while Redis is unreachable): already in the record, so not for the ledger's batch. */
+  recorded?: true;
 }
 
 /** What a store decided for one request, with both windows as they stand after it. */
@@ -188,6 +190,9 @@ export const windowStart = (now: number, size: number) => now - (now % size);
 
 /** The starts of the two windows a decision counted in. */
 export const windowsOf = (decision: Decision) => ({ minute: decision.minute.resetAt - MINUTE_MS, day: decision.day.resetAt - DAY_MS });
+
+/** A window as it stood before a request of this cost was counted in it. */
+export const uncounted = (window: WindowUsage, cost: number): WindowUsage => ({ ...window, used: Math.max(0, window.used - cost) });
 
 /** Whether both windows have room for `cost` more units. */
 export const hasRoom = (limits: Limits, minuteUsed: number, dayUsed: number, cost: number) =>
