@@ -5,7 +5,8 @@ import type { FastifyInstance } from 'fastify';
 import { appTest, expect } from '../../test/support/fixtures.js';
 import { bearer, waitForKeyOnApp } from '../../test/support/keys.js';
 import { MINUTE } from '../../test/support/time.js';
-import { PetStoreClient, PetStoreError, type PetStoreClientOptions } from '../src/index.js';
+import { insertBalance } from '../../test/support/credit-balances.js';
+import { PetStoreClient, PetStoreError, RateLimitError, type PetStoreClientOptions } from '../src/index.js';
 import { recordingFetch } from './support.js';
 
 /** The service's clock: real time, plus however far a test has moved it on. */
@@ -207,4 +208,26 @@ test('getRateLimit answers at once on a spent window, spending nothing, and a 42
   expect(refused).toMatchObject({ status: 429, code: 'rate_limited' });
   // The gate learnt nothing from it: the pets calls wait for their own window only.
   expect(client.rateLimit!.remaining).toBe(0);
+});
+
+test('a key whose prepaid credits run out: getRateLimit shows them; the call past them is a credits_exhausted RateLimitError, thrown at once', async ({
+  t,
+  origin,
+}) => {
+  const { key, quotaId } = await limitedKey(t.app, 'prepaid');
+  // No refill: the 429 carries no Retry-After, so no wait would help and the client sends it once.
+  await insertBalance(t.app.db, { quotaId }, 2);
+  expect(await t.app.keyNotices.catchUp()).toBe(true);
+  const { client, statuses } = clientOf(origin, key);
+  clock.toBeforeMinuteEnds(30);
+  expect((await client.getRateLimit()).credits).toEqual({ remaining: 2, refillAt: null });
+  await client.listPets({ limit: 1 });
+  await client.listPets({ limit: 1 });
+  const refused = await client.listPets({ limit: 1 }).catch((error: unknown) => error);
+  expect(refused).toBeInstanceOf(RateLimitError);
+  expect(refused).toMatchObject({ status: 429, code: 'credits_exhausted', retryAfter: undefined });
+  expect(statuses()).toEqual([200, 200, 200, 429]);
+  expect((await client.getRateLimit()).credits).toEqual({ remaining: 0, refillAt: null });
+  // The windows lost nothing to the refusal: the minute's third unit is still there.
+  expect(client.rateLimit!.remaining).toBe(1);
 });
