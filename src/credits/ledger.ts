@@ -24,7 +24,8 @@ export class CreditLedger {
   /** The balances and versions this instance has tried to tell exhausted: one mark each is enough. */
   readonly #told = new Set<string>();
   readonly #timer: NodeJS.Timeout;
-  #writing: Promise<void> | undefined;
+  /** The write or seed read under way, if any: one at a time. */
+  #busy: Promise<void> | undefined;
 
   constructor(repository: LedgerRepository, log: FastifyBaseLogger) {
     this.#repository = repository;
@@ -32,9 +33,18 @@ export class CreditLedger {
     this.#timer = setInterval(() => void this.write(), LEDGER_WRITE_MS).unref();
   }
 
-  /** The balance's record, to seed a store that has none of it: a record gone (removed meanwhile) counts as nothing spent. */
-  async record(id: number, version: number): Promise<CreditRecord> {
-    return (await this.#repository.record(id)) ?? { spent: 0, version };
+  /**
+   * The balance's record, to seed a store that has none of it (a record gone, removed meanwhile,
+   * counts as nothing spent), with what this instance spent from it and has not written yet: a
+   * store seeded after a flush then lacks only the other instances' unwritten part. Read with no
+   * write of this instance under way, so that each unit is in the record or in memory, not both.
+   */
+  record(id: number, version: number): Promise<CreditRecord> {
+    return this.#alone(async () => {
+      const record = (await this.#repository.record(id)) ?? { spent: 0, version };
+      const unwritten = this.#pending.get(`${id}:${record.version}`)?.units ?? 0;
+      return { ...record, spent: record.spent + unwritten };
+    });
   }
 
   /** Adds units spent from a balance in a version (negative: given back), to be written with the next batch. */
@@ -46,23 +56,37 @@ export class CreditLedger {
   }
 
   /** Writes what was spent since the last write, after any write under way; on failure keeps it for the next. */
-  async write(): Promise<void> {
-    while (this.#writing) await this.#writing;
-    const batch = [...this.#pending.values()].filter(({ units }) => units !== 0);
-    this.#pending.clear();
-    if (batch.length === 0) return;
-    this.#writing = this.#repository
-      .addSpent(
-        batch.map(({ id }) => id),
-        batch.map(({ version }) => version),
-        batch.map(({ units }) => units),
-      )
-      .catch((error: unknown) => {
-        this.#log.warn({ err: error, balances: batch.length }, 'credits: writing the spending failed; kept for the next write');
-        for (const { id, version, units } of batch) this.spend(id, version, units);
-      })
-      .finally(() => (this.#writing = undefined));
-    await this.#writing;
+  write(): Promise<void> {
+    return this.#alone(async () => {
+      const batch = [...this.#pending.values()].filter(({ units }) => units !== 0);
+      this.#pending.clear();
+      if (batch.length === 0) return;
+      await this.#repository
+        .addSpent(
+          batch.map(({ id }) => id),
+          batch.map(({ version }) => version),
+          batch.map(({ units }) => units),
+        )
+        .catch((error: unknown) => {
+          this.#log.warn({ err: error, balances: batch.length }, 'credits: writing the spending failed; kept for the next write');
+          for (const { id, version, units } of batch) this.spend(id, version, units);
+        });
+    });
+  }
+
+  /** Runs `work` once no write or seed read of this instance is under way, holding off the next until it ends. */
+  async #alone<T>(work: () => Promise<T>): Promise<T> {
+    while (this.#busy) await this.#busy;
+    const running = work();
+    const busy = running.then(
+      () => undefined,
+      () => undefined,
+    );
+    this.#busy = busy;
+    void busy.then(() => {
+      if (this.#busy === busy) this.#busy = undefined;
+    });
+    return running;
   }
 
   /**

@@ -240,6 +240,30 @@ describe.skipIf(!REDIS_URL)('the Redis commands of requests spending credits (a 
   });
 });
 
+describe.skipIf(!REDIS_URL)('a Redis flushed before the spending is written (a private Redis server)', () => {
+  it('the balance is seeded from its record and what this instance has not written yet: exactly the balance served', async () => {
+    const redis = await startRedis();
+    const t = await buildTestApp({ REDIS_URL: redis.url, REDIS_KEY_PREFIX: 'credit-flush:' });
+    try {
+      const { key, record } = await t.app.apiKeysRepository.create({ plan: 'pro' });
+      await waitForKeyOnApp(t.app, bearer(key));
+      await withBalance(t.app, { quotaId: record.quotaId }, 50);
+      const before = await statusesOf(t.app, bearer(key), 30);
+      // At once: the ledger writes once a second, so most of the 30 are in this instance's memory only.
+      const client = new Redis(redis.url);
+      await client.flushall();
+      client.disconnect();
+      const after = await statusesOf(t.app, bearer(key), 30);
+      expect(before.filter((status) => status === 200)).toHaveLength(30);
+      expect(after.filter((status) => status === 200)).toHaveLength(20);
+      expect(await quotaCredits(t.app, bearer(key))).toEqual({ remaining: 0, refillAt: null });
+    } finally {
+      await t.close();
+      await redis.stop();
+    }
+  });
+});
+
 // Two instances on one PostgreSQL database and one Redis prefix, as instances in production.
 const twoInstances = twoInstancesOn(
   async () => ({ close: async () => {} }),
