@@ -5,6 +5,7 @@ import { loadConfig } from '../../src/config/load.js';
 import { CSV_TYPE } from '../../src/usage/admin-routes.js';
 import { adminFixture, type TestAdmin } from '../support/admin.js';
 import { buildTestApp } from '../support/app.js';
+import { insertBalance } from '../support/credit-balances.js';
 import { eventually } from '../support/eventually.js';
 import { appTest, expect } from '../support/fixtures.js';
 import { portOf } from '../support/http.js';
@@ -172,15 +173,31 @@ async function freshKey(
 }
 
 describe('the refusals the limiter names by code', () => {
-  test('credits_exhausted counts as credits; an error of another code is no refusal', async ({ t, clock, admin }) => {
-    const { keyId } = await freshKey(t.app, clock, { plan: 'enterprise', limits: { perMinute: 1_000, perDay: 10_000 } }, dayOf(4));
-    const key = { id: keyId, customerId: null } as ApiKeyIdentity;
-    // As the pipeline tells the record of a refusal of admit, with the error admit threw.
-    t.app.usage.refused(key, 'listPets', Object.assign(new Error('spent'), { code: 'credits_exhausted' }));
-    t.app.usage.refused(key, 'listPets', new Error('the store failed'));
+  test('a request refused for its credits counts as credits, spending nothing; an error of another code is no refusal', async ({
+    t,
+    clock,
+    admin,
+  }) => {
+    const { headers, quotaId, keyId } = await freshKey(
+      t.app,
+      clock,
+      { plan: 'enterprise', limits: { perMinute: 1_000, perDay: 10_000 } },
+      dayOf(4),
+    );
+    // A balance of 4 units: createPet's 3 and a listPets's 1, then each request is refused for its credits.
+    await insertBalance(t.app.db, { quotaId }, 4);
+    expect(await t.app.keyNotices.catchUp()).toBe(true);
+    const pet = { name: 'Prepaid', categoryId: 1 };
+    expect((await t.app.inject({ method: 'POST', url: '/v1/pets', headers, payload: pet })).statusCode).toBe(201);
+    const statuses = [];
+    for (let i = 0; i < 3; i++) statuses.push((await t.app.inject({ url: '/v1/pets?limit=1', headers })).statusCode);
+    expect(statuses).toEqual([200, 429, 429]);
+    // As the pipeline tells the record of a refusal of admit, with an error of no refusal's code.
+    t.app.usage.refused({ id: keyId, customerId: null } as ApiKeyIdentity, 'listPets', new Error('the store failed'));
     const hour = Math.floor(clock.now() / HOUR) * HOUR;
-    expect(await rowsOf(t.app, admin, `keyId=${keyId}&start=${iso(hour)}&end=${iso(hour + HOUR)}`)).toEqual([
-      { start: iso(hour), requests: 0, units: 0, refused: refused({ credits: 1 }) },
+    expect(await rowsOf(t.app, admin, `keyId=${keyId}&start=${iso(hour)}&end=${iso(hour + HOUR)}&groupBy=operation`)).toEqual([
+      { start: iso(hour), operation: 'createPet', requests: 1, units: 3, refused: refused() },
+      { start: iso(hour), operation: 'listPets', requests: 1, units: 1, refused: refused({ credits: 2 }) },
     ]);
   });
 });
