@@ -23,6 +23,15 @@ const statements = {
     text: 'SELECT id, base, spent, version FROM credit_balances WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE',
   },
   read: { name: 'credit_balances_read', text: 'SELECT id, base, spent, version FROM credit_balances WHERE id = ANY($1::bigint[])' },
+  // A lone request of the fallback in one statement, one round trip: its balances locked (as in
+  // \`lock\`: the rows' latest versions), then its cost spent from each if every one holds it. The balances as they stood.
+  spendAtOnce: {
+    name: 'credit_balances_spend_at_once',
+    text: `WITH locked AS (SELECT id, base, spent, version FROM credit_balances WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE),
+           paid AS (UPDATE credit_balances b SET spent = l.spent + $2 FROM locked l
+                    WHERE b.id = l.id AND (SELECT bool_and(base - spent >= $2) FROM locked))
+           SELECT id, base, spent, version FROM locked`,
+  },
   // What the fallback decided of balances it locked, in the same transaction: no version to match.
   spendLocked: {
     name: 'credit_balances_spend_locked',
@@ -78,6 +87,10 @@ export function createLedgerRepository(db: Database) {
         if (spend.size > 0) await tx.query(statements.spendLocked, [[...spend.keys()], [...spend.values()]]);
         return answer;
       }),
+
+    /** As spendLocked with a single request's decision (\`cost\` from every balance if each holds it), in one statement: the balances as they stood. */
+    spendAtOnce: async (ids: readonly number[], cost: number) =>
+      (await db.query<BalanceRow>(statements.spendAtOnce, [ids, cost])).map(balanceOf),
 
     /** The balances as they stand, locking nothing: a check of the fallback's. */
     remaining: async (ids: readonly number[]) => (await db.query<BalanceRow>(statements.read, [ids])).map(balanceOf),

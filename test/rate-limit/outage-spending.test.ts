@@ -14,7 +14,7 @@ import { databaseTest } from '../support/fixtures.js';
 
 const test = databaseTest();
 
-/** The record of credits as the fallback uses it, counting its transactions. */
+/** The record of credits as the fallback uses it, counting its transactions (a lone request's statement one). */
 function countedRecord(db: Database) {
   const record = createLedgerRepository(db);
   const counted = { transactions: 0 };
@@ -23,6 +23,10 @@ function countedRecord(db: Database) {
     spendLocked: (ids, decide) => {
       counted.transactions++;
       return record.spendLocked(ids, decide);
+    },
+    spendAtOnce: (ids, cost) => {
+      counted.transactions++;
+      return record.spendAtOnce(ids, cost);
     },
   };
   return { recorded, counted };
@@ -87,4 +91,15 @@ test('two instances batching apart spend exactly what remains: the row lock orde
   expect(answers.filter(({ spent }) => spent)).toHaveLength(100);
   expect(await spent(customerBalance)).toBe(100);
   expect(await spent(keyBalance)).toBe(answers.filter(({ spent }, i) => spent && i % 2 === 0).length);
+});
+
+test("lone requests of 100 instances at once, each in one statement: exactly what remains of a key's and its customer's balances", async ({
+  database,
+}) => {
+  const { keyBalance, customerBalance, spent } = await keyAndCustomer(database.db, 70, 60);
+  const instances = Array.from({ length: 100 }, () => new OutageSpending(countedRecord(database.db).recorded));
+  const answers = await Promise.all(instances.map((instance) => instance.spend([keyBalance, customerBalance], 1)));
+  expect(answers.filter(({ spent }) => spent)).toHaveLength(60);
+  expect([await spent(keyBalance), await spent(customerBalance)]).toEqual([60, 60]);
+  expect(answers.filter(({ spent }) => !spent).map(({ balances }) => balances[1]!.remaining)).toEqual(Array(40).fill(0));
 });
