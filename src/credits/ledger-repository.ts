@@ -23,13 +23,14 @@ const statements = {
     text: 'SELECT id, base, spent, version FROM credit_balances WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE',
   },
   read: { name: 'credit_balances_read', text: 'SELECT id, base, spent, version FROM credit_balances WHERE id = ANY($1::bigint[])' },
-  // A lone request of the fallback in one statement, one round trip: its balances locked (as in
-  // \`lock\`: the rows' latest versions), then its cost spent from each if every one holds it. The balances as they stood.
+  // Alike requests of the fallback (the same balances, the same cost) in one statement, one round
+  // trip: the balances locked (as by `lock`, the rows' latest versions), then as many of the
+  // requests served, in order, as every balance holds. NULLIF: a cost of 0 takes nothing.
   spendAtOnce: {
     name: 'credit_balances_spend_at_once',
     text: `WITH locked AS (SELECT id, base, spent, version FROM credit_balances WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE),
-           paid AS (UPDATE credit_balances b SET spent = l.spent + $2 FROM locked l
-                    WHERE b.id = l.id AND (SELECT bool_and(base - spent >= $2) FROM locked))
+           served AS (SELECT LEAST($3::bigint, min((base - spent) / NULLIF($2::bigint, 0))) AS n FROM locked),
+           paid AS (UPDATE credit_balances b SET spent = l.spent + s.n * $2 FROM locked l, served s WHERE b.id = l.id AND s.n > 0)
            SELECT id, base, spent, version FROM locked`,
   },
   // What the fallback decided of balances it locked, in the same transaction: no version to match.
@@ -88,9 +89,12 @@ export function createLedgerRepository(db: Database) {
         return answer;
       }),
 
-    /** As spendLocked with a single request's decision (\`cost\` from every balance if each holds it), in one statement: the balances as they stood. */
-    spendAtOnce: async (ids: readonly number[], cost: number) =>
-      (await db.query<BalanceRow>(statements.spendAtOnce, [ids, cost])).map(balanceOf),
+    /**
+     * As spendLocked deciding `count` requests of `cost` from every one of the balances, in one
+     * statement: as many of them served, in order, as every balance holds. The balances as they stood.
+     */
+    spendAtOnce: async (ids: readonly number[], cost: number, count: number) =>
+      (await db.query<BalanceRow>(statements.spendAtOnce, [ids, cost, count])).map(balanceOf),
 
     /** The balances as they stand, locking nothing: a check of the fallback's. */
     remaining: async (ids: readonly number[]) => (await db.query<BalanceRow>(statements.read, [ids])).map(balanceOf),

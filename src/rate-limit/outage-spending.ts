@@ -21,8 +21,11 @@ export interface LockedSpending<T> {
 export interface RecordedCredits {
   /** In one transaction locking the balances, spends what `decide` makes of them as they stand, and answers its answer. */
   spendLocked<T>(ids: readonly number[], decide: (balances: RecordBalance[]) => LockedSpending<T>): Promise<T>;
-  /** One request's decision in one statement, locking the balances: `cost` spent from every one if each holds it; the balances as they stood. */
-  spendAtOnce(ids: readonly number[], cost: number): Promise<RecordBalance[]>;
+  /**
+   * `count` requests of `cost` from every one of the balances, in one statement locking them: as
+   * many served, in order, as every balance holds. The balances as they stood.
+   */
+  spendAtOnce(ids: readonly number[], cost: number, count: number): Promise<RecordBalance[]>;
   /** The balances as they stand, locking nothing. */
   remaining(ids: readonly number[]): Promise<RecordBalance[]>;
   /** Gives `cost` back to each balance still in the version it was spent in. */
@@ -120,10 +123,14 @@ export class OutageSpending {
     return batches;
   }
 
-  /** A batch of one request (the balance's first after a pause: no one waits behind it) in one round trip, not a transaction's four. */
+  /**
+   * Alike requests (the same balances, the same cost: a key's reads) in one round trip, not a
+   * transaction's four; others in a transaction that locks their balances. Decided alike either way.
+   */
   async #send(requests: Spending[]): Promise<Spent[]> {
-    const [request] = requests;
-    if (requests.length === 1) return spendInOrder(requests, await this.#record.spendAtOnce(request!.ids, request!.cost)).answer;
+    const [first] = requests as [Spending, ...Spending[]];
+    if (requests.every(({ ids, cost }) => cost === first.cost && ids.join() === first.ids.join()))
+      return spendInOrder(requests, await this.#record.spendAtOnce(first.ids, first.cost, requests.length)).answer;
     const ids = [...new Set(requests.flatMap((each) => each.ids))];
     return this.#record.spendLocked(ids, (locked) => spendInOrder(requests, locked));
   }

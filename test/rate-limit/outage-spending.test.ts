@@ -24,9 +24,9 @@ function countedRecord(db: Database) {
       counted.transactions++;
       return record.spendLocked(ids, decide);
     },
-    spendAtOnce: (ids, cost) => {
+    spendAtOnce: (ids, cost, count) => {
       counted.transactions++;
-      return record.spendAtOnce(ids, cost);
+      return record.spendAtOnce(ids, cost, count);
     },
   };
   return { recorded, counted };
@@ -57,6 +57,21 @@ test('200 requests of one balance at once cost two transactions, and are served 
     ...Array(80).fill(0),
   ]);
   expect(await spent(customerBalance)).toBe(120);
+});
+
+test("alike requests of a key's two balances cost 3 each: as many served, in order, as both hold", async ({ database }) => {
+  const { keyBalance, customerBalance, spent } = await keyAndCustomer(database.db, 10, 100);
+  const spending = new OutageSpending(countedRecord(database.db).recorded);
+  const answers = await Promise.all(Array.from({ length: 5 }, () => spending.spend([keyBalance, customerBalance], 3)));
+  expect(answers.map(({ spent }) => spent)).toEqual([true, true, true, false, false]);
+  expect(answers.map(({ balances }) => balances.map(({ remaining }) => remaining))).toEqual([
+    [7, 97],
+    [4, 94],
+    [1, 91],
+    [1, 91],
+    [1, 91],
+  ]);
+  expect([await spent(keyBalance), await spent(customerBalance)]).toEqual([9, 9]);
 });
 
 test("a batch decides each request all or none, in order: a key's balance and its customer's, or the customer's alone", async ({
