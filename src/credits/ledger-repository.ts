@@ -23,7 +23,21 @@ const statements = {
     text: 'SELECT id, base, spent, version FROM credit_balances WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE',
   },
   read: { name: 'credit_balances_read', text: 'SELECT id, base, spent, version FROM credit_balances WHERE id = ANY($1::bigint[])' },
-  spendNow: { name: 'credit_balances_spend_now', text: 'UPDATE credit_balances SET spent = spent + $2 WHERE id = ANY($1::bigint[])' },
+  // Alike requests of the fallback (the same balances, the same cost) in one statement, one round
+  // trip: the balances locked (as by `lock`, the rows' latest versions), then as many of the
+  // requests served, in order, as every balance holds. NULLIF: a cost of 0 takes nothing.
+  spendAtOnce: {
+    name: 'credit_balances_spend_at_once',
+    text: `WITH locked AS (SELECT id, base, spent, version FROM credit_balances WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE),
+           served AS (SELECT LEAST($3::bigint, min((base - spent) / NULLIF($2::bigint, 0))) AS n FROM locked),
+           paid AS (UPDATE credit_balances b SET spent = l.spent + s.n * $2 FROM locked l, served s WHERE b.id = l.id AND s.n > 0)
+           SELECT id, base, spent, version FROM locked`,
+  },
+  // What the fallback decided of balances it locked, in the same transaction: no version to match.
+  spendLocked: {
+    name: 'credit_balances_spend_locked',
+    text: `UPDATE credit_balances b SET spent = b.spent + d.n FROM unnest($1::bigint[], $2::bigint[]) AS d(id, n) WHERE b.id = d.id`,
+  },
   // Matches once per balance and version across all instances: the instance it matched for tells.
   markExhausted: {
     name: 'credit_balances_mark_exhausted',
@@ -63,21 +77,29 @@ export function createLedgerRepository(db: Database) {
 
     /**
      * While Redis is unreachable (the limiter's fallback): in one transaction locking the balances,
-     * `cost` spent from every one if each holds it in its version, else from none; each as it stands after.
+     * spends what `decide` makes of them as they stand (units by balance), and answers its answer.
      */
-    spendNow: (ids: readonly number[], cost: number) =>
+    spendLocked: <T>(
+      ids: readonly number[],
+      decide: (balances: Array<ReturnType<typeof balanceOf>>) => { spend: ReadonlyMap<number, number>; answer: T },
+    ) =>
       db.transaction(async (tx) => {
-        const balances = (await tx.query<BalanceRow>(statements.lock, [ids])).map(balanceOf);
-        const spent = balances.every(({ remaining }) => remaining >= cost);
-        if (!spent) return { spent, balances };
-        await tx.query(statements.spendNow, [ids, cost]);
-        return { spent, balances: balances.map((balance) => ({ ...balance, remaining: balance.remaining - cost })) };
+        const { spend, answer } = decide((await tx.query<BalanceRow>(statements.lock, [ids])).map(balanceOf));
+        if (spend.size > 0) await tx.query(statements.spendLocked, [[...spend.keys()], [...spend.values()]]);
+        return answer;
       }),
+
+    /**
+     * As spendLocked deciding `count` requests of `cost` from every one of the balances, in one
+     * statement: as many of them served, in order, as every balance holds. The balances as they stood.
+     */
+    spendAtOnce: async (ids: readonly number[], cost: number, count: number) =>
+      (await db.query<BalanceRow>(statements.spendAtOnce, [ids, cost, count])).map(balanceOf),
 
     /** The balances as they stand, locking nothing: a check of the fallback's. */
     remaining: async (ids: readonly number[]) => (await db.query<BalanceRow>(statements.read, [ids])).map(balanceOf),
 
-    /** Gives back what spendNow spent (a free 304), to each balance still in the version it was spent in. */
+    /** Gives back what spendLocked spent (a free 304), to each balance still in the version it was spent in. */
     giveBack: (ids: readonly number[], versions: readonly number[], cost: number) =>
       addSpent(
         ids,

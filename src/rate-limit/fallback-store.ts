@@ -1,7 +1,8 @@
 import type { FastifyBaseLogger } from 'fastify';
 import type { Limits } from '../api-keys/plans.js';
 import type { MemoryStore } from './memory-store.js';
-import { OutageCredits, type RecordedCredits } from './outage-credits.js';
+import { OutageCredits } from './outage-credits.js';
+import type { RecordedCredits } from './outage-spending.js';
 import { pingAll } from './redis-connection.js';
 import type { RedisStore } from './redis-store.js';
 import type {
@@ -26,7 +27,7 @@ const REDIS_PROBE_MS = 1_000;
  * decision switches, and from then on every decision is made in memory until a probe finds
  * every node decisions may reach (each master of a cluster) answering again.
  * Balances of credits are not: during an outage they are decided in their record in PostgreSQL,
- * a transaction per request that spends (OutageCredits), so that instances deciding apart spend
+ * a transaction per balance for the requests that arrived meanwhile (OutageCredits), so that instances deciding apart spend
  * exactly what remains. Once Redis is back, the balances spent here are dropped from it, so that
  * their next request seeds them from the record, which holds what was spent meanwhile
  * (docs/decisions/credits.md).

@@ -1,5 +1,6 @@
 import type { Limits } from '../api-keys/plans.js';
 import type { MemoryStore } from './memory-store.js';
+import { OutageSpending, type RecordBalance, type RecordedCredits } from './outage-spending.js';
 import type { RedisStore } from './redis-store.js';
 import {
   served,
@@ -13,26 +14,6 @@ import {
   type SharedAdmission,
   type Windows,
 } from './store.js';
-
-/** A balance as its record stands: what remains of it (base - spent), in which version. */
-export interface RecordBalance {
-  id: number;
-  remaining: number;
-  version: number;
-}
-
-/**
- * What the fallback asks of the record of credits (credit_balances) while Redis is unreachable:
- * the balances decided in PostgreSQL itself (src/credits/ledger-repository.ts).
- */
-export interface RecordedCredits {
-  /** In one transaction, locking the balances: `cost` spent from every one if each holds it, else from none; each as it stands after. */
-  spendNow(ids: readonly number[], cost: number): Promise<{ spent: boolean; balances: RecordBalance[] }>;
-  /** The balances as they stand, locking nothing. */
-  remaining(ids: readonly number[]): Promise<RecordBalance[]>;
-  /** Gives `cost` back to each balance still in the version it was spent in. */
-  giveBack(ids: readonly number[], versions: readonly number[], cost: number): Promise<void>;
-}
 
 const nameOf = (claim: CreditClaim) => `${claim.subject}:${claim.id}`;
 
@@ -54,19 +35,22 @@ const NOTHING = async () => {};
  * The fallback's decisions of requests with credits while Redis is unreachable: the windows and
  * slots in this instance's memory, as any request's, and the balances in PostgreSQL itself, so
  * that instances deciding apart spend exactly what remains. A request that counts and is served
- * spends in one transaction of the record (so not through the ledger's batch: `recorded`); one
- * its balances cannot pay for is refused for credits, what memory counted of it taken back, so
- * that it counts nothing, as on Redis. A check reads the record, locking nothing.
+ * spends in a transaction of the record (so not through the ledger's batch: `recorded`), its
+ * balance's batch with the requests of it that arrived meanwhile (OutageSpending); one its
+ * balances cannot pay for is refused for credits, what memory counted of it taken back, so that
+ * it counts nothing, as on Redis. A check reads the record, locking nothing.
  */
 export class OutageCredits {
   readonly #memory: MemoryStore;
   readonly #record: RecordedCredits;
+  readonly #spending: OutageSpending;
   /** The balances spent from or given back to while Redis was unreachable: its copies of them missed it. */
   readonly #touched = new Map<string, CreditClaim>();
 
   constructor(memory: MemoryStore, record: RecordedCredits) {
     this.#memory = memory;
     this.#record = record;
+    this.#spending = new OutageSpending(record);
   }
 
   async consume(subject: string, limits: Limits, now: number, cost: number, bans: boolean, claims: readonly CreditClaim[]) {
@@ -153,7 +137,7 @@ export class OutageCredits {
     }
     if (!served(decision, count, bans)) return decision;
     // The record unreachable too: the request fails as any that needs the database, having counted nothing.
-    const spending = await this.#record.spendNow(ids, cost).catch(async (error: unknown) => {
+    const spending = await this.#spending.spend(ids, cost).catch(async (error: unknown) => {
       await takeBack();
       throw error;
     });

@@ -1,7 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import { FallbackStore } from './fallback-store.js';
 import { MemoryStore } from './memory-store.js';
-import type { RecordedCredits } from './outage-credits.js';
+import type { RecordedCredits } from './outage-spending.js';
 import { createRedisClient, REDIS_START_WAIT_MS } from './redis-connection.js';
 import type { RedisCredentials, RedisTarget } from './redis-settings.js';
 import { RedisStore } from './redis-store.js';
