@@ -37,7 +37,7 @@ async function rowsOf(app: FastifyInstance, admin: TestAdmin, keyId: number, fro
     headers: bearer(admin.read.token),
   });
   expect(response.statusCode, response.body).toBe(200);
-  return response.json() as unknown[];
+  return response.json<unknown[]>();
 }
 
 describe('the hour a request counts in', () => {
