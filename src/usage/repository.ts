@@ -72,7 +72,7 @@ const statements = {
 
 /** UTC days, whatever the session's time zone. */
 const BUCKETS: Record<Granularity, string> = { hour: 'hour', day: `date_bin('1 day', hour, TIMESTAMPTZ '2000-01-01 00:00:00+00')` };
-export const BUCKET_MS: Record<Granularity, number> = { hour: 3_600_000, day: 86_400_000 };
+const BUCKET_MS: Record<Granularity, number> = { hour: 3_600_000, day: 86_400_000 };
 const GROUPS: Record<UsageGroup, { column: string; type: string }> = {
   key: { column: 'key_id', type: 'bigint' },
   operation: { column: 'operation', type: 'text' },
