@@ -5,19 +5,19 @@ import type { UsagePosition, UsageQuery, UsageRepository, UsageRow } from './rep
 export const CSV_COUNTS = ['requests', 'units', 'refusedRateLimited', 'refusedConcurrency', 'refusedCredits', 'refusedBanned'] as const;
 
 /** Rows the stream reads at once: a page of the record, formatted and handed to the socket before the next is read. */
-const CSV_PAGE_ROWS = 2_000;
+const CSV_PAGE_ROWS = 500;
 
 /** A field as RFC 4180 writes it: quoted when it holds a comma, a quote or a line break; none (null) an empty field. */
-const csvField = (value: string | number | null | undefined) => {
+const csvField = (value: string | null | undefined) => {
   const text = value === null || value === undefined ? '' : String(value);
   return /[",\r\n]/.test(text) ? `"${text.replaceAll('"', '""')}"` : text;
 };
 
+// Built by hand, a stream of rows at a time: of the fields only the operation is text that may need quoting.
 function csvLine(row: UsageRow, groupBy: UsageQuery['groupBy']): string {
   const { refused } = row;
-  const group = groupBy === 'key' ? [row.keyId] : groupBy === 'operation' ? [row.operation] : [];
-  const counts = [row.requests, row.units, refused.rateLimited, refused.concurrency, refused.credits, refused.banned];
-  return `${[row.start, ...group, ...counts].map(csvField).join(',')}\r\n`;
+  const group = groupBy === 'key' ? `${row.keyId},` : groupBy === 'operation' ? `${csvField(row.operation)},` : '';
+  return `${row.start},${group}${row.requests},${row.units},${refused.rateLimited},${refused.concurrency},${refused.credits},${refused.banned}\r\n`;
 }
 
 /**
