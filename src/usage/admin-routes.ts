@@ -1,3 +1,4 @@
+import { Readable } from 'node:stream';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
 import type { ApiKeysRepository } from '../api-keys/repository.js';
@@ -5,9 +6,12 @@ import { dateTimeOf } from '../api-keys/expiry.js';
 import type { CustomersRepository } from '../customers/repository.js';
 import { errors } from '../platform/errors.js';
 import { refuseOtherMethods } from '../platform/http/method-not-allowed.js';
+import { nextLink } from '../platform/pagination.js';
 import { ErrorBody } from '../platform/schemas/error.js';
-import { UsageQuery, UsageRows } from './admin-schemas.js';
-import type { Granularity, UsageOwner, UsageRepository, UsageRow } from './repository.js';
+import { DEFAULT_USAGE_PAGE, UsageQuery, UsageRows } from './admin-schemas.js';
+import { CSV_COUNTS, usageCsv } from './csv.js';
+import { decodeUsageCursor, encodeUsageCursor } from './pages.js';
+import type { Granularity, UsageOwner, UsageRepository } from './repository.js';
 
 const USAGE_PATH = '/admin/v1/usage';
 
@@ -18,9 +22,6 @@ const DAY_MS = 86_400_000;
 const MAX_RANGE_DAYS: Record<Granularity, number> = { hour: 366, day: 3_660 };
 
 export const CSV_TYPE = 'text/csv; charset=utf-8; header=present';
-
-/** The CSV columns, in order: a row's fields, the refused kinds each a column of its own. */
-const CSV_COUNTS = ['requests', 'units', 'refusedRateLimited', 'refusedConcurrency', 'refusedCredits', 'refusedBanned'] as const;
 
 export interface AdminUsageOptions {
   usage: UsageRepository;
@@ -90,25 +91,6 @@ const wantsCsv = (accept: string | undefined) =>
   qualityOf(accept, 'text/csv') > 0 &&
   qualityOf(accept, 'text/csv') >= qualityOf(accept, 'application/json');
 
-/** A field as RFC 4180 writes it: quoted when it holds a comma, a quote or a line break. */
-const csvField = (value: string | number | null | undefined) => {
-  const text = value === null || value === undefined ? '' : String(value);
-  return /[",\r\n]/.test(text) ? `"${text.replaceAll('"', '""')}"` : text;
-};
-
-/** The rows as CSV: a header line, then a line per row, each ended by CRLF (RFC 4180). */
-function csvOf(rows: UsageRow[], groupBy: UsageQuery['groupBy']): string {
-  const group = groupBy === 'key' ? ['keyId'] : groupBy === 'operation' ? ['operation'] : [];
-  const lines = [['start', ...group, ...CSV_COUNTS].join(',')];
-  for (const row of rows) {
-    const { refused } = row;
-    const groupField = groupBy === 'key' ? [row.keyId] : groupBy === 'operation' ? [row.operation] : [];
-    const counts = [row.requests, row.units, refused.rateLimited, refused.concurrency, refused.credits, refused.banned];
-    lines.push([row.start, ...groupField, ...counts].map(csvField).join(','));
-  }
-  return `${lines.join('\r\n')}\r\n`;
-}
-
 /**
  * The usage record of a customer or a key (docs/admin-api.md, "Usage"), hour by hour or day by day,
  * for billing and support: JSON, or CSV for a billing import.
@@ -125,7 +107,8 @@ const adminUsage: FastifyPluginAsyncTypebox<AdminUsageOptions> = async (admin, o
         response: {
           200: {
             description:
-              'The buckets with usage, in order; JSON, or CSV (Accept: text/csv) with the same rows: a header line, the refused kinds as columns',
+              'The buckets with usage, in order: JSON in pages (a rel="next" Link when more follow), or CSV (Accept: text/csv) of the whole range in one stream, with the same rows: a header line, the refused kinds as columns',
+            headers: { link: { type: 'string', description: 'RFC 8288 rel="next" link (JSON only), when more rows follow' } },
             content: {
               'application/json': { schema: UsageRows },
               'text/csv': {
@@ -143,10 +126,31 @@ const adminUsage: FastifyPluginAsyncTypebox<AdminUsageOptions> = async (admin, o
       const { query } = request;
       const granularity = query.granularity ?? 'hour';
       const owner = ownerOf(query);
-      const { start, end } = rangeOf(query, granularity);
+      const usageQuery = { owner, granularity, groupBy: query.groupBy, ...rangeOf(query, granularity) };
+      const csv = wantsCsv(request.headers.accept);
+      if (csv && (query.cursor !== undefined || query.limit !== undefined)) {
+        throw errors.badRequest(
+          `querystring/${query.cursor !== undefined ? 'cursor' : 'limit'} pages JSON; CSV is the whole range in one stream`,
+        );
+      }
+      const after = query.cursor === undefined ? undefined : decodeUsageCursor(query.cursor, usageQuery);
       await checkExists(owner, options);
-      const rows = await options.usage.read({ owner, granularity, groupBy: query.groupBy, start, end });
-      if (wantsCsv(request.headers.accept)) return reply.type(CSV_TYPE).send(csvOf(rows, query.groupBy));
+      if (csv) {
+        // Streamed from the record page by page as the client reads it, never the whole range in memory: the schema's string, in parts.
+        const stream = Readable.from(usageCsv(options.usage, usageQuery), { objectMode: false });
+        return reply.type(CSV_TYPE).send(stream as unknown as string);
+      }
+      const limit = query.limit ?? DEFAULT_USAGE_PAGE;
+      const rows = await options.usage.page(usageQuery, after, limit);
+      if (rows.length > limit) {
+        rows.length = limit;
+        const { customerId, keyId, start, end, groupBy } = query;
+        const cursor = encodeUsageCursor(usageQuery, rows.at(-1)!);
+        reply.header(
+          'link',
+          nextLink(USAGE_PATH, { customerId, keyId, granularity: query.granularity, start, end, groupBy, limit: query.limit, cursor }),
+        );
+      }
       return rows;
     },
   );

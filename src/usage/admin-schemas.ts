@@ -1,6 +1,6 @@
 import { Type, type Static } from '@sinclair/typebox';
 import { DATE_TIME } from '../api-keys/expiry.js';
-import { Id, Literals, Nullable, Timestamp } from '../platform/schemas/common.js';
+import { Cursor, Id, Literals, Nullable, Timestamp } from '../platform/schemas/common.js';
 
 /** A bound of the range: a whole hour (UTC), or a whole UTC day with granularity=day; the route checks that and the calendar. */
 const Bound = (description: string) =>
@@ -10,6 +10,10 @@ const Bound = (description: string) =>
     'x-error-message': 'must be an ISO 8601 date-time with a time zone, such as 2026-11-01T00:00:00Z',
   });
 
+/** Rows in a JSON page when the caller does not say, and at most: a page is formatted at once, so it stays small. */
+export const DEFAULT_USAGE_PAGE = 1_000;
+const MAX_USAGE_PAGE = 5_000;
+
 export const UsageQuery = Type.Object({
   customerId: Type.Optional(Type.Integer({ ...Id, description: "The customer whose keys' usage is read, all of them together; or keyId" })),
   keyId: Type.Optional(Type.Integer({ ...Id, description: 'The key whose usage is read; or customerId' })),
@@ -17,6 +21,15 @@ export const UsageQuery = Type.Object({
   start: Bound('The first bucket’s start, inclusive: a whole hour (UTC), a whole UTC day with granularity=day'),
   end: Bound('The end of the range, exclusive, after start, as whole as start'),
   groupBy: Type.Optional(Literals(['key', 'operation'], 'A row per key or per operation in each bucket, instead of one for all')),
+  limit: Type.Optional(
+    Type.Integer({
+      minimum: 1,
+      maximum: MAX_USAGE_PAGE,
+      description: `Rows per JSON page: ${DEFAULT_USAGE_PAGE.toLocaleString('en')} when absent (not with CSV, which streams the whole range)`,
+      'x-error-message': `must be an integer from 1 to ${MAX_USAGE_PAGE}`,
+    }),
+  ),
+  cursor: Cursor,
 });
 export type UsageQuery = Static<typeof UsageQuery>;
 

@@ -16,7 +16,7 @@ export interface UsageRecording {
   admitted(request: FastifyRequest, operation: string | undefined, cost: number): void;
   /**
    * Once answered: a request `admitted` counts as served, whatever its status, spending its operation's
-   * cost, or nothing when `free` (a revalidation the limiter takes back). Any other (refused, or answered
+   * cost, or nothing when `free` (a revalidation the limiter takes back), in the hour it was admitted. Any other (refused, or answered
    * before the limiter decided) counts nothing here.
    */
   served(request: FastifyRequest, key: ApiKeyIdentity, free: boolean): void;
@@ -41,8 +41,9 @@ const REFUSAL_KINDS: Readonly<Record<string, RefusalKind>> = {
  */
 const COST = Symbol('usageCost');
 const OPERATION = Symbol('usageOperation');
+const ADMITTED_AT = Symbol('usageAdmittedAt');
 const NOT_ADMITTED = -1;
-type Marked = FastifyRequest & { [COST]: number; [OPERATION]: string | undefined };
+type Marked = FastifyRequest & { [COST]: number; [OPERATION]: string | undefined; [ADMITTED_AT]: number };
 
 /**
  * The usage record (docs/admin-api.md, "The usage record"): every decision on a request with a valid key,
@@ -62,16 +63,19 @@ export default fp<{ retentionDays: number }>(
     }
     app.decorateRequest(COST, NOT_ADMITTED);
     app.decorateRequest(OPERATION, undefined);
+    app.decorateRequest(ADMITTED_AT, 0);
     app.decorate('usage', {
       admitted(request, operation, cost) {
         (request as Marked)[COST] = cost;
         (request as Marked)[OPERATION] = operation;
+        // The hour of the decision, as its credits and a refusal's count: not of the answer, which may be in the next.
+        (request as Marked)[ADMITTED_AT] = app.now();
       },
       served(request, key, free) {
         const cost = (request as Marked)[COST];
         if (cost === NOT_ADMITTED) return;
         (request as Marked)[COST] = NOT_ADMITTED;
-        recorder.served(key, (request as Marked)[OPERATION], free ? 0 : cost);
+        recorder.served(key, (request as Marked)[OPERATION], free ? 0 : cost, (request as Marked)[ADMITTED_AT]);
       },
       refused(key, operation, error) {
         const kind = REFUSAL_KINDS[(error as { code?: string } | null)?.code ?? ''];

@@ -61,16 +61,17 @@ export class UsageRecorder {
 
   /**
    * A request of the key served: it spent `units` (0 for a free revalidation, or an operation of cost 0).
-   * `operation` is the route's operationId, none for a request that matched none.
+   * `operation` is the route's operationId, none for a request that matched none. It counts in the hour
+   * `admittedAt` (by the app's clock) falls in: where its units were spent, whenever it was answered.
    */
-  served(key: UsageKey, operation: string | undefined, units: number) {
-    const entry = this.#entry(key, operation ?? '');
+  served(key: UsageKey, operation: string | undefined, units: number, admittedAt: number) {
+    const entry = this.#entry(key, operation ?? '', admittedAt);
     entry.requests++;
     entry.units += units;
   }
 
   refused(key: UsageKey, operation: string | undefined, kind: RefusalKind) {
-    this.#entry(key, operation ?? '').refused[kind]++;
+    this.#entry(key, operation ?? '', this.#options.now()).refused[kind]++;
   }
 
   /** Writes what was counted until now, after the write under way if there is one. */
@@ -91,8 +92,8 @@ export class UsageRecorder {
     await Promise.all([this.#pruning, this.flush()]);
   }
 
-  #entry({ id: keyId, customerId }: UsageKey, operation: string): UsageEntry {
-    const hour = Math.floor(this.#options.now() / HOUR_MS) * HOUR_MS;
+  #entry({ id: keyId, customerId }: UsageKey, operation: string, at: number): UsageEntry {
+    const hour = Math.floor(at / HOUR_MS) * HOUR_MS;
     const id = `${hour} ${keyId} ${operation}`;
     let entry = this.#counts.get(id);
     if (!entry) {

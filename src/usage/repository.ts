@@ -72,18 +72,38 @@ const statements = {
 
 /** UTC days, whatever the session's time zone. */
 const BUCKETS: Record<Granularity, string> = { hour: 'hour', day: `date_bin('1 day', hour, TIMESTAMPTZ '2000-01-01 00:00:00+00')` };
-const GROUPS: Record<UsageGroup, string> = { key: 'key_id', operation: 'operation' };
+const BUCKET_MS: Record<Granularity, number> = { hour: 3_600_000, day: 86_400_000 };
+const GROUPS: Record<UsageGroup, { column: string; type: string }> = {
+  key: { column: 'key_id', type: 'bigint' },
+  operation: { column: 'operation', type: 'text' },
+};
 
-/** The read of one shape of query: by owner, granularity and group, each a statement of its own. */
+/**
+ * The read of one shape of query: by owner, granularity and group, each a statement of its own. A
+ * window of hours ($2 to $3), in order of bucket (then group), at most $4 rows; with a group, those
+ * after the row ($5, $6) only, when given. Rows are summed in SQL, a bucket's rows together.
+ */
 function readStatement(owner: 'customer' | 'key', granularity: Granularity, groupBy: UsageGroup | undefined) {
-  const group = groupBy ? `, ${GROUPS[groupBy]}` : '';
+  const group = groupBy && GROUPS[groupBy];
+  const bucket = BUCKETS[granularity];
   return {
     name: `usage_hours_read_${owner}_${granularity}_${groupBy ?? 'all'}`,
-    text: `SELECT ${BUCKETS[granularity]} AS start${group}, ${COUNT_COLUMNS.map((column) => `sum(${column})::bigint AS ${column}`).join(', ')}
+    text: `SELECT ${bucket} AS start${group ? `, ${group.column}` : ''},
+                  ${COUNT_COLUMNS.map((column) => `sum(${column})::bigint AS ${column}`).join(', ')}
            FROM usage_hours WHERE ${owner}_id = $1 AND hour >= $2 AND hour < $3
-           GROUP BY 1${groupBy ? ', 2' : ''} ORDER BY 1${groupBy ? ', 2' : ''}`,
+             ${group ? `AND ($5::timestamptz IS NULL OR (${bucket}, ${group.column}) > ($5, $6::${group.type}))` : ''}
+           GROUP BY 1${group ? ', 2' : ''} ORDER BY 1${group ? ', 2' : ''} LIMIT $4`,
   };
 }
+
+/** Where a page of rows ended: the last row's bucket and group (its keyId or operation, '' for none). */
+export interface UsagePosition {
+  start: number;
+  group: number | string | undefined;
+}
+
+/** The fewest buckets a page's read spans at once: a sparse range takes few reads, a dense one few rows past the page. */
+const MIN_WINDOW_BUCKETS = 168;
 
 type CountRow = Record<(typeof COUNT_COLUMNS)[number], number> & { start: Date; key_id?: number; operation?: string };
 
@@ -126,10 +146,32 @@ export function createUsageRepository(db: Database) {
       await db.query(statements.add, columns);
     },
 
-    /** The sums of the query's buckets (and groups) that had usage, in order of start (then group). */
-    async read({ owner, granularity, groupBy, start, end }: UsageQuery): Promise<UsageRow[]> {
+    /**
+     * The sums of the query's buckets (and groups) that had usage, in order of start (then group),
+     * after `after` when given: at most `limit` rows, or one more when more follow. Read in windows of
+     * hours, so that no read sums the whole range to answer a page.
+     */
+    async page(
+      { owner, granularity, groupBy, start, end }: UsageQuery,
+      after: UsagePosition | undefined,
+      limit: number,
+    ): Promise<UsageRow[]> {
       const [kind, id] = 'customerId' in owner ? (['customer', owner.customerId] as const) : (['key', owner.keyId] as const);
-      return (await db.query<CountRow>(readStatement(kind, granularity, groupBy), [id, start, end])).map(rowOf);
+      const statement = readStatement(kind, granularity, groupBy);
+      const bucket = BUCKET_MS[granularity];
+      const window = Math.max(limit + 1, MIN_WINDOW_BUCKETS) * bucket;
+      // With a group, the rest of the last row's bucket; without, the bucket after it.
+      let from = after === undefined ? start.getTime() : after.start + (groupBy ? 0 : bucket);
+      let cursor = groupBy && after ? [new Date(after.start), after.group] : [null, null];
+      const rows: UsageRow[] = [];
+      while (rows.length <= limit && from < end.getTime()) {
+        const to = Math.min(end.getTime(), from + window);
+        const params = [id, new Date(from), new Date(to), limit + 1 - rows.length, ...(groupBy ? cursor : [])];
+        for (const row of await db.query<CountRow>(statement, params)) rows.push(rowOf(row));
+        from = to;
+        cursor = [null, null];
+      }
+      return rows;
     },
 
     /** Deletes up to `limit` rows of hours before `before`, oldest first; how many it deleted. */
