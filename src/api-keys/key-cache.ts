@@ -3,11 +3,20 @@ import { SingleFlight } from '../platform/lib/single-flight.js';
 import type { ApiKeyIdentity } from './identity.js';
 import type { ApiKeysRepository } from './repository.js';
 
-/** What changed in the api_keys table: the keys of these ids, or, for `*`, any number of keys. */
-export type ApiKeysChange = number[] | '*';
+/** What changed: the keys of these ids; the keys of a customer (its limits or balance); or, for `*`, any number of keys. */
+export type ApiKeysChange = number[] | { customerId: number } | '*';
 
-/** A notice of the api_key_changed trigger (migrations/006): the changed key ids, comma separated, or `*` for many. */
-export const parseApiKeysChange = (payload: string): ApiKeysChange => (payload === '*' ? '*' : payload.split(',').map(Number));
+const CUSTOMER_CHANGE = 'customer:';
+
+/**
+ * A notice on the api_key_changed channel: the changed key ids, comma separated (migrations/006),
+ * `customer:<id>` for a change of a customer's limits or balance (migrations/018), or `*` for many keys.
+ */
+export const parseApiKeysChange = (payload: string): ApiKeysChange => {
+  if (payload === '*') return '*';
+  if (payload.startsWith(CUSTOMER_CHANGE)) return { customerId: Number(payload.slice(CUSTOMER_CHANGE.length)) };
+  return payload.split(',').map(Number);
+};
 
 export interface KeyCacheOptions {
   /** Keys (and unknown hashes) held at most: memory follows this, not the number of keys. */
@@ -44,6 +53,8 @@ export class KeyCache {
   readonly #now: () => number;
   readonly #entries: Lru<string, Entry>;
   readonly #hashById = new Map<number, string>();
+  /** The hashes of the usable keys held of each customer: a change of the customer reaches them alone. */
+  readonly #hashesByCustomer = new Map<number, Set<string>>();
   /** The hash of each usable key held, by the key as presented. */
   readonly #hashByKey = new Map<string, string>();
   /** The entries of hashes that matched no usable key: the ones a new key may turn valid. */
@@ -90,21 +101,22 @@ export class KeyCache {
     );
   }
 
-  /** Forgets the keys a change names; everything for "*" (a bulk change, or a lost listener). */
-  invalidate(ids: ApiKeysChange) {
+  /** Forgets the keys a change names (a customer's: those of it held here); everything for "*" (a bulk change, or a lost listener). */
+  invalidate(change: ApiKeysChange) {
     this.#flights.invalidateAll();
-    if (ids === '*') {
+    if (change === '*') {
       this.#entries.clear();
       this.#hashById.clear();
       this.#hashByKey.clear();
+      this.#hashesByCustomer.clear();
       this.#unknown.clear();
       return;
     }
+    const hashes = Array.isArray(change)
+      ? change.map((id) => this.#hashById.get(id))
+      : [...(this.#hashesByCustomer.get(change.customerId) ?? [])];
     // A changed key is looked up again on its next use, as a re-check (see get).
-    for (const id of ids) {
-      const hash = this.#hashById.get(id);
-      if (hash !== undefined) this.#entries.peek(hash)!.expiresAt = 0;
-    }
+    for (const hash of hashes) if (hash !== undefined) this.#entries.peek(hash)!.expiresAt = 0;
   }
 
   /**
@@ -126,6 +138,11 @@ export class KeyCache {
       this.#entries.set(hash, { identity, expiresAt: this.#now() + KNOWN_TTL_MS, key });
       this.#hashById.set(identity.id, hash);
       this.#hashByKey.set(key, hash);
+      if (identity.customerId !== null) {
+        let hashes = this.#hashesByCustomer.get(identity.customerId);
+        if (!hashes) this.#hashesByCustomer.set(identity.customerId, (hashes = new Set()));
+        hashes.add(hash);
+      }
     } else {
       this.#entries.set(hash, { identity, expiresAt: this.#now() + UNKNOWN_TTL_MS });
       this.#unknown.add(hash);
@@ -142,7 +159,10 @@ export class KeyCache {
   /** Drops a forgotten entry from the indexes beside the entries. */
   #unindex(hash: string, entry: Entry) {
     if (entry.key !== undefined) this.#hashByKey.delete(entry.key);
-    if (!entry.identity) this.#unknown.delete(hash);
-    else if (this.#hashById.get(entry.identity.id) === hash) this.#hashById.delete(entry.identity.id);
+    if (!entry.identity) return void this.#unknown.delete(hash);
+    if (this.#hashById.get(entry.identity.id) === hash) this.#hashById.delete(entry.identity.id);
+    const { customerId } = entry.identity;
+    const ofCustomer = customerId === null ? undefined : this.#hashesByCustomer.get(customerId);
+    if (ofCustomer?.delete(hash) && ofCustomer.size === 0) this.#hashesByCustomer.delete(customerId!);
   }
 }

@@ -93,7 +93,8 @@ export default fp<ApiKeysOptions>(
         cache.invalidate(change);
         notices.inc();
         if (change === '*') void filter.reload();
-        else void filter.learn(change);
+        // A customer's change makes no key usable or unusable: nothing for the filter.
+        else if (Array.isArray(change)) void filter.learn(change);
       },
       () => {
         cache.invalidate('*');

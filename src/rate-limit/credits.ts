@@ -4,6 +4,16 @@ import { errors, secondsUntil } from '../platform/errors.js';
 import type { CreditClaim, CreditStanding, Decision } from './store.js';
 import { customerSubject, keySubject } from './subjects.js';
 
+/** The channel of the notices of balances gone: removed, replaced, or their quota's keys all revoked (migrations/018). */
+export const BALANCE_GONE = 'credit_balance_gone';
+
+/** A notice of a balance gone: its id, and the subject the store keeps it under (its customer's, or its quota's key's). */
+export function parseBalanceGone(payload: string) {
+  const { id, customerId, quotaId, keyCustomerId } = JSON.parse(payload) as Record<string, number | null>;
+  const subject = customerId ? customerSubject(customerId) : keySubject({ quotaId: quotaId!, customerId: keyCustomerId ?? null });
+  return { subject, id: id! };
+}
+
 /** What the limiter asks of the record of credits in PostgreSQL (src/credits/ledger.ts). */
 export interface CreditsRecord {
   /** A balance's record (spent, version), to seed a store that holds none of it. */

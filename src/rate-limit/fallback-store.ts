@@ -74,6 +74,11 @@ export class FallbackStore implements RateLimitStore {
     );
   }
 
+  /** From both: Redis, where a failure leaves the hash to expire, and this instance's memory. */
+  async forgetBalance(subject: string, id: number) {
+    await Promise.all([this.#memory.forgetBalance(subject, id), this.#redis.forgetBalance(subject, id).catch(() => {})]);
+  }
+
   inFlight(subject: string, now: number): Promise<number> {
     return this.#decide((store) => store.inFlight(subject, now));
   }

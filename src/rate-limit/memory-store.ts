@@ -245,12 +245,22 @@ export class MemoryStore implements RateLimitStore {
     await Promise.all([this.refund(subject, decision, cost, credits), this.refund(customerSubject, decision, cost)]);
   }
 
-  /** Forgets subjects whose day window and ban are both over: nothing of them matters any more. */
+  async forgetBalance(subject: string, id: number) {
+    this.#credits.forget(subject, id);
+  }
+
+  /** The balances of credits held. */
+  get creditBalances() {
+    return this.#credits.size;
+  }
+
+  /** Forgets subjects whose day window and ban are both over (nothing of them matters any more), and balances long unused. */
   sweep(now: number) {
     const day = windowStart(now, DAY_MS);
     for (const [subject, counters] of this.#subjects.entries()) {
       if (counters.day !== day && counters.bannedUntil <= now) this.#subjects.delete(subject);
     }
+    this.#credits.sweep(now);
   }
 
   async close() {

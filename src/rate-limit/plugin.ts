@@ -7,7 +7,7 @@ import { adminOperations, type AdminOperations } from './admin-operations.js';
 import { CreditLedger } from '../credits/ledger.js';
 import { createLedgerRepository } from '../credits/ledger-repository.js';
 import { concurrencyLimit, createAdmission, keyStanding, type RequestAdmission } from './admission.js';
-import { bindingBalance, creditClaims, decideSeeded } from './credits.js';
+import { BALANCE_GONE, bindingBalance, creditClaims, decideSeeded, parseBalanceGone } from './credits.js';
 import { rateLimitMetrics } from './metrics.js';
 import { checkPlanSettings } from './settings.js';
 import { chooseStore, type StoreOptions } from './store-choice.js';
@@ -88,6 +88,18 @@ export default fp<RateLimitOptions>(
       const { balance, remaining } = bindingBalance(key, credits);
       return { remaining, refillAt: balance.refillAt };
     };
+    // A balance gone is dropped from the store; should its notice be lost, the store lets it expire (CREDITS_TTL_MS).
+    const stopListening = await app.db.listen(
+      BALANCE_GONE,
+      (payload) => {
+        const { subject, id } = parseBalanceGone(payload);
+        store
+          .forgetBalance(subject, id)
+          .catch((error: unknown) => app.log.warn({ err: error, balanceId: id }, 'credits: dropping a balance gone failed'));
+      },
+      () => {},
+    );
+    app.addHook('onClose', stopListening);
     app.decorate('rateLimit', {
       ...createAdmission(app, store, rateLimitMetrics(app.metricsRegistry, store), { shadowPlans, concurrency, ipv6Prefix }, ledger),
       ...adminOperations(store, ipv6Prefix),

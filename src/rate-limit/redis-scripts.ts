@@ -1,14 +1,17 @@
 import type { Cluster, Redis } from 'ioredis';
-import { DAY_MS } from './store.js';
+import { CREDITS_TTL_MS, DAY_MS } from './store.js';
 
 /**
  * The balances of prepaid credits a request claims (0, 1 or 2), in both decision scripts: each a
- * hash {v: version, s: spent} at KEYS[first_key + i - 1], with four ARGV from first_arg + 4 (i - 1):
- * the base and version the caller's identity holds, then the record's spent and version to seed a
- * missing hash with ('' for none). A hash of an older version is moved to the claim's, at 0 spent
- * (a set or refill replaced it). credit_balances answers 0 when every balance holds the cost, 5
- * when one does not, 6 when one is missing and no seed came (unseeded: the caller reads the record
- * and decides again), with the standing of each: remaining (false when unseeded), version.
+ * hash {v: version, s: spent, b: base of that version} at KEYS[first_key + i - 1], with four ARGV
+ * from first_arg + 4 (i - 1): the base and version the caller's identity holds, then the record's
+ * spent and version to seed a missing hash with ('' for none). A hash of an older version is moved
+ * to the claim's, at 0 spent (a set or refill replaced it). A claim of an older version than the
+ * hash's (its instance not yet told of the set or refill) is decided on the hash's base, never
+ * moving it back. Each write renews the hash's expiry. credit_balances answers 0 when every balance
+ * holds the cost, 5 when one does not, 6 when one is missing and no seed came (unseeded: the
+ * caller reads the record and decides again), with the standing of each: remaining (false when
+ * unseeded), version.
  */
 const CREDITS = `
 local function credit_balances(first_key, first_arg, n, cost)
@@ -16,16 +19,20 @@ local function credit_balances(first_key, first_arg, n, cost)
   for i = 1, n do
     local key, a = KEYS[first_key + i - 1], first_arg + 4 * (i - 1)
     local base, version = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
-    local stored = redis.call('HMGET', key, 'v', 's')
-    local v, s = tonumber(stored[1]), tonumber(stored[2])
+    local stored = redis.call('HMGET', key, 'v', 's', 'b')
+    local v, s, b = tonumber(stored[1]), tonumber(stored[2]), tonumber(stored[3])
     if v == nil and ARGV[a + 2] ~= '' then
       v, s = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 2])
       redis.call('HSET', key, 'v', v, 's', s)
+      if v == version then b = base; redis.call('HSET', key, 'b', base) end
+      redis.call('PEXPIRE', key, ${CREDITS_TTL_MS})
     end
     if v ~= nil and v < version then
-      v, s = version, 0
-      redis.call('HSET', key, 'v', v, 's', 0)
+      v, s, b = version, 0, base
+      redis.call('HSET', key, 'v', v, 's', 0, 'b', base)
+      redis.call('PEXPIRE', key, ${CREDITS_TTL_MS})
     end
+    if v ~= nil and v > version and b ~= nil then base = b end
     if v == nil then
       state = 6
       standing[2 * i - 1], standing[2 * i] = false, version
@@ -39,6 +46,7 @@ end
 local function spend_credits(first_key, n, cost, standing)
   for i = 1, n do
     redis.call('HINCRBY', KEYS[first_key + i - 1], 's', cost)
+    redis.call('PEXPIRE', KEYS[first_key + i - 1], ${CREDITS_TTL_MS})
     standing[2 * i - 1] = standing[2 * i - 1] - cost
   end
 end

@@ -119,7 +119,7 @@ export class RedisStore implements RateLimitStore {
   }
 
   /** Where a balance of credits is kept: beside its subject's counters, on their Cluster slot. */
-  #creditKey = (claim: CreditClaim) => `${this.#base(claim.subject)}:cr:${claim.id}`;
+  #creditKey = (claim: Pick<CreditClaim, 'subject' | 'id'>) => `${this.#base(claim.subject)}:cr:${claim.id}`;
 
   /** Runs DECIDE for the subject, carrying the releases of its slots queued until now. */
   #decide(
@@ -357,6 +357,10 @@ export class RedisStore implements RateLimitStore {
   async forgetCredits(claims: readonly CreditClaim[]) {
     // One DEL per balance: on a cluster they live on many slots.
     await Promise.all(claims.map((claim) => this.redis.del(this.#creditKey(claim))));
+  }
+
+  async forgetBalance(subject: string, id: number) {
+    await this.redis.del(this.#creditKey({ subject, id }));
   }
 
   async close() {

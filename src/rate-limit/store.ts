@@ -2,6 +2,11 @@ import type { Limits } from '../api-keys/plans.js';
 
 export const MINUTE_MS = 60_000;
 export const DAY_MS = 86_400_000;
+/**
+ * How long a store keeps a balance of credits neither seeded nor spent from: once dropped, its
+ * next request seeds it from its record, which caught up with the spending long before.
+ */
+export const CREDITS_TTL_MS = DAY_MS;
 
 /** One fixed window, aligned to the UTC clock: a minute or a day. */
 export interface WindowUsage {
@@ -165,6 +170,12 @@ export interface RateLimitStore {
   decideShared(subject: string, limits: Limits, now: number, claim: Claim, shared: Shared): Promise<SharedAdmission>;
   /** Takes back a request decideShared allowed, from both subjects (as refund does). */
   refundShared(subject: string, customerSubject: string, decision: Decision, cost: number, credits?: readonly CreditClaim[]): Promise<void>;
+  /**
+   * Drops a balance of credits gone (removed, replaced by another, or its quota's keys all
+   * revoked), kept under `subject`: nothing of it stays in the store; a request still claiming it
+   * seeds it from its record again.
+   */
+  forgetBalance(subject: string, id: number): Promise<void>;
   /** Gives back the slot a lease holds, if it holds one. */
   release(subject: string, lease: string): Promise<void>;
   /** The subject's requests in flight now, on every instance that shares the store. */

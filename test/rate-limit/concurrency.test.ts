@@ -260,6 +260,32 @@ describe.skipIf(!REDIS_URL)("a request's lease in Redis", () => {
   });
 });
 
+describe.skipIf(!REDIS_URL)("a customer's slot given back with its key's next decision in Redis", () => {
+  it("is free at once: the release rides the next decision of the key's subject to the customer's set (issue 54)", async () => {
+    const prefix = redisStoreEnv().REDIS_KEY_PREFIX;
+    const clock = testClock(T0);
+    const store = new RedisStore(new Redis(REDIS_URL!, { lazyConnect: true }), { threshold: 30, durationMs: 60_000 }, prefix, clock.now);
+    // A customer's key with no slot of its own, its customer limited to one request in flight.
+    const [subject, customer] = ['{customer:1}key:1', 'customer:1'];
+    const shared = { subject: customer, limits: LIMITS, slots: 1 };
+    const decide = (lease: string) => store.decideShared(subject, LIMITS, clock.now(), claim({ limit: 0, lease }), shared);
+    try {
+      await store.connect(5_000);
+      expect((await decide('lease:1')).admission).toMatchObject({ outcome: 'allowed' });
+      expect((await decide('lease:2')).admission).toMatchObject({ outcome: 'busy', customerBusy: true });
+      // Given back in the same turn as the key's next decision: that decision carries the release.
+      const released = store.release(customer, 'lease:1');
+      const next = decide('lease:3');
+      await released;
+      expect((await next).admission).toMatchObject({ outcome: 'allowed' });
+      expect(await store.inFlight(customer, clock.now())).toBe(1);
+    } finally {
+      await store.close();
+      await deleteKeys(REDIS_URL!, prefix);
+    }
+  });
+});
+
 describe.skipIf(!REDIS_URL)('a connection that closes while Redis decides its slot', () => {
   it('gives the slot back once Redis answers (found by the benchmark: such slots were held for good)', async () => {
     const proxy = await startHoldingProxy(REDIS_URL!);

@@ -147,6 +147,25 @@ describe.each(RATE_LIMIT_STORES)("a customer's limits with the $name store", (st
       await inFlight(b, 0);
     });
 
+    test('quota lookups of its key take none of its concurrency slots: answered while its one slot is held, and it is free after them (issue 54)', async ({
+      t,
+      clock,
+      port,
+    }) => {
+      const limits = { perMinute: 100, perDay: 1_000, concurrency: 1 };
+      const { keys } = await customerWithKeys(t.app, clock, limits, [{ plan: 'pro' }]);
+      const { headers, record } = keys[0]!;
+      const lookup = async () => (await t.app.inject({ url: '/v1/rate_limit', headers })).statusCode;
+      for (let i = 0; i < 3; i++) expect(await lookup()).toBe(200);
+      expect((await get(t.app, headers)).statusCode).toBe(200);
+      const slow = await slowCreate(port, headers);
+      await eventually(async () => (await t.app.rateLimit.inFlight(record, t.app.now())) === 1);
+      expect(await lookup()).toBe(200);
+      slow.socket.destroy();
+      await eventually(async () => (await t.app.rateLimit.inFlight(record, t.app.now())) === 0);
+      expect((await get(t.app, headers)).statusCode).toBe(200);
+    });
+
     test('a PATCH of its limits takes effect on the running app; null removes them', async ({ t, clock }) => {
       const { customer, keys } = await customerWithKeys(t.app, clock, null, [{ plan: 'pro' }, { plan: 'pro' }]);
       const [a, b] = keys.map((key) => key.headers) as [{ authorization: string }, { authorization: string }];
