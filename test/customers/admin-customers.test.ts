@@ -344,6 +344,23 @@ describe('limits', () => {
     expect(await createCustomer(admin, { externalId: 'cus_unlimited', limits: null })).toMatchObject({ limits: null });
   });
 
+  test('a PATCH that changes only the concurrency (set, changed, removed) is saved and audited like any change', async ({ admin }) => {
+    const windows = { perMinute: 100, perDay: 10_000 };
+    const created = await createCustomer(admin, { externalId: 'cus_concurrency', limits: windows });
+    let before = created.limits;
+    for (const concurrency of [4, 8, null]) {
+      const limits = { ...windows, concurrency };
+      const changed = await admin.request('PATCH', `/admin/v1/customers/${created.id}`, { json: { limits } });
+      expect(changed.body, `concurrency ${concurrency}`).toMatchObject({ limits });
+      expect((await admin.request('GET', `/admin/v1/customers/${created.id}`)).body).toMatchObject({ limits });
+      expect((await newestAudit(admin))[0]).toMatchObject({
+        action: 'customer.update',
+        details: { customerId: created.id, before: { limits: before }, after: { limits } },
+      });
+      before = limits;
+    }
+  });
+
   test('400 naming body/limits for limits missing one window, out of bounds, with an unknown field; nothing is created', async ({
     admin,
   }) => {
