@@ -1,13 +1,13 @@
 import { Type, type Static } from '@sinclair/typebox';
 import { Concurrency, Limit } from '../api-keys/admin-schemas.js';
 import { Credits, CreditsChange, CreditsInput } from '../credits/schemas.js';
-import { Cursor, Id, Name, Nullable, PageLimit, Timestamp } from '../platform/schemas/common.js';
+import { Cursor, Id, Identifier, Name, Nullable, PageLimit, Timestamp } from '../platform/schemas/common.js';
 
 // The columns' bounds (migrations/014), as a key's name is bounded.
-export const ExternalId = Name({
+export const ExternalId = Identifier({
   max: 200,
   description:
-    "The seller's own id of the customer (its billing or CRM id), unique: 1 to 200 characters, one of them visible; no control characters or bidi overrides",
+    "The seller's own id of the customer (its billing or CRM id), unique: 1 to 200 characters in Unicode NFC, each visible but single spaces between words; no invisible, directional or control characters, so no look-alike of another id",
 });
 
 const CustomerName = Name({
@@ -93,7 +93,10 @@ export type CustomerPatch = Static<typeof CustomerPatch>;
 export const CustomerParams = Type.Object({ id: Type.Integer({ ...Id, description: 'The customer id' }) });
 
 export const ListCustomersQuery = Type.Object({
-  externalId: Type.Optional({ ...ExternalId, description: 'The customer with exactly this externalId' }),
+  // Any name, not only an id by today's rule: an id stored before it is still found, a look-alike finds none.
+  externalId: Type.Optional(
+    Name({ max: 200, description: 'The customer with exactly this externalId (one stored before the rule of ids included)' }),
+  ),
   limit: PageLimit('Entries per page'),
   cursor: Cursor,
 });

@@ -64,7 +64,10 @@ export function documentIdempotency(headers: TSchema | undefined, responses: Res
         description: 'A request with this Idempotency-Key is still in progress (`idempotency_key_in_use`); retry after Retry-After',
         headers: RETRY_AFTER_HEADERS,
       },
-      422: { ...ErrorBody, description: 'This Idempotency-Key was used with a different request body (`idempotency_key_mismatch`)' },
+      422: {
+        ...ErrorBody,
+        description: 'This Idempotency-Key was used with a different request: another body, or another target (`idempotency_key_mismatch`)',
+      },
     },
   };
 }
@@ -73,13 +76,25 @@ const PURGE_EVERY_MS = 60_000;
 const IN_USE_RETRY_SECONDS = 1;
 
 /**
- * A digest of what makes two requests the same: the operation and the body as validated, with
- * unknown fields (ignored by the operation) left out and keys in a fixed order (safe-stable-stringify,
- * already pino's), so a retry that formats its JSON differently is still the same request.
+ * A digest of what makes two requests the same: the operation, its target and the body as
+ * validated, with unknown fields (ignored by the operation) left out and keys in a fixed order
+ * (safe-stable-stringify, already pino's), so a retry that formats its JSON differently is still
+ * the same request, and the same key sent for another customer or key is not.
  */
 function requestHash(request: FastifyRequest): string {
   const body = declaredPart(request.routeOptions.schema?.body as TSchema | undefined, request.body);
-  return hash('sha256', `${request.method} ${request.routeOptions.url} ${stringify(body) ?? 'null'}`, 'base64url');
+  return hash('sha256', `${request.method} ${targetOf(request)} ${stringify(body) ?? 'null'}`, 'base64url');
+}
+
+/**
+ * The route's path with its parameters as validated written in (`/admin/v1/customers/7/credits`),
+ * escaped so that no value can pass for another's segments: one target however the URL wrote it.
+ * A route without parameters is its pattern, the digest's part before targets counted, so the keys
+ * of such routes stored before still replay (decisions/idempotency-key.md).
+ */
+function targetOf(request: FastifyRequest): string {
+  const params = request.params as Record<string, unknown>;
+  return request.routeOptions.url!.replace(/:(\w+)/g, (_, name: string) => encodeURIComponent(String(params[name])));
 }
 
 /**

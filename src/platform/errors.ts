@@ -116,7 +116,7 @@ export const errors = {
     new ApiError(
       422,
       'idempotency_key_mismatch',
-      'This Idempotency-Key was already used with a different request body; send a new key for a new request',
+      'This Idempotency-Key was already used with a different request (another body or another target); send a new key for a new request',
     ),
   /** `cost` above 1: an operation RATE_LIMIT_COSTS prices, refused with fewer units left than it costs. */
   rateLimited: (limit: number, window: 'minute' | 'day', retryAfterSeconds: number, { cost = 1, remaining = 0 } = {}) =>

@@ -92,6 +92,42 @@ describe('create', () => {
     expect((await createCustomer(admin, { externalId: '🔑'.repeat(200) })).externalId).toBe('🔑'.repeat(200));
   });
 
+  test('400 naming body/externalId for a look-alike of an id, on create and on change; the listing filter finds none', async ({
+    admin,
+  }) => {
+    const original = await createCustomer(admin, { externalId: 'café-4712' });
+    const other = await createCustomer(admin, { externalId: 'cus_4713' });
+    const lookAlikes = {
+      'zero-width space': 'café-4712\u200b',
+      'zero-width joiner': 'caf\u200dé-4712',
+      'soft hyphen': 'café\u00ad-4712',
+      'word joiner': 'café-\u20604712',
+      'trailing space': 'café-4712 ',
+      'leading space': ' café-4712',
+      'two spaces': 'café  4712',
+      'no-break space': 'café\u00a04712',
+      'left-to-right mark': '\u200ecafé-4712',
+      'NFD form': 'cafe\u0301-4712',
+    };
+    for (const [kind, externalId] of Object.entries(lookAlikes)) {
+      const created = await admin.request('POST', '/admin/v1/customers', { json: { externalId } });
+      expectError(created, 400, 'bad_request');
+      expect(created.body.message, kind).toMatch(/^body\/externalId must be 1 to 200 characters/);
+      const changed = await admin.request('PATCH', `/admin/v1/customers/${other.id}`, { json: { externalId } });
+      expectError(changed, 400, 'bad_request');
+      expect(changed.body.message, kind).toMatch(/^body\/externalId /);
+      // The filter takes what any stored id may be, and no customer has a look-alike.
+      const found = await admin.request('GET', `/admin/v1/customers?externalId=${encodeURIComponent(externalId)}`);
+      expect(found.body, kind).toEqual([]);
+    }
+    expect((await admin.request('GET', `/admin/v1/customers/${other.id}`)).body).toEqual(other);
+    expect((await admin.request('GET', `/admin/v1/customers?externalId=${encodeURIComponent('café-4712')}`)).body).toEqual([original]);
+    // Words apart by single spaces, any script, and characters outside the BMP are ids.
+    for (const externalId of ['Acme Corp 12', 'עמית-12', 'مشترك ١٢', '🔑 key 7']) {
+      expect((await createCustomer(admin, { externalId })).externalId).toBe(externalId);
+    }
+  });
+
   test('a retry with the Idempotency-Key gets the same customer and creates no second one', async ({ admin }) => {
     const headers = { 'idempotency-key': 'crm-sync-9' };
     const first = await admin.request('POST', '/admin/v1/customers', { json: { externalId: 'cus_retried' }, headers });
@@ -342,6 +378,23 @@ describe('limits', () => {
     expect(removed.body).toMatchObject({ limits: null });
     expect((await newestAudit(admin))[0]).toMatchObject({ details: { before: { limits }, after: { limits: null } } });
     expect(await createCustomer(admin, { externalId: 'cus_unlimited', limits: null })).toMatchObject({ limits: null });
+  });
+
+  test('a PATCH that changes only the concurrency (set, changed, removed) is saved and audited like any change', async ({ admin }) => {
+    const windows = { perMinute: 100, perDay: 10_000 };
+    const created = await createCustomer(admin, { externalId: 'cus_concurrency', limits: windows });
+    let before = created.limits;
+    for (const concurrency of [4, 8, null]) {
+      const limits = { ...windows, concurrency };
+      const changed = await admin.request('PATCH', `/admin/v1/customers/${created.id}`, { json: { limits } });
+      expect(changed.body, `concurrency ${concurrency}`).toMatchObject({ limits });
+      expect((await admin.request('GET', `/admin/v1/customers/${created.id}`)).body).toMatchObject({ limits });
+      expect((await newestAudit(admin))[0]).toMatchObject({
+        action: 'customer.update',
+        details: { customerId: created.id, before: { limits: before }, after: { limits } },
+      });
+      before = limits;
+    }
   });
 
   test('400 naming body/limits for limits missing one window, out of bounds, with an unknown field; nothing is created', async ({

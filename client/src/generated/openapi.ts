@@ -806,7 +806,7 @@ export interface operations {
           };
         };
       };
-      /** @description This Idempotency-Key was used with a different request body (`idempotency_key_mismatch`) */
+      /** @description This Idempotency-Key was used with a different request: another body, or another target (`idempotency_key_mismatch`) */
       422: {
         headers: {
           /** @description Units allowed in the binding window (requests, unless an operation costs more) */

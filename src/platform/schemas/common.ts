@@ -1,4 +1,4 @@
-import { Type, type Static, type TSchema } from '@sinclair/typebox';
+import { FormatRegistry, Type, type Static, type TSchema } from '@sinclair/typebox';
 
 /** Entries in a page when the caller does not say. */
 export const DEFAULT_PAGE_SIZE = 20;
@@ -64,6 +64,23 @@ export const Name = ({ max, description, emptyAllowed = false }: { max: number; 
     'x-error-message': `must be ${emptyAllowed ? 'empty or ' : ''}1 to ${max} characters, one of them visible, without control characters, bidi overrides or lone surrogates`,
   });
 };
+
+// Text in Unicode's composed form (NFC), which "é" has as one character: its decomposed form
+// (e and U+0301) looks the same and is another string to PostgreSQL's unique index.
+FormatRegistry.Set('nfc', (value) => value.normalize('NFC') === value);
+
+/**
+ * An id a person reads and compares (a customer's externalId): a name by the rule above, and no
+ * look-alike of another: every character visible but single spaces between words (none at either
+ * end), so no invisible or directional character anywhere, and in NFC (decisions/names.md).
+ */
+export const Identifier = ({ max, description }: { max: number; description: string }) =>
+  Type.String({
+    pattern: `^(?=${CHARACTER}{1,${max}}$)${VISIBLE}(?: ?${VISIBLE})*$`,
+    format: 'nfc',
+    description,
+    'x-error-message': `must be 1 to ${max} characters in Unicode NFC, each visible but single spaces between words, without invisible, directional or control characters`,
+  });
 
 /** A value or null, as OpenAPI 3.0 writes it (`nullable`), for responses. */
 export const Nullable = <T extends TSchema>(schema: T) => Type.Unsafe<Static<T> | null>({ ...schema, nullable: true });

@@ -7,10 +7,12 @@ import { test as base, describe, expect } from 'vitest';
 import { loadConfig } from '../../../src/config/load.js';
 import { tracesEndpoint } from '../../../src/platform/observability/tracing.js';
 import { cleanupStack } from '../../support/fixtures.js';
-import { createScratchDatabase } from '../../../harness/databases.js';
+import { createScratchDatabase, openExistingDatabase } from '../../../harness/databases.js';
 import { POSTGRES_URL } from '../../support/databases.js';
 import type { StartedSpans } from '../../support/count-spans.js';
-import { bearer, developmentKey } from '../../support/keys.js';
+import { bearer, developmentKey, waitForKeyAt } from '../../support/keys.js';
+import { migrate } from '../../../src/platform/db/migrate.js';
+import type { Database } from '../../../src/platform/db/database.js';
 import { run, SERVICE_NODE_ARGS, startServer } from '../../../harness/processes.js';
 
 interface Attribute {
@@ -24,6 +26,8 @@ interface Span {
   name: string;
   kind: number;
   attributes: Attribute[];
+  /** OTLP's status: code 2 (STATUS_CODE_ERROR) for an error, absent or 0 when unset. */
+  status?: { code?: number };
   scope: string;
 }
 
@@ -103,7 +107,7 @@ describe('the traces endpoint', () => {
 async function tracedServer(
   defer: (each: () => unknown) => void,
   name: string,
-  spec: { env?: Record<string, string>; nodeArgs?: string[] } = {},
+  spec: { env?: Record<string, string>; nodeArgs?: string[]; prepare?: (db: Database) => Promise<unknown> } = {},
 ) {
   const receiver = await otlpReceiver();
   defer(() => receiver.close());
@@ -118,6 +122,16 @@ async function tracedServer(
     PETS_CACHE_MAX_BYTES: '0',
     ...spec.env,
   };
+  if (spec.prepare) {
+    // The server's database, made before it starts (migrated: the server then finds nothing to apply).
+    const db = await openExistingDatabase({ url: scratch?.url, dataDir });
+    try {
+      await migrate(db);
+      await spec.prepare(db);
+    } finally {
+      await db.close();
+    }
+  }
   // Ready, not only alive: load shedding answers 503 until its first health check.
   const server = await startServer({ name, env, nodeArgs: spec.nodeArgs, readyPath: '/readyz' });
   defer(() => server.stop());
@@ -207,6 +221,16 @@ const test = base
             TRACING_TRUSTED_PARENTS: TRUSTED_PARENT,
           },
         }),
+      ),
+  )
+  .extend(
+    'failing',
+    { scope: 'file' },
+    // eslint-disable-next-line no-empty-pattern -- vitest reads a fixture's dependencies from this pattern
+    async ({}, { onCleanup }) =>
+      cleanupStack(onCleanup, (defer) =>
+        // A real fault: the table the pets listing reads is gone, so the listing answers 500.
+        tracedServer(defer, 'failing', { prepare: (db) => db.query('ALTER TABLE pets RENAME TO pets_elsewhere') }),
       ),
   )
   .extend(
@@ -323,6 +347,31 @@ describe('traces of the running server, sent to an OTLP/HTTP receiver', () => {
     expect(everything).not.toContain(key);
     expect(everything).not.toContain(createHash('sha256').update(key).digest('hex'));
     expect(everything.toLowerCase()).not.toContain('bearer');
+  });
+});
+
+describe('a request that fails', () => {
+  test('a 500 is an error on its span (status ERROR, error.type 500), as every 5xx; a 400 is not', async ({
+    failing: { receiver, server, key },
+  }) => {
+    await waitForKeyAt(server.origin, bearer(key));
+    const failed = await fetch(`${server.origin}/v1/pets?limit=5`, { headers: bearer(key) });
+    expect(failed.status).toBe(500);
+    expect((await fetch(`${server.origin}/v1/pets?limit=0`, { headers: bearer(key) })).status).toBe(400);
+    expect(await server.stop()).toBe(0);
+
+    const spanOf = (status: number) =>
+      traces(receiver.spans).findLast(({ server: span }) => attribute(span, 'http.response.status_code') === status)?.server;
+    const names = JSON.stringify(receiver.spans.map((span) => [span.name, span.status, span.attributes]));
+    const error = spanOf(500);
+    expect(error, names).toBeDefined();
+    expect(error!.status?.code).toBe(2);
+    expect(attribute(error!, 'error.type')).toBe('500');
+    expect(attribute(error!, 'pet_store.request.id')).toBe(failed.headers.get('x-request-id'));
+    const refused = spanOf(400);
+    expect(refused, names).toBeDefined();
+    expect(refused!.status?.code ?? 0).toBe(0);
+    expect(attribute(refused!, 'error.type')).toBeUndefined();
   });
 });
 
