@@ -21,12 +21,17 @@ import { DAY, MINUTE } from '../support/time.js';
  * - kill (finding 5): an instance killed with unwritten spending; the record never converges to the
  *   live balance in Redis.
  */
-const KNOWN_DEFECTS_PENDING: readonly string[] = ['decrementPastUnrecordedSpending'];
+const KNOWN_DEFECTS_PENDING: readonly string[] = ['decrementPastUnrecordedSpending', 'kill'];
 const pending = (name: string) => KNOWN_DEFECTS_PENDING.includes(name);
 
 /** What a getPet costs (RATE_LIMIT_COSTS); a listPets costs 1. */
 const GET_PET_COST = 3;
-const OPERATIONS = { listPets: { url: '/v1/pets?limit=1', cost: 1 }, getPet: { url: '/v1/pets/1', cost: GET_PET_COST } } as const;
+/** The quota endpoint costs nothing, and reads no database once the balances are seeded: counted while a usage write is under way. */
+const OPERATIONS = {
+  listPets: { url: '/v1/pets?limit=1', cost: 1 },
+  getPet: { url: '/v1/pets/1', cost: GET_PET_COST },
+  getRateLimit: { url: '/v1/rate_limit', cost: 0 },
+} as const;
 type Operation = keyof typeof OPERATIONS;
 
 type Owner = 'key' | 'customer';
@@ -81,7 +86,7 @@ async function change(real: Real, method: string, path: string, json: unknown, s
 async function spend(model: Model, real: Real, key: number, operation: Operation, count: number, counted = true) {
   const { url, cost } = OPERATIONS[operation];
   const balances = balancesOf(model, key).filter((balance) => balance !== null);
-  const affordable = Math.min(...balances.map(({ remaining }) => Math.floor(remaining / cost)));
+  const affordable = cost === 0 ? count : Math.min(...balances.map(({ remaining }) => Math.floor(remaining / cost)));
   const served = Math.min(count, affordable);
   const { headers } = real.keys[key]!;
   const responses = await Promise.all(Array.from({ length: count }, () => real.service.t.app.inject({ url, headers })));
@@ -232,13 +237,18 @@ class UsageWriteFails implements Command {
   async run(model: Model, real: Real) {
     const { service } = real;
     const before = service.failures('usage');
+    // A minute of its own: the quota endpoint answers 60 lookups a minute.
+    service.clock.advance(MINUTE);
     await service.failing(['usage'], async () => {
       await spend(model, real, this.key, 'listPets', this.count);
-      await service.t.app.usage.flush();
+      await spend(model, real, this.key, 'getRateLimit', this.count);
+      // More counted while the failing write is under way: its counts put back must add to them, not replace them.
+      await Promise.all([service.t.app.usage.flush(), spend(model, real, this.key, 'getRateLimit', this.count)]);
     });
     expect(service.failures('usage')).toBeGreaterThan(before);
   }
-  toString = () => `usageWriteFails(key ${this.key}, ${this.count} × listPets)`;
+  toString = () =>
+    `usageWriteFails(key ${this.key}, ${this.count} × listPets and getRateLimit, ${this.count} × getRateLimit during the write)`;
 }
 
 /** The instance dies right after spending (its unwritten ledger and usage lost); the balances live on in Redis. */
@@ -251,8 +261,11 @@ class Kill implements Command {
   async run(model: Model, real: Real) {
     model.restarted = true;
     await real.service.t.app.usage.flush();
-    await spend(model, real, this.key, 'listPets', this.count, false);
-    await real.service.kill();
+    // The ledger's writes fail from the requests on: the instance surely dies with their units unwritten.
+    await real.service.failing(['ledger'], async () => {
+      await spend(model, real, this.key, 'listPets', this.count, false);
+      await real.service.kill();
+    });
     // While Redis holds the live balance, the record converges to it (finding 5), before anything else can lose it.
     await settled(model, real);
   }
@@ -323,14 +336,14 @@ function commandsFor(redis: boolean) {
   const operations = fc.constantFrom('set' as const, 'increment' as const, 'decrement' as const);
   return [
     fc.oneof(
-      { weight: 6, arbitrary: spending.map(([k, op, n]) => new Spend(k, op, n)) },
-      { weight: 5, arbitrary: fc.tuple(owner, operations, amount).map(([o, op, n]) => new Operate(o, op, op === 'set' ? n - 1 : n)) },
+      { weight: 5, arbitrary: spending.map(([k, op, n]) => new Spend(k, op, n)) },
+      { weight: 4, arbitrary: fc.tuple(owner, operations, amount).map(([o, op, n]) => new Operate(o, op, op === 'set' ? n - 1 : n)) },
       { weight: 2, arbitrary: fc.tuple(owner, fc.option(credits, { freq: 3 })).map(([o, c]) => new Replace(o, c)) },
       { weight: 1, arbitrary: fc.constant(new Refill()) },
       { weight: 1, arbitrary: fc.constant(new Restart()) },
-      { weight: 1, arbitrary: fewRequests.map(([k, n]) => new LedgerWriteFails(k, n)) },
-      { weight: 1, arbitrary: fewRequests.map(([k, n]) => new UsageWriteFails(k, n)) },
-      { weight: 2, arbitrary: fc.constant(new Settle()) },
+      { weight: 2, arbitrary: fewRequests.map(([k, n]) => new LedgerWriteFails(k, n)) },
+      { weight: 2, arbitrary: fewRequests.map(([k, n]) => new UsageWriteFails(k, n)) },
+      { weight: 1, arbitrary: fc.constant(new Settle()) },
       ...(redis ? [{ weight: 1, arbitrary: fc.constant(new FlushRedis()) }] : []),
       ...(redis && !pending('kill') ? [{ weight: 1, arbitrary: fewRequests.map(([k, n]) => new Kill(k, n)) }] : []),
     ),
@@ -363,7 +376,7 @@ async function freshRun(service: ModelService, balances: Record<Owner, Credits |
 }
 
 describe.each([
-  { store: 'memory', redis: false, runs: 6 },
+  { store: 'memory', redis: false, runs: 5 },
   { store: 'redis', redis: true, runs: 6 },
 ])('credits against a model of the balances, on the $store store', ({ redis, runs }) => {
   it.skipIf(redis && !REDIS_URL)(
@@ -377,7 +390,7 @@ describe.each([
             await fc.asyncModelRun(() => ({ model, real }), commands);
             await settled(model, real);
           }),
-          { numRuns: runs },
+          { numRuns: Number(process.env.CREDITS_MODEL_RUNS) || runs },
         );
       } finally {
         await service.close();
