@@ -82,7 +82,10 @@ async function change(real: Real, method: string, path: string, json: unknown, s
   expect(await real.service.t.app.keyNotices.catchUp()).toBe(true);
 }
 
-/** Sends `count` requests of the operation at once with the key; the model says how many are served, and the rest are refused for credits. */
+/**
+ * Sends `count` requests of the operation at once with the key; the model says how many are served,
+ * and the rest are refused for credits. Answers the units spent from balances.
+ */
 async function spend(model: Model, real: Real, key: number, operation: Operation, count: number, counted = true) {
   const { url, cost } = OPERATIONS[operation];
   const balances = balancesOf(model, key).filter((balance) => balance !== null);
@@ -100,11 +103,14 @@ async function spend(model: Model, real: Real, key: number, operation: Operation
     balance.spent += served * cost;
     if (served * cost > 0) balance.unrecorded = true;
   }
-  if (!counted) return;
-  const usage = model.usage[key]!;
-  usage.requests += served;
-  usage.units += served * cost;
-  usage.credits += count - served;
+  if (counted) {
+    const usage = model.usage[key]!;
+    usage.requests += served;
+    usage.units += served * cost;
+    usage.credits += count - served;
+  }
+  // The units spent from the balances: what the ledger has to write.
+  return balances.length > 0 ? served * cost : 0;
 }
 
 type Command = fc.AsyncCommand<Model, Real>;
@@ -119,7 +125,9 @@ class Spend implements Command {
     readonly count: number,
   ) {}
   check = () => true;
-  run = (model: Model, real: Real) => spend(model, real, this.key, this.operation, this.count);
+  async run(model: Model, real: Real) {
+    await spend(model, real, this.key, this.operation, this.count);
+  }
   toString = () => `spend(key ${this.key}, ${this.count} × ${this.operation})`;
 }
 
@@ -222,8 +230,8 @@ class LedgerWriteFails implements Command {
     const { service } = real;
     const before = service.failures('ledger');
     await service.failing(['ledger'], async () => {
-      await spend(model, real, this.key, 'listPets', this.count);
-      if (balancesOf(model, this.key).some((balance) => balance?.unrecorded)) await service.failedSince('ledger', before);
+      // Units spent: the ledger's next write (within a second) fails.
+      if ((await spend(model, real, this.key, 'listPets', this.count)) > 0) await service.failedSince('ledger', before);
     });
   }
   toString = () => `ledgerWriteFails(key ${this.key}, ${this.count} × listPets)`;
