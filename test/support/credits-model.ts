@@ -79,7 +79,6 @@ export async function openModelService({ redis: withRedis, env = {} }: ModelServ
 
   return {
     clock,
-    usesRedis: withRedis,
     get t() {
       return current.t;
     },
