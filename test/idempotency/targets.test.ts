@@ -67,7 +67,7 @@ describe('any idempotent route with parameters in its path', () => {
   test('binds a key to the parameters as validated: another value of any of them is a 422; the same target, however written, replays', async ({
     t,
   }) => {
-    const [[ownerId]] = await t.db.query<[number]>({ text: 'SELECT min(id) FROM api_keys', rowMode: 'array' });
+    const ownerId = (await t.db.query<{ id: number }>('SELECT min(id)::int AS id FROM api_keys'))[0]!.id;
     const app = Fastify();
     app.setValidatorCompiler(validatorCompiler);
     await app.register(idempotency, { retentionHours: 24, keys: createIdempotencyKeysRepository(t.db, 'api'), ownerOf: () => ownerId });
@@ -114,10 +114,9 @@ describe('keys stored before they were bound to targets', () => {
       payload: { name: 'Kept', categoryId: 1 },
     });
     expect(created.statusCode).toBe(201);
-    const [[stored]] = await t.db.query<[string]>({
-      text: "SELECT request_hash FROM idempotency_keys WHERE key = 'kept-across-upgrade'",
-      rowMode: 'array',
-    });
+    const stored = (
+      await t.db.query<{ request_hash: string }>("SELECT request_hash FROM idempotency_keys WHERE key = 'kept-across-upgrade'")
+    )[0]!.request_hash;
     expect(stored).toBe(digestBefore('POST /v1/pets {"categoryId":1,"name":"Kept"}'));
   });
 
