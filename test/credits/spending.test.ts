@@ -76,7 +76,13 @@ const exhaustedEvents = (app: FastifyInstance, id: number) =>
 describe.each(RATE_LIMIT_STORES)('prepaid credits with the $name store', (store) => {
   const test = describeAppTest({
     clock: T0,
-    envAtBuild: () => ({ ...store.env(), RATE_LIMIT_BAN_THRESHOLD: '2', RATE_LIMIT_SHADOW_PLANS: 'business', ...WEBHOOKS }),
+    envAtBuild: () => ({
+      ...store.env(),
+      RATE_LIMIT_BAN_THRESHOLD: '2',
+      RATE_LIMIT_SHADOW_PLANS: 'business',
+      RATE_LIMIT_COSTS: 'createPet=3',
+      ...WEBHOOKS,
+    }),
   });
 
   describe.skipIf(store.usesRedis && !REDIS_URL)('', () => {
@@ -205,6 +211,24 @@ describe.each(RATE_LIMIT_STORES)('prepaid credits with the $name store', (store)
       await eventually(async () => (await events()).length === 2);
       expect(await statusesOf(t.app, headers, 2)).toEqual([429, 429]);
       expect(await events()).toHaveLength(2);
+    });
+
+    test('credits.exhausted is told once, when the balance is at 0: not when a dearer request finds fewer units than it costs', async ({
+      t,
+      clock,
+    }) => {
+      const { headers, record } = await knownKey(t.app, clock, { plan: 'pro' });
+      const id = await withBalance(t.app, { quotaId: record.quotaId }, 5);
+      const create = () => t.app.inject({ method: 'POST', url: '/v1/pets', payload: { name: 'Priced', categoryId: 1 }, headers });
+      // 5 - 3 leaves 2: fewer than a create costs, but a read still has them. A create is then refused, a read served.
+      expect((await create()).statusCode).toBe(201);
+      expect((await create()).json().code).toBe('credits_exhausted');
+      expect(await statusesOf(t.app, headers, 3)).toEqual([200, 200, 429]);
+      expect((await create()).statusCode).toBe(429);
+      await eventually(async () => (await exhaustedEvents(t.app, id)).length === 1);
+      // The one event names the balance at 0: it was not told at 2 (nor the once per version spent there).
+      const events = await exhaustedEvents(t.app, id);
+      expect(events.map(({ body }) => JSON.parse(body).data.remaining)).toEqual([0]);
     });
   });
 });
