@@ -149,6 +149,28 @@ describe.each(RATE_LIMIT_STORES)('prepaid credits with the $name store', (store)
       expect(await quotaCredits(t.app, headers)).toEqual({ remaining: 0, refillAt: new Date(refillAt).toISOString() });
     });
 
+    test("the key's and its customer's balances both spent, refilled at different times: Retry-After waits for the later", async ({
+      t,
+      clock,
+    }) => {
+      const customer = await newCustomer(t.app, clock);
+      const { headers, record } = await knownKey(t.app, clock, { plan: 'pro', customerId: customer.id });
+      // The key's refilled in an hour, its customer's in two days (either order): served only once both are.
+      for (const [keyRefill, customerRefill] of [
+        [clock.now() + 60 * MINUTE, clock.now() + 2 * DAY],
+        [clock.now() + 2 * DAY, clock.now() + 60 * MINUTE],
+      ]) {
+        const keyBalance = await withBalance(t.app, { quotaId: record.quotaId }, 1, { refillAt: keyRefill });
+        const customerBalance = await withBalance(t.app, { customerId: customer.id }, 1, { refillAt: customerRefill });
+        expect(await statusesOf(t.app, headers, 1)).toEqual([200]);
+        const refused = await get(t.app, headers);
+        expect(refused.statusCode).toBe(429);
+        expect(refused.headers['retry-after']).toBe(String(2 * 24 * 3600));
+        await t.app.db.query('DELETE FROM credit_balances WHERE id = ANY($1::bigint[])', [[keyBalance, customerBalance]]);
+        expect(await t.app.keyNotices.catchUp()).toBe(true);
+      }
+    });
+
     test('a refusal for credits counts in no window and towards no ban; a top-up serves again', async ({ t, clock }) => {
       const { headers, record } = await knownKey(t.app, clock, { plan: 'pro' });
       const id = await withBalance(t.app, { quotaId: record.quotaId }, 2);
