@@ -16,7 +16,7 @@ export interface AdminCreditsOptions {
   /** Who the admin request's change is recorded as, in the audit trail. */
   actorOf: ActorOf;
   /** What the limiter's store has really spent of a balance in its version (the record lags it); undefined when it cannot tell. */
-  creditsSpent(holder: CreditsHolder, balance: Omit<BalanceState, 'spent'>): Promise<number | undefined>;
+  creditsSpent: (holder: CreditsHolder, balance: Omit<BalanceState, 'spent'>) => Promise<number | undefined>;
 }
 
 /** Whose subject keeps a balance in the limiter's store: its customer's, or its key quota's (with the key's customer). */
@@ -57,7 +57,13 @@ async function operate(
  * A decrement of what really remains: the store's spending, which the record lags by up to a second
  * (a floor at the recorded spending alone left a debt the next increment paid). `after` null: no balance.
  */
-async function decrementLive({ credits, creditsSpent }: AdminCreditsOptions, tx: Queryable, owner: CreditsOwner, holder: CreditsHolder, amount: number) {
+async function decrementLive(
+  { credits, creditsSpent }: AdminCreditsOptions,
+  tx: Queryable,
+  owner: CreditsOwner,
+  holder: CreditsHolder,
+  amount: number,
+) {
   for (;;) {
     const balance = await credits.state(tx, owner);
     if (!balance) return { before: null, after: null };

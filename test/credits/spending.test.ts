@@ -260,7 +260,7 @@ describe.each(RATE_LIMIT_STORES)('prepaid credits with the $name store', (store)
       expect(await events()).toHaveLength(2);
     });
 
-    test("a failed write of the ledger keeps its units: they reach the record with the next write", async ({ t, clock }) => {
+    test('a failed write of the ledger keeps its units: they reach the record with the next write', async ({ t, clock }) => {
       const { headers, record } = await knownKey(t.app, clock, { plan: 'pro' });
       const id = await withBalance(t.app, { quotaId: record.quotaId }, 10);
       const writes = await failLedgerWrites(t.app, id);
