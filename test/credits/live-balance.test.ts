@@ -80,6 +80,27 @@ describe.each(RATE_LIMIT_STORES)('the operations on credits against the live bal
       }
     });
 
+    test("a customer's balance spent by its key: a burst, decrement 10^12 and increment 100, exactly 100 served", async ({ t, clock }) => {
+      const admin = await openAdmin(t.app);
+      try {
+        const customer = await admin.request('POST', '/admin/v1/customers', { json: { externalId: `cus_live_${clock.now()}` } });
+        const key = await createKey(admin, { plan: 'business', customerId: customer.body.id });
+        await waitForKeyOnApp(t.app, bearer(key.key));
+        const path = `/admin/v1/customers/${customer.body.id}/credits`;
+        const change = async (operation: string, amount: number) =>
+          (await admin.request('POST', path, { json: { operation, amount } })).body;
+        await change('set', 1_000);
+        expect(await t.app.keyNotices.catchUp()).toBe(true);
+        expect(await burst([t.app], bearer(key.key), 200)).toBe(200);
+        expect(await change('decrement', 1_000_000_000_000)).toMatchObject({ remaining: 0 });
+        expect(await change('increment', 100)).toMatchObject({ remaining: 100 });
+        expect(await t.app.keyNotices.catchUp()).toBe(true);
+        expect(await servedUntilRefused([t.app], bearer(key.key), 200)).toBe(100);
+      } finally {
+        await admin.close();
+      }
+    });
+
     test('a decrement takes its amount off what really remains: 300 spent of 1,000, decrement 600, exactly 100 served', async ({ t }) => {
       const admin = await openAdmin(t.app);
       try {
