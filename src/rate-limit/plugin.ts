@@ -60,8 +60,8 @@ export interface RateLimiter extends RequestAdmission, AdminOperations {
   standing(key: ApiKeyIdentity, now: number): Promise<Standing>;
   /**
    * What the store has spent of a balance in its version (`holder`: the customer, or the key's
-   * quota, whose subject keeps it), seeding the store from the record if it holds none; undefined
-   * when the store has moved on to another version or could not tell (the subject banned).
+   * quota, whose subject keeps it), counting nothing; undefined when the store holds none of it, has
+   * moved on to another version or could not tell (the subject banned): then the record is all there is.
    */
   creditsSpent(holder: KeyQuota | { customerId: number }, balance: Omit<CreditClaim, 'subject'>, now: number): Promise<number | undefined>;
   /** The requests of a key's quota in flight now, on every instance that shares the store. */
@@ -125,8 +125,8 @@ export default fp<RateLimitOptions>(
 
       async creditsSpent(holder, balance, now) {
         const subject = 'quotaId' in holder ? keySubject(holder) : customerSubject(holder.customerId);
-        const check = (credits: readonly CreditClaim[] | undefined) => store.check(subject, ANONYMOUS, now, 0, credits);
-        const { credits } = await decideSeeded(check, [{ ...balance, subject }], ledger);
+        // Not seeded here: the caller holds a transaction, and the seed's read would wait for it on a one-connection database (PGlite).
+        const { credits } = await store.check(subject, ANONYMOUS, now, 0, [{ ...balance, subject }]);
         const standing = credits?.[0];
         return standing?.version === balance.version && standing.remaining !== null ? balance.base - standing.remaining : undefined;
       },
