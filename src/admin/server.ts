@@ -11,7 +11,7 @@ import adminAuth, { actorOf, ADMIN_SECURITY_SCHEME, TOKEN_IN_REQUEST_LOG } from 
 import { documentAdminOperation } from './contract.js';
 import adminKeys from '../api-keys/admin-routes.js';
 import adminCustomers from '../customers/admin-routes.js';
-import { adminCustomerCredits, adminKeyCredits } from '../credits/admin-routes.js';
+import { adminCustomerCredits, adminKeyCredits, type AdminCreditsOptions } from '../credits/admin-routes.js';
 import { createCreditsRepository } from '../credits/repository.js';
 import { createCustomersRepository } from '../customers/repository.js';
 import { adminAddressBans, adminKeyUsage } from '../rate-limit/admin-routes.js';
@@ -89,10 +89,11 @@ export async function buildAdminServer(app: FastifyInstance): Promise<FastifyIns
     });
     const credits = createCreditsRepository(db);
     await operations.register(adminKeys, { keys: app.apiKeysRepository, rules: app.keyRules, credits, actorOf });
-    await operations.register(adminKeyCredits, { db, credits, actorOf });
+    const creditsSpent: AdminCreditsOptions['creditsSpent'] = (holder, balance) => app.rateLimit.creditsSpent(holder, balance, app.now());
+    await operations.register(adminKeyCredits, { db, credits, actorOf, creditsSpent });
     const customers = createCustomersRepository(db);
     await operations.register(adminCustomers, { customers, actorOf, costs: config.rateLimitCosts });
-    await operations.register(adminCustomerCredits, { db, credits, actorOf });
+    await operations.register(adminCustomerCredits, { db, credits, actorOf, creditsSpent });
     await operations.register(adminKeyUsage, { keys: app.apiKeysRepository, rateLimit: app.rateLimit, audit, actorOf });
     await operations.register(adminUsage, { usage: createUsageRepository(db), keys: app.apiKeysRepository, customers });
     await operations.register(adminAddressBans, { rateLimit: app.rateLimit, audit, actorOf });

@@ -7,7 +7,7 @@ import { Id } from '../platform/schemas/common.js';
 import { ErrorBody } from '../platform/schemas/error.js';
 import { Type } from '@sinclair/typebox';
 import { BalanceLimitError, NoCreditsError } from './errors.js';
-import { MAX_BALANCE, type CreditsOwner, type CreditsRepository } from './repository.js';
+import { MAX_BALANCE, type BalanceState, type CreditsOwner, type CreditsRepository } from './repository.js';
 import { Credits, CreditsOperation, MAX_AMOUNT } from './schemas.js';
 
 export interface AdminCreditsOptions {
@@ -15,7 +15,12 @@ export interface AdminCreditsOptions {
   credits: CreditsRepository;
   /** Who the admin request's change is recorded as, in the audit trail. */
   actorOf: ActorOf;
+  /** What the limiter's store has really spent of a balance in its version (the record lags it); undefined when it cannot tell. */
+  creditsSpent: (holder: CreditsHolder, balance: Omit<BalanceState, 'spent'>) => Promise<number | undefined>;
 }
+
+/** Whose subject keeps a balance in the limiter's store: its customer's, or its key quota's (with the key's customer). */
+export type CreditsHolder = { customerId: number } | { quotaId: number; customerId: number | null };
 
 /** The admin listener's scope the operations are declared in, with the types TypeBox gives their requests. */
 type Admin = Parameters<FastifyPluginAsyncTypebox>[0];
@@ -24,24 +29,49 @@ const params = (of: string) => Type.Object({ id: Type.Integer({ ...Id, descripti
 
 const DESCRIPTION =
   'set: remaining becomes amount, and spending starts again from it (a refill stays as it is); increment: amount is added, exactly, ' +
-  'however many increments run at once; decrement: amount is taken off, never below what was spent (remaining floors at 0). ' +
+  'however many increments run at once; decrement: amount is taken off what really remains (the live balance, ahead of the ' +
+  'recorded one), which floors at 0, and spending starts again from the result. ' +
   'Set and increment make a balance where there is none (without a refill); a decrement of none is a 409. ' +
   'In force on every instance within about a second. A retry with the same Idempotency-Key changes nothing twice.';
 
 /** An operation's change of a balance, with its audit entry, in the transaction given; the credits after. */
 async function operate(
-  { credits }: AdminCreditsOptions,
+  options: AdminCreditsOptions,
   tx: Queryable,
-  { owner, label, actor, keyId }: { owner: CreditsOwner; label: string; actor: Actor; keyId: number | null },
+  { owner, holder, label, actor, keyId }: { owner: CreditsOwner; holder: CreditsHolder; label: string; actor: Actor; keyId: number | null },
   { operation, amount }: CreditsOperation,
 ): Promise<Credits> {
   if (operation !== 'set' && amount < 1)
     throw errors.badRequest(`body/amount must be a whole number from 1 to ${MAX_AMOUNT} for ${operation}`);
-  const { before, after } = await credits.apply(tx, owner, operation, amount);
+  const { before, after } =
+    operation === 'decrement'
+      ? await decrementLive(options, tx, owner, holder, amount)
+      : await options.credits.apply(tx, owner, operation, amount);
   if (!after) throw before ? new BalanceLimitError(label, MAX_BALANCE) : new NoCreditsError(label);
   const action = 'customerId' in owner ? 'customer.credits' : 'key.credits';
   await recordAudit(tx, actor, action, keyId, { ...owner, operation, amount, before, after });
   return after;
+}
+
+/**
+ * A decrement of what really remains: the store's spending, which the record lags by up to a second
+ * (a floor at the recorded spending alone left a debt the next increment paid). `after` null: no balance.
+ */
+async function decrementLive(
+  { credits, creditsSpent }: AdminCreditsOptions,
+  tx: Queryable,
+  owner: CreditsOwner,
+  holder: CreditsHolder,
+  amount: number,
+) {
+  for (;;) {
+    const balance = await credits.state(tx, owner);
+    if (!balance) return { before: null, after: null };
+    const spent = Math.max(balance.spent, (await creditsSpent(holder, balance)) ?? 0);
+    const changed = await credits.decrement(tx, owner, amount, { version: balance.version, spent });
+    // None changed: a refill made a new version meanwhile; decrement that one.
+    if (changed.after) return changed;
+  }
 }
 
 /** Runs a change in the Idempotency-Key's transaction, or in one of its own. */
@@ -69,7 +99,9 @@ const CUSTOMER: CreditsTarget = {
   summary: "Set, increment or decrement a customer's credits, which all its keys spend",
   of: 'customer',
   scopeOf: async ({ credits }, tx, id, actor) =>
-    (await credits.lockCustomer(tx, id)) ? { owner: { customerId: id }, label: `customer ${id}`, actor, keyId: null } : undefined,
+    (await credits.lockCustomer(tx, id))
+      ? { owner: { customerId: id }, holder: { customerId: id }, label: `customer ${id}`, actor, keyId: null }
+      : undefined,
   notFound: (id) => errors.notFound(`No customer with id ${id}`),
 };
 
@@ -80,8 +112,8 @@ const KEY: CreditsTarget = {
   summary: "Set, increment or decrement a key's credits: its quota's, which its rotations keep",
   of: 'key',
   async scopeOf({ credits }, tx, id, actor) {
-    const quotaId = await credits.lockQuota(tx, id);
-    return quotaId === undefined ? undefined : { owner: { quotaId }, label: `API key ${id}`, actor, keyId: id };
+    const quota = await credits.lockQuota(tx, id);
+    return quota && { owner: { quotaId: quota.quotaId }, holder: quota, label: `API key ${id}`, actor, keyId: id };
   },
   notFound: (id) => errors.notFound(`No API key with id ${id}`),
 };

@@ -54,10 +54,12 @@ function statementsOf(owner: 'customer_id' | 'quota_id') {
        ON CONFLICT (${owner}) DO UPDATE SET base = credit_balances.base + EXCLUDED.base, updated_at = now()
        WHERE credit_balances.base + EXCLUDED.base <= ${MAX_BALANCE} RETURNING ${COLUMNS}`,
     ),
-    // Never below what was recorded spent (remaining floors at 0), and never above the base it was.
+    // A new version from what really remained ($3: spent as the store knows it, ahead of the record) less
+    // the amount, floored at 0: no debt left behind for the next increment to pay. $4: the version that spending is of.
     decrement: named(
       'decrement',
-      `UPDATE credit_balances SET base = LEAST(base, GREATEST(base - $2, spent)), updated_at = now() WHERE ${owner} = $1 RETURNING ${COLUMNS}`,
+      `UPDATE credit_balances SET base = GREATEST(base - GREATEST(spent, $3) - $2, 0), ${newVersion()}
+       WHERE ${owner} = $1 AND version = $4 RETURNING ${COLUMNS}`,
     ),
   };
 }
@@ -80,6 +82,14 @@ const creditsOf = (row: BalanceRow): Credits => ({
   refill: refillOf(row),
   refillAt: row.next_refill_at && new Date(row.next_refill_at).toISOString(),
 });
+
+/** A balance as the store is claimed it: its id, base and version, with what the record holds spent. */
+export interface BalanceState {
+  id: number;
+  base: number;
+  spent: number;
+  version: number;
+}
 
 /** A change of a balance, as its audit entry records it: the credits before and after (null for none). */
 export interface CreditsChanged {
@@ -151,12 +161,29 @@ export function createCreditsRepository(db: Database) {
     },
 
     /**
-     * Applies an operation in one statement; `after` is null when a decrement found no balance, or
-     * the balance as it was when an increment would take it past MAX_BALANCE.
+     * Applies a set or increment in one statement; `after` is null when an increment would take the
+     * balance past MAX_BALANCE.
      */
-    async apply(target: Queryable, owner: CreditsOwner, operation: CreditOperation, amount: number) {
+    async apply(target: Queryable, owner: CreditsOwner, operation: Exclude<CreditOperation, 'decrement'>, amount: number) {
       const before = await read(target, owner);
       const [row] = await target.query<BalanceRow>(statementsFor(owner)[operation], [idOf(owner), amount]);
+      return { before, after: row ? creditsOf(row) : null };
+    },
+
+    /** The owner's balance as it stands in the record; undefined for none. */
+    async state(target: Queryable, owner: CreditsOwner): Promise<BalanceState | undefined> {
+      const [row] = await target.query<BalanceRow>(statementsFor(owner).get, [idOf(owner)]);
+      return row && { id: row.id, base: row.base, spent: row.spent, version: row.version };
+    },
+
+    /**
+     * Decrements a balance still in `live.version`, whose spending in it was `live.spent` (the store's,
+     * ahead of the record): a new version from what remained less `amount`, floored at 0. `after` is
+     * null when the balance has another version by now (a refill made one meanwhile).
+     */
+    async decrement(target: Queryable, owner: CreditsOwner, amount: number, live: { version: number; spent: number }) {
+      const before = await read(target, owner);
+      const [row] = await target.query<BalanceRow>(statementsFor(owner).decrement, [idOf(owner), amount, live.spent, live.version]);
       return { before, after: row ? creditsOf(row) : null };
     },
 
@@ -183,10 +210,13 @@ export function createCreditsRepository(db: Database) {
       return (await target.query(lockStatements.customer, [customerId])).length > 0;
     },
 
-    /** Locks a key's quota (its first key) against concurrent changes of its credits; the quotaId, undefined when there is no such key. */
-    async lockQuota(target: Queryable, keyId: number): Promise<number | undefined> {
-      const [row] = await target.query<{ quota_id: number }>(lockStatements.quota, [keyId]);
-      return row?.quota_id;
+    /**
+     * Locks a key's quota (its first key) against concurrent changes of its credits; the quotaId and
+     * the key's customer (whose subject keeps the balance in the store), undefined when there is no such key.
+     */
+    async lockQuota(target: Queryable, keyId: number): Promise<{ quotaId: number; customerId: number | null } | undefined> {
+      const [row] = await target.query<{ quota_id: number; customer_id: number | null }>(lockStatements.quota, [keyId]);
+      return row && { quotaId: row.quota_id, customerId: row.customer_id };
     },
   };
 }
@@ -229,7 +259,7 @@ const lockStatements = {
   customer: { name: 'credit_balances_lock_customer', text: 'SELECT id FROM customers WHERE id = $1 FOR NO KEY UPDATE' },
   quota: {
     name: 'credit_balances_lock_quota',
-    text: `SELECT quota.id AS quota_id FROM api_keys key JOIN api_keys quota ON quota.id = coalesce(key.quota_id, key.id)
+    text: `SELECT quota.id AS quota_id, quota.customer_id FROM api_keys key JOIN api_keys quota ON quota.id = coalesce(key.quota_id, key.id)
            WHERE key.id = $1 FOR NO KEY UPDATE OF quota`,
   },
 };

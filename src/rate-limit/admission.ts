@@ -242,7 +242,7 @@ export function createAdmission(
         (request as Charged)[CHARGE] = SETTLED;
         setHeaders(reply, decision, now, cost);
         decided(request, 'credits_exhausted');
-        credits.exhausted(key!, decision.credits!, cost);
+        credits.exhausted(key!, decision.credits!);
         throw creditsRefusal(key!, decision.credits!, cost, now);
       }
       const counted = decision !== checked;

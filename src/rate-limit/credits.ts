@@ -117,11 +117,15 @@ export function creditsSpending(
   record: CreditsRecord,
   watchers: ReadonlyArray<{ creditsExhausted?(event: CreditsExhaustedEvent): void }>,
 ) {
-  function exhausted(key: ApiKeyIdentity, standings: readonly CreditStanding[], cost: number) {
+  /**
+   * Tells the watchers of each balance a decision left at 0 (served or refused): exhausted is what can
+   * serve nothing, not a balance a dearer request finds short while a cheaper one would still be served.
+   */
+  function exhausted(key: ApiKeyIdentity, standings: readonly CreditStanding[]) {
     if (!watchers.some((watcher) => watcher.creditsExhausted !== undefined)) return;
     balancesOf(key).forEach(({ owner, balance }, i) => {
       const { remaining, version } = standings[i]!;
-      if (remaining === null || remaining >= cost) return;
+      if (remaining === null || remaining > 0) return;
       record
         .exhaustedOnce(balance.id, version)
         .then((first) => {
@@ -134,14 +138,14 @@ export function creditsSpending(
   return {
     exhausted,
     /**
-     * A counted request spent `cost` from each balance; one that leaves a balance nothing tells it
+     * A counted request spent `cost` from each balance; one that leaves a balance at 0 tells it
      * exhausted. Spending the store made in the record itself (`recorded`) is there already.
      */
     spent(key: ApiKeyIdentity, claims: readonly CreditClaim[], standings: readonly CreditStanding[], cost: number) {
       claims.forEach((claim, i) => {
         if (!standings[i]!.recorded) record.spend(claim.id, standings[i]!.version, cost);
       });
-      exhausted(key, standings, 1);
+      exhausted(key, standings);
     },
     /**
      * A counted request taken back (a free 304) gives its cost back to each balance, in the version

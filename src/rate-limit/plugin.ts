@@ -12,7 +12,7 @@ import { rateLimitMetrics } from './metrics.js';
 import { checkPlanSettings } from './settings.js';
 import { chooseStore, type StoreOptions } from './store-choice.js';
 import type { CreditClaim, WindowUsage } from './store.js';
-import { addressSubject, ANONYMOUS, keySubject, lookupSubject, type KeyQuota } from './subjects.js';
+import { addressSubject, ANONYMOUS, customerSubject, keySubject, lookupSubject, type KeyQuota } from './subjects.js';
 
 export interface RateLimitOptions extends StoreOptions {
   /** Callers without a key count per IPv6 network of this many leading bits (see clientOf). */
@@ -58,6 +58,12 @@ export interface RateLimiter extends RequestAdmission, AdminOperations {
    * limit of their own (60 a minute, 429 rate_limited past it; no ban).
    */
   standing(key: ApiKeyIdentity, now: number): Promise<Standing>;
+  /**
+   * What the store has spent of a balance in its version (`holder`: the customer, or the key's
+   * quota, whose subject keeps it), counting nothing; undefined when the store holds none of it, has
+   * moved on to another version or could not tell (the subject banned): then the record is all there is.
+   */
+  creditsSpent(holder: KeyQuota | { customerId: number }, balance: Omit<CreditClaim, 'subject'>, now: number): Promise<number | undefined>;
   /** The requests of a key's quota in flight now, on every instance that shares the store. */
   inFlight(key: KeyQuota, now: number): Promise<number>;
 }
@@ -128,6 +134,14 @@ export default fp<RateLimitOptions>(
         };
       },
       inFlight: (key, now) => store.inFlight(keySubject(key), now),
+
+      async creditsSpent(holder, balance, now) {
+        const subject = 'quotaId' in holder ? keySubject(holder) : customerSubject(holder.customerId);
+        // Not seeded here: the caller holds a transaction, and the seed's read would wait for it on a one-connection database (PGlite).
+        const { credits } = await store.check(subject, ANONYMOUS, now, 0, [{ ...balance, subject }]);
+        const standing = credits?.[0];
+        return standing?.version === balance.version && standing.remaining !== null ? balance.base - standing.remaining : undefined;
+      },
     } satisfies RateLimiter);
   },
   { name: 'rate-limit', dependencies: ['database', 'metrics'] },

@@ -126,7 +126,7 @@ describe('the operations', () => {
       details: { customerId: customer.id, operation: 'increment', amount: 50, before: { remaining: 100 }, after: { remaining: 150 } },
     });
 
-    // What the limiter recorded spent stays spent: a decrement floors remaining at 0, a set starts a new version from 0 spent.
+    // What was spent stays spent: a decrement floors remaining at 0 and, as a set, starts a new version from what remains.
     await t.db.query('UPDATE credit_balances SET spent = 120 WHERE customer_id = $1', [customer.id]);
     expect((await operate(admin, path, { operation: 'decrement', amount: 20 })).body).toEqual({ remaining: 10, ...daily });
     expect((await operate(admin, path, { operation: 'decrement', amount: 1_000 })).body).toEqual({ remaining: 0, ...daily });
@@ -134,13 +134,13 @@ describe('the operations', () => {
       details: { operation: 'decrement', amount: 1_000, before: { remaining: 10 }, after: { remaining: 0 } },
     });
     const [recorded] = await t.db.query('SELECT base, spent, version FROM credit_balances WHERE customer_id = $1', [customer.id]);
-    expect(recorded).toEqual({ base: 120, spent: 120, version: 1 });
+    expect(recorded).toEqual({ base: 0, spent: 0, version: 3 });
 
     expect((await operate(admin, path, { operation: 'set', amount: 40 })).body).toEqual({ remaining: 40, ...daily });
     const [row] = await t.db.query('SELECT base, spent, version, exhausted_version FROM credit_balances WHERE customer_id = $1', [
       customer.id,
     ]);
-    expect(row).toEqual({ base: 40, spent: 0, version: 2, exhausted_version: null });
+    expect(row).toEqual({ base: 40, spent: 0, version: 4, exhausted_version: null });
     expect((await operate(admin, path, { operation: 'set', amount: 0 })).body.remaining).toBe(0);
   });
 

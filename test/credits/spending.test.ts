@@ -66,6 +66,31 @@ const NO_REFILL =
 /** Webhooks to a port where nothing listens (discard): deliveries fail, and the outbox keeps the events this file counts. */
 const WEBHOOKS = { WEBHOOK_URL: 'http://127.0.0.1:9/hooks', WEBHOOK_SECRET: 'a-webhook-secret-of-32-characters-or-more' };
 
+/**
+ * Makes the ledger's writes of the balance's spending fail for real (a trigger raising on an update
+ * of `spent` within its version; a set or refill passes), each attempt counted by a sequence, which
+ * a failed transaction does not roll back. Returns the count of failed attempts and the way to let writes through.
+ */
+async function failLedgerWrites(app: FastifyInstance, id: number) {
+  const name = `refuse_spent_${id}`;
+  await app.db.query(`CREATE SEQUENCE ${name}_attempts`);
+  await app.db.query(
+    `CREATE FUNCTION ${name}() RETURNS trigger LANGUAGE plpgsql AS $$
+     BEGIN PERFORM nextval('${name}_attempts'); RAISE EXCEPTION 'the ledger write refused by the test'; END $$`,
+  );
+  await app.db.query(
+    `CREATE TRIGGER ${name} BEFORE UPDATE OF spent ON credit_balances FOR EACH ROW
+     WHEN (NEW.id = ${id} AND NEW.version = OLD.version) EXECUTE FUNCTION ${name}()`,
+  );
+  return {
+    failed: async () => {
+      const [row] = await app.db.query<{ failed: boolean }>(`SELECT is_called AS failed FROM ${name}_attempts`);
+      return row!.failed;
+    },
+    heal: () => app.db.query(`DROP TRIGGER ${name} ON credit_balances`),
+  };
+}
+
 /** The credits.exhausted events recorded of a balance. */
 const exhaustedEvents = (app: FastifyInstance, id: number) =>
   app.db.query<{ body: string }>(
@@ -76,7 +101,13 @@ const exhaustedEvents = (app: FastifyInstance, id: number) =>
 describe.each(RATE_LIMIT_STORES)('prepaid credits with the $name store', (store) => {
   const test = describeAppTest({
     clock: T0,
-    envAtBuild: () => ({ ...store.env(), RATE_LIMIT_BAN_THRESHOLD: '2', RATE_LIMIT_SHADOW_PLANS: 'business', ...WEBHOOKS }),
+    envAtBuild: () => ({
+      ...store.env(),
+      RATE_LIMIT_BAN_THRESHOLD: '2',
+      RATE_LIMIT_SHADOW_PLANS: 'business',
+      RATE_LIMIT_COSTS: 'createPet=3',
+      ...WEBHOOKS,
+    }),
   });
 
   describe.skipIf(store.usesRedis && !REDIS_URL)('', () => {
@@ -143,6 +174,28 @@ describe.each(RATE_LIMIT_STORES)('prepaid credits with the $name store', (store)
       expect(await quotaCredits(t.app, headers)).toEqual({ remaining: 0, refillAt: new Date(refillAt).toISOString() });
     });
 
+    test("the key's and its customer's balances both spent, refilled at different times: Retry-After waits for the later", async ({
+      t,
+      clock,
+    }) => {
+      const customer = await newCustomer(t.app, clock);
+      const { headers, record } = await knownKey(t.app, clock, { plan: 'pro', customerId: customer.id });
+      // The key's refilled in an hour, its customer's in two days (either order): served only once both are.
+      for (const [keyRefill, customerRefill] of [
+        [clock.now() + 60 * MINUTE, clock.now() + 2 * DAY],
+        [clock.now() + 2 * DAY, clock.now() + 60 * MINUTE],
+      ]) {
+        const keyBalance = await withBalance(t.app, { quotaId: record.quotaId }, 1, { refillAt: keyRefill });
+        const customerBalance = await withBalance(t.app, { customerId: customer.id }, 1, { refillAt: customerRefill });
+        expect(await statusesOf(t.app, headers, 1)).toEqual([200]);
+        const refused = await get(t.app, headers);
+        expect(refused.statusCode).toBe(429);
+        expect(refused.headers['retry-after']).toBe(String(2 * 24 * 3600));
+        await t.app.db.query('DELETE FROM credit_balances WHERE id = ANY($1::bigint[])', [[keyBalance, customerBalance]]);
+        expect(await t.app.keyNotices.catchUp()).toBe(true);
+      }
+    });
+
     test('a refusal for credits counts in no window and towards no ban; a top-up serves again', async ({ t, clock }) => {
       const { headers, record } = await knownKey(t.app, clock, { plan: 'pro' });
       const id = await withBalance(t.app, { quotaId: record.quotaId }, 2);
@@ -205,6 +258,52 @@ describe.each(RATE_LIMIT_STORES)('prepaid credits with the $name store', (store)
       await eventually(async () => (await events()).length === 2);
       expect(await statusesOf(t.app, headers, 2)).toEqual([429, 429]);
       expect(await events()).toHaveLength(2);
+    });
+
+    test('a failed write of the ledger keeps its units: they reach the record with the next write', async ({ t, clock }) => {
+      const { headers, record } = await knownKey(t.app, clock, { plan: 'pro' });
+      const id = await withBalance(t.app, { quotaId: record.quotaId }, 10);
+      const writes = await failLedgerWrites(t.app, id);
+      expect(await statusesOf(t.app, headers, 4)).toEqual([200, 200, 200, 200]);
+      await eventually(writes.failed);
+      expect((await balanceRecord(t.app.db, id)).spent).toBe(0);
+      await writes.heal();
+      await recorded(t.app, id, 4);
+    });
+
+    test('spending of a version written after a set (a new version) does not reduce the new balance', async ({ t, clock }) => {
+      const { headers, record } = await knownKey(t.app, clock, { plan: 'pro' });
+      const id = await withBalance(t.app, { quotaId: record.quotaId }, 10);
+      const writes = await failLedgerWrites(t.app, id);
+      // 4 spent in version 1 and kept unwritten (its writes fail) until after the set of 10 (version 2).
+      expect(await statusesOf(t.app, headers, 4)).toEqual([200, 200, 200, 200]);
+      await eventually(writes.failed);
+      await t.app.db.query('UPDATE credit_balances SET base = 10, spent = 0, version = version + 1 WHERE id = $1', [id]);
+      expect(await t.app.keyNotices.catchUp()).toBe(true);
+      expect(await statusesOf(t.app, headers, 1)).toEqual([200]);
+      await writes.heal();
+      // Written in one batch with the 4 of version 1: of them, only the 1 of version 2 counts.
+      await recorded(t.app, id, 1);
+      expect(await balanceRecord(t.app.db, id)).toMatchObject({ base: 10, spent: 1, version: 2 });
+      expect(await statusesOf(t.app, headers, 10)).toEqual([...Array(9).fill(200), 429]);
+    });
+
+    test('credits.exhausted is told once, when the balance is at 0: not when a dearer request finds fewer units than it costs', async ({
+      t,
+      clock,
+    }) => {
+      const { headers, record } = await knownKey(t.app, clock, { plan: 'pro' });
+      const id = await withBalance(t.app, { quotaId: record.quotaId }, 5);
+      const create = () => t.app.inject({ method: 'POST', url: '/v1/pets', payload: { name: 'Priced', categoryId: 1 }, headers });
+      // 5 - 3 leaves 2: fewer than a create costs, but a read still has them. A create is then refused, a read served.
+      expect((await create()).statusCode).toBe(201);
+      expect((await create()).json().code).toBe('credits_exhausted');
+      expect(await statusesOf(t.app, headers, 3)).toEqual([200, 200, 429]);
+      expect((await create()).statusCode).toBe(429);
+      await eventually(async () => (await exhaustedEvents(t.app, id)).length === 1);
+      // The one event names the balance at 0: it was not told at 2 (nor the once per version spent there).
+      const events = await exhaustedEvents(t.app, id);
+      expect(events.map(({ body }) => JSON.parse(body).data.remaining)).toEqual([0]);
     });
   });
 });
