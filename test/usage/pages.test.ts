@@ -5,6 +5,7 @@ import { adminFixture, type TestAdmin } from '../support/admin.js';
 import { appTest, expect } from '../support/fixtures.js';
 import { bearer } from '../support/keys.js';
 import { DAY, MINUTE, T0 } from '../support/time.js';
+import { csvOf, type UsageRow } from '../support/usage-csv.js';
 
 const HOUR = 60 * MINUTE;
 
@@ -14,14 +15,7 @@ const iso = (time: number) => new Date(time).toISOString();
 /** The operations the seeded rows count: '' is the requests that matched none. */
 const OPERATIONS = ['', 'createPet', 'listPets'];
 
-interface Row {
-  start: string;
-  keyId?: number;
-  operation?: string | null;
-  requests: number;
-  units: number;
-  refused: { rateLimited: number; concurrency: number; credits: number; banned: number };
-}
+type Row = UsageRow;
 
 /** A customer with two keys, and an hour of each key's usage of each operation at each of `hours` (ms): the rows' counts. */
 async function seed(app: FastifyInstance, name: string, hours: number[]) {
@@ -89,25 +83,6 @@ async function walk(admin: TestAdmin, query: string) {
     url = /^<([^>]+)>; rel="next"$/.exec(String(response.headers.link ?? ''))?.[1];
   }
   return { rows, sizes };
-}
-
-/** What the CSV of JSON rows is: a header line, a CRLF-ended line per row; an unmatched operation (null) an empty field. */
-function csvOf(rows: Row[], groupBy?: 'key' | 'operation') {
-  const group = groupBy === 'key' ? 'keyId' : groupBy;
-  const header = [
-    'start',
-    ...(group ? [group] : []),
-    'requests',
-    'units',
-    'refusedRateLimited',
-    'refusedConcurrency',
-    'refusedCredits',
-    'refusedBanned',
-  ];
-  const lines = rows.map(({ start, requests, units, refused: r, ...grouped }) =>
-    [start, ...(group ? [grouped[group] ?? ''] : []), requests, units, r.rateLimited, r.concurrency, r.credits, r.banned].join(','),
-  );
-  return [header.join(','), ...lines].map((line) => `${line}\r\n`).join('');
 }
 
 describe('GET /admin/v1/usage in pages', () => {

@@ -12,6 +12,7 @@ import { portOf } from '../support/http.js';
 import { bearer, keyInFreshWindows } from '../support/keys.js';
 import { openSocket } from '../support/raw-socket.js';
 import { DAY, MINUTE, T0, testClock, type TestClock } from '../support/time.js';
+import { csvOf, type UsageRow } from '../support/usage-csv.js';
 
 const HOUR = 60 * MINUTE;
 
@@ -273,7 +274,7 @@ describe('GET /admin/v1/usage', () => {
       const csv = await usageOf(admin, query, 'text/csv');
       expect(csv.status).toBe(200);
       expect(csv.type).toBe(CSV_TYPE);
-      expect(csv.text, query).toBe(csvOf(rows as Array<Record<string, unknown>>));
+      expect(csv.text, query).toBe(csvOf(rows as UsageRow[]));
     }
     // JSON without an Accept, or when it prefers JSON; CSV when it prefers CSV.
     expect((await usageOf(admin, range)).type).toMatch(/^application\/json/);
@@ -383,32 +384,3 @@ describe('what the record keeps', () => {
     }
   });
 });
-
-/** What the CSV of JSON rows is: a header line, then a line per row, the refused kinds as columns, CRLF after each. */
-function csvOf(rows: Array<Record<string, unknown>>): string {
-  const group = rows[0] && 'keyId' in rows[0] ? 'keyId' : rows[0] && 'operation' in rows[0] ? 'operation' : undefined;
-  const header = [
-    'start',
-    ...(group ? [group] : []),
-    'requests',
-    'units',
-    'refusedRateLimited',
-    'refusedConcurrency',
-    'refusedCredits',
-    'refusedBanned',
-  ];
-  const lines = rows.map((row) => {
-    const r = row.refused as Record<string, number>;
-    return [
-      row.start,
-      ...(group ? [row[group] ?? ''] : []),
-      row.requests,
-      row.units,
-      r.rateLimited,
-      r.concurrency,
-      r.credits,
-      r.banned,
-    ].join(',');
-  });
-  return [header.join(','), ...lines].map((line) => `${line}\r\n`).join('');
-}
