@@ -6,9 +6,8 @@ import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { eventually } from '../support/eventually.js';
 import { cleanupStack, expect, tempDirTest } from '../support/fixtures.js';
-import { freePort } from '../../harness/free-port.js';
 import { bearer, developmentKey } from '../support/keys.js';
-import { spawnDaemon } from '../support/engines/daemon.js';
+import { spawnDaemon, waitFor, withFreshPorts, type Daemon } from '../support/engines/daemon.js';
 import { describeNeeding, NEEDS } from '../support/engines/index.js';
 import { startServer } from '../../harness/processes.js';
 
@@ -30,7 +29,7 @@ const certified = tempDirTest('pets-redis-tls-').extend('certificate', { scope: 
 });
 
 /** A redis-server on a TLS port with AUTH, killed at the fixture's end. */
-function spawnTlsRedis(args: string[], defer: (undo: () => unknown) => void) {
+function spawnTlsRedis(args: string[], defer: (undo: () => unknown) => void): Daemon {
   const server = spawnDaemon(
     'redis-server',
     'redis-server',
@@ -40,99 +39,119 @@ function spawnTlsRedis(args: string[], defer: (undo: () => unknown) => void) {
     },
   );
   defer(() => server.stop('SIGKILL'));
+  return server;
 }
 
 /** A loaded machine takes seconds to start a redis-server and complete TLS handshakes. */
 const START_TIMEOUT_MS = 30_000;
 
-/** A client of one node over TLS, trusting the test's certificate; connected once the node answers. */
-async function tlsClient(port: number, cert: string, defer: (undo: () => unknown) => void, password: string | undefined = PASSWORD) {
-  const client = new Redis({ host: HOST, port, password, tls: { ca: readFileSync(cert) }, lazyConnect: true });
+/**
+ * A client of one node over TLS, trusting the test's certificate; ready once the node answers. It
+ * waits for the client's state, not for a connect() of its own: ioredis retries a refused attempt
+ * by itself, and refuses every connect() made once that retry has succeeded.
+ */
+async function tlsClient(
+  node: { port: number; daemon: Daemon },
+  cert: string,
+  defer: (undo: () => unknown) => void,
+  password: string | undefined = PASSWORD,
+) {
+  const client = new Redis({ host: HOST, port: node.port, password, tls: { ca: readFileSync(cert) }, lazyConnect: true });
   client.on('error', () => {});
   defer(() => client.disconnect());
-  await eventually(
-    () =>
-      client.connect().then(
-        () => true,
-        () => false,
-      ),
-    START_TIMEOUT_MS,
-  );
+  const ready = async () => {
+    if (client.status === 'wait' || client.status === 'end') client.connect().catch(() => {});
+    return client.status === 'ready';
+  };
+  // A node that exited (its port taken meanwhile) fails at once with its output, for withFreshPorts.
+  await waitFor(`${node.daemon.name} on TLS port ${node.port} ready`, ready, { daemons: [node.daemon], timeoutMs: START_TIMEOUT_MS });
   return client;
 }
 
 const test = certified
   .extend('tlsRedis', { scope: 'file' }, async ({ certificate }, { onCleanup }) => {
-    return cleanupStack(onCleanup, async (defer) => {
-      const port = await freePort();
-      spawnTlsRedis([...certificate.tlsArgs, '--tls-port', String(port)], defer);
-      return { port, client: await tlsClient(port, certificate.cert, defer) };
-    });
+    return cleanupStack(onCleanup, (defer) =>
+      withFreshPorts(1, async ([port]) => {
+        const daemon = spawnTlsRedis([...certificate.tlsArgs, '--tls-port', String(port)], defer);
+        return { port: port!, client: await tlsClient({ port: port!, daemon }, certificate.cert, defer) };
+      }),
+    );
   })
   .extend('tlsCluster', { scope: 'file' }, async ({ certificate, dir }, { onCleanup }) => {
-    return cleanupStack(onCleanup, async (defer) => {
-      const ports = [await freePort(), await freePort(), await freePort()];
-      for (const port of ports) {
-        spawnTlsRedis(
-          [
-            ...certificate.tlsArgs,
-            '--tls-port',
-            String(port),
-            '--tls-cluster',
-            'yes',
-            '--tls-ca-cert-file',
-            certificate.cert,
-            '--cluster-enabled',
-            'yes',
-            '--cluster-port',
-            String(await freePort()),
-            '--cluster-config-file',
-            join(dir, `nodes-${port}.conf`),
-            '--masterauth',
-            PASSWORD,
-          ],
-          defer,
+    return cleanupStack(onCleanup, (defer) =>
+      // Each node's client port, then each one's cluster bus port.
+      withFreshPorts(6, async (free) => {
+        const ports = free.slice(0, 3);
+        const daemons = ports.map((port, index) =>
+          spawnTlsRedis(
+            [
+              ...certificate.tlsArgs,
+              '--tls-port',
+              String(port),
+              '--tls-cluster',
+              'yes',
+              '--tls-ca-cert-file',
+              certificate.cert,
+              '--cluster-enabled',
+              'yes',
+              '--cluster-port',
+              String(free[3 + index]),
+              '--cluster-config-file',
+              join(dir, `nodes-${port}.conf`),
+              '--masterauth',
+              PASSWORD,
+            ],
+            defer,
+          ),
         );
-      }
-      const clients = await Promise.all(ports.map((port) => tlsClient(port, certificate.cert, defer)));
-      const nodes = ports.map((port) => `${HOST}:${port}`);
-      const tls = ['--tls', '--cacert', certificate.cert, '-a', PASSWORD, '--no-auth-warning'];
-      execFileSync('redis-cli', [...tls, '--cluster', 'create', ...nodes, '--cluster-replicas', '0', '--cluster-yes'], { stdio: 'ignore' });
-      await eventually(async () => (await clients[0]!.cluster('INFO')).includes('cluster_state:ok'), START_TIMEOUT_MS);
-      return { nodes, clients };
-    });
+        const clients = await Promise.all(
+          ports.map((port, index) => tlsClient({ port, daemon: daemons[index]! }, certificate.cert, defer)),
+        );
+        const nodes = ports.map((port) => `${HOST}:${port}`);
+        const tls = ['--tls', '--cacert', certificate.cert, '-a', PASSWORD, '--no-auth-warning'];
+        execFileSync('redis-cli', [...tls, '--cluster', 'create', ...nodes, '--cluster-replicas', '0', '--cluster-yes'], {
+          stdio: 'ignore',
+        });
+        await eventually(async () => (await clients[0]!.cluster('INFO')).includes('cluster_state:ok'), START_TIMEOUT_MS);
+        return { nodes, clients };
+      }),
+    );
   });
 
 /** A master over TLS with AUTH, and a Sentinel on a TLS port of its own that monitors it over TLS. */
 const withSentinel = test.extend('tlsSentinel', { scope: 'file' }, async ({ certificate, dir }, { onCleanup }) => {
-  return cleanupStack(onCleanup, async (defer) => {
-    const [masterPort, sentinelPort] = [await freePort(), await freePort()];
-    spawnTlsRedis([...certificate.tlsArgs, '--tls-port', String(masterPort), '--tls-ca-cert-file', certificate.cert], defer);
-    const master = await tlsClient(masterPort, certificate.cert, defer);
-    const config = join(dir, 'sentinel.conf');
-    writeFileSync(
-      config,
-      [
-        'port 0',
-        `tls-port ${sentinelPort}`,
-        `tls-cert-file ${certificate.cert}`,
-        `tls-key-file ${certificate.key}`,
-        `tls-ca-cert-file ${certificate.cert}`,
-        'tls-auth-clients no',
-        'tls-replication yes',
-        `bind ${HOST}`,
-        `dir ${dir}`,
-        `sentinel monitor pets ${HOST} ${masterPort} 1`,
-        `sentinel auth-pass pets ${PASSWORD}`,
-        '',
-      ].join('\n'),
-    );
-    const sentinel = spawnDaemon('redis-sentinel', 'redis-server', [config, '--sentinel'], { cwd: dir });
-    defer(() => sentinel.stop('SIGKILL'));
-    const asked = await tlsClient(sentinelPort, certificate.cert, defer, undefined);
-    await eventually(async () => (await asked.call('SENTINEL', 'get-master-addr-by-name', 'pets')) !== null, START_TIMEOUT_MS);
-    return { sentinel: `${HOST}:${sentinelPort}`, master };
-  });
+  return cleanupStack(onCleanup, (defer) =>
+    withFreshPorts(2, async ([masterPort, sentinelPort]) => {
+      const daemon = spawnTlsRedis(
+        [...certificate.tlsArgs, '--tls-port', String(masterPort), '--tls-ca-cert-file', certificate.cert],
+        defer,
+      );
+      const master = await tlsClient({ port: masterPort!, daemon }, certificate.cert, defer);
+      const config = join(dir, 'sentinel.conf');
+      writeFileSync(
+        config,
+        [
+          'port 0',
+          `tls-port ${sentinelPort}`,
+          `tls-cert-file ${certificate.cert}`,
+          `tls-key-file ${certificate.key}`,
+          `tls-ca-cert-file ${certificate.cert}`,
+          'tls-auth-clients no',
+          'tls-replication yes',
+          `bind ${HOST}`,
+          `dir ${dir}`,
+          `sentinel monitor pets ${HOST} ${masterPort} 1`,
+          `sentinel auth-pass pets ${PASSWORD}`,
+          '',
+        ].join('\n'),
+      );
+      const sentinel = spawnDaemon('redis-sentinel', 'redis-server', [config, '--sentinel'], { cwd: dir });
+      defer(() => sentinel.stop('SIGKILL'));
+      const asked = await tlsClient({ port: sentinelPort!, daemon: sentinel }, certificate.cert, defer, undefined);
+      await eventually(async () => (await asked.call('SENTINEL', 'get-master-addr-by-name', 'pets')) !== null, START_TIMEOUT_MS);
+      return { sentinel: `${HOST}:${sentinelPort}`, master };
+    }),
+  );
 });
 
 /** The built server on the embedded database with the given Redis settings; its development key. */
