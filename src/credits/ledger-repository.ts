@@ -2,7 +2,8 @@ import type { Database } from '../platform/db/database.js';
 
 /**
  * The statements of the hot path's record of credits (credit_balances, migrations/016): the
- * record a store seeds a balance from, the spending the instances add in batches, the balances
+ * record a store seeds a balance from, the spending the instances add in batches (or the live
+ * spending of a shared store they follow), the balances
  * the limiter's fallback decides in the record itself while Redis is unreachable, and the
  * once-per-version mark of a balance told exhausted.
  */
@@ -15,6 +16,16 @@ const statements = {
     name: 'credit_balances_add_spent',
     text: `UPDATE credit_balances b SET spent = GREATEST(b.spent + d.n, 0)
            FROM unnest($1::bigint[], $2::int[], $3::bigint[]) AS d(id, version, n)
+           WHERE b.id = d.id AND b.version = d.version`,
+  },
+  // The live spending a shared store (Redis) holds of each balance, in its version: the record
+  // follows it, never below (a unit the fallback spent in the record while Redis was unreachable
+  // stays), less what the writing instance gave back since its last write (a free 304's refund,
+  // which the store's spent already nets). Writes of any instance, in any order, agree.
+  followSpent: {
+    name: 'credit_balances_follow_spent',
+    text: `UPDATE credit_balances b SET spent = GREATEST(b.spent - d.given_back, d.s)
+           FROM unnest($1::bigint[], $2::int[], $3::bigint[], $4::bigint[]) AS d(id, version, s, given_back)
            WHERE b.id = d.id AND b.version = d.version`,
   },
   // Locked in the order of their ids: two requests claiming the same two balances take turns, never deadlock.
@@ -74,6 +85,16 @@ export function createLedgerRepository(db: Database) {
     },
 
     addSpent,
+
+    /** Raises each balance still in the version given to the live spent given, less what was given back (see followSpent). */
+    async followSpent(
+      ids: readonly number[],
+      versions: readonly number[],
+      spent: readonly number[],
+      givenBack: readonly number[],
+    ): Promise<void> {
+      await db.query(statements.followSpent, [ids, versions, spent, givenBack]);
+    },
 
     /**
      * While Redis is unreachable (the limiter's fallback): in one transaction locking the balances,

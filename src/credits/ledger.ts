@@ -1,5 +1,6 @@
 import type { FastifyBaseLogger } from 'fastify';
 import type { CreditRecord, LedgerRepository } from './ledger-repository.js';
+import { LiveFollower, type LiveBalances } from './live-follower.js';
 
 /** How long spending waits in memory at most before it is written: what an instance killed can leave out of the record. */
 export const LEDGER_WRITE_MS = 1_000;
@@ -11,11 +12,12 @@ interface Spending {
 }
 
 /**
- * This instance's part of the record of credits: the units it spent (less those refunded) per
- * balance and version, added up in memory and written to PostgreSQL in one statement at least
- * once a second and at close; a failed write keeps them for the next. The live balance is the
- * store's (Redis, else memory); the record is what a store seeds a balance from when it has none
- * (docs/decisions/credits.md).
+ * This instance's part of the record of credits. On a store of its own (memory): the units it
+ * spent (less those refunded) per balance and version, added up in memory and written to
+ * PostgreSQL in one statement at least once a second and at close; a failed write keeps them for
+ * the next. On a store shared by every instance (Redis): the record follows the store's live
+ * balance (LiveFollower). The live balance is the store's; the record is what a store seeds a
+ * balance from when it has none (docs/decisions/credits.md).
  */
 export class CreditLedger {
   readonly #repository: LedgerRepository;
@@ -26,10 +28,13 @@ export class CreditLedger {
   readonly #timer: NodeJS.Timeout;
   /** The write or seed read under way, if any: one at a time. */
   #busy: Promise<void> | undefined;
+  readonly #follower: LiveFollower | undefined;
 
-  constructor(repository: LedgerRepository, log: FastifyBaseLogger) {
+  /** `live`: the store shared by every instance, whose balances the record follows; none for a store of this instance's own. */
+  constructor(repository: LedgerRepository, log: FastifyBaseLogger, live?: LiveBalances) {
     this.#repository = repository;
     this.#log = log;
+    this.#follower = live && new LiveFollower(live, repository, log);
     this.#timer = setInterval(() => void this.write(), LEDGER_WRITE_MS).unref();
   }
 
@@ -40,6 +45,7 @@ export class CreditLedger {
    * write of this instance under way, so that each unit is in the record or in memory, not both.
    */
   record(id: number, version: number): Promise<CreditRecord> {
+    if (this.#follower) return this.#followedRecord(id, version);
     return this.#alone(async () => {
       const record = (await this.#repository.record(id)) ?? { spent: 0, version };
       const unwritten = this.#pending.get(`${id}:${record.version}`)?.units ?? 0;
@@ -47,8 +53,20 @@ export class CreditLedger {
     });
   }
 
-  /** Adds units spent from a balance in a version (negative: given back), to be written with the next batch. */
-  spend(id: number, version: number, units: number) {
+  async #followedRecord(id: number, version: number) {
+    return this.#follower!.seed(id, (await this.#repository.record(id)) ?? { spent: 0, version });
+  }
+
+  /**
+   * Adds units spent from a balance in a version (negative: given back), kept under `subject`, to
+   * be written with the next batch; `spentAfter`: the live spent the store's decision left, if told.
+   */
+  spend(subject: string, id: number, version: number, units: number, spentAfter?: number) {
+    if (this.#follower) this.#follower.spend(subject, id, version, units, spentAfter);
+    else this.#add(id, version, units);
+  }
+
+  #add(id: number, version: number, units: number) {
     const name = `${id}:${version}`;
     const spending = this.#pending.get(name);
     if (spending) spending.units += units;
@@ -57,6 +75,7 @@ export class CreditLedger {
 
   /** Writes what was spent since the last write, after any write under way; on failure keeps it for the next. */
   write(): Promise<void> {
+    if (this.#follower) return this.#follower.write();
     return this.#alone(async () => {
       const batch = [...this.#pending.values()].filter(({ units }) => units !== 0);
       this.#pending.clear();
@@ -69,7 +88,7 @@ export class CreditLedger {
         )
         .catch((error: unknown) => {
           this.#log.warn({ err: error, balances: batch.length }, 'credits: writing the spending failed; kept for the next write');
-          for (const { id, version, units } of batch) this.spend(id, version, units);
+          for (const { id, version, units } of batch) this.#add(id, version, units);
         });
     });
   }
@@ -105,6 +124,6 @@ export class CreditLedger {
 
   async close() {
     clearInterval(this.#timer);
-    await this.write();
+    await (this.#follower ? this.#follower.close() : this.write());
   }
 }

@@ -18,8 +18,11 @@ export function parseBalanceGone(payload: string) {
 export interface CreditsRecord {
   /** A balance's record (spent, version), to seed a store that holds none of it. */
   record(id: number, version: number): Promise<{ spent: number; version: number }>;
-  /** Units spent from a balance in a version (negative: given back), written in the next batch. */
-  spend(id: number, version: number, units: number): void;
+  /**
+   * Units spent from a balance in a version (negative: given back), kept under `subject`; written in
+   * the next batch. `spentAfter`: what the store had spent of it in all once the decision was made.
+   */
+  spend(subject: string, id: number, version: number, units: number, spentAfter?: number): void;
   /** True for the one instance, of all, that is to tell that the balance ran out in this version. */
   exhaustedOnce(id: number, version: number): Promise<boolean>;
 }
@@ -143,7 +146,10 @@ export function creditsSpending(
      */
     spent(key: ApiKeyIdentity, claims: readonly CreditClaim[], standings: readonly CreditStanding[], cost: number) {
       claims.forEach((claim, i) => {
-        if (!standings[i]!.recorded) record.spend(claim.id, standings[i]!.version, cost);
+        const { recorded, remaining, version } = standings[i]!;
+        // remaining is of the claim's base when the store holds the claim's version.
+        const spentAfter = version === claim.version && remaining !== null ? claim.base - remaining : undefined;
+        if (!recorded) record.spend(claim.subject, claim.id, version, cost, spentAfter);
       });
       exhausted(key, standings);
     },
@@ -153,7 +159,7 @@ export function creditsSpending(
      */
     refunded(claims: readonly CreditClaim[], standings: readonly CreditStanding[], cost: number) {
       claims.forEach((claim, i) => {
-        if (!standings[i]!.recorded) record.spend(claim.id, standings[i]!.version, -cost);
+        if (!standings[i]!.recorded) record.spend(claim.subject, claim.id, standings[i]!.version, -cost);
       });
     },
   };

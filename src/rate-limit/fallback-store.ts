@@ -1,4 +1,5 @@
 import type { FastifyBaseLogger } from 'fastify';
+import type { LiveBalances } from '../credits/live-follower.js';
 import type { Limits } from '../api-keys/plans.js';
 import type { MemoryStore } from './memory-store.js';
 import { OutageCredits } from './outage-credits.js';
@@ -73,6 +74,15 @@ export class FallbackStore implements RateLimitStore {
       credits?.length ? () => this.#credits.decideShared(subject, limits, now, claim, shared, credits) : undefined,
     );
   }
+
+  /** Redis's balances, which the record follows; none while decisions are made in memory (the record is then where balances are spent). */
+  readonly live: LiveBalances = {
+    read: (balances) =>
+      this.degraded
+        ? Promise.reject(new Error('Redis unreachable: the record of credits is where balances are spent'))
+        : this.#redis.live.read(balances),
+    all: () => this.#redis.live.all(),
+  };
 
   /** From both: Redis, where a failure leaves the hash to expire, and this instance's memory. */
   async forgetBalance(subject: string, id: number) {

@@ -79,9 +79,9 @@ export default fp<RateLimitOptions>(
     // The record of credits in PostgreSQL: what this instance spent, written at least once a second and at close;
     // while Redis is unreachable, the balances are decided in it.
     const ledgerRepository = createLedgerRepository(app.db);
-    const store = await chooseStore(app, options, ledgerRepository);
+    const { store, live } = await chooseStore(app, options, ledgerRepository);
     const { concurrency, ipv6Prefix } = options;
-    const ledger = new CreditLedger(ledgerRepository, app.log);
+    const ledger = new CreditLedger(ledgerRepository, app.log, live);
     app.addHook('onClose', () => ledger.close());
     /** What remains of the key's binding balance of credits, seeding the store from the record if it has none. */
     const creditsOf = async (key: ApiKeyIdentity, now: number): Promise<Standing['credits']> => {

@@ -1,6 +1,7 @@
 import { Cluster, type Redis } from 'ioredis';
 import type { Limits } from '../api-keys/plans.js';
-import { creditArgs, creditStandings } from './redis-credits.js';
+import type { LiveBalances } from '../credits/live-follower.js';
+import { creditArgs, CREDIT_KEY_INFIX, creditStandings, globEscape, readLiveBalances, scanLiveBalances } from './redis-credits.js';
 import { ALLOWED, BAN_STARTED, BANNED, BUSY, CREDITS_EXHAUSTED, defineScripts, UNSEEDED, type DecideResult } from './redis-scripts.js';
 import {
   DAY_MS,
@@ -46,9 +47,6 @@ function newReleases(): Releases {
   });
   return { leases: [], sent, sendWith };
 }
-
-/** A literal for a SCAN MATCH pattern, its glob characters escaped. */
-const globEscape = (text: string) => text.replace(/[*?[\]\\]/g, '\\$&');
 
 /** Counters shared by every instance through Redis: one count per subject, however many instances. */
 export class RedisStore implements RateLimitStore {
@@ -119,7 +117,16 @@ export class RedisStore implements RateLimitStore {
   }
 
   /** Where a balance of credits is kept: beside its subject's counters, on their Cluster slot. */
-  #creditKey = (claim: Pick<CreditClaim, 'subject' | 'id'>) => `${this.#base(claim.subject)}:cr:${claim.id}`;
+  #creditKey = (claim: Pick<CreditClaim, 'subject' | 'id'>) => `${this.#base(claim.subject)}${CREDIT_KEY_INFIX}${claim.id}`;
+
+  /** Its balances of credits as they stand, which the record follows: all of them are SCANned on each master. */
+  readonly live: LiveBalances = {
+    read: (balances) => readLiveBalances(this.redis, balances.map(this.#creditKey)),
+    all: () => scanLiveBalances(this.redis, this.#masters(), `${this.#prefix}rl:`),
+  };
+
+  /** Each node that holds keys: every master of a cluster. */
+  #masters = () => (this.redis instanceof Cluster ? this.redis.nodes('master') : [this.redis]);
 
   /** Runs DECIDE for the subject, carrying the releases of its slots queued until now. */
   #decide(
@@ -313,9 +320,8 @@ export class RedisStore implements RateLimitStore {
   async bans(prefix: string, now: number): Promise<Bans> {
     const start = this.#base(prefix).slice(0, -1);
     const match = `${globEscape(start)}*}:ban`;
-    const nodes = this.redis instanceof Cluster ? this.redis.nodes('master') : [this.redis];
     const keys: string[] = [];
-    for (const node of nodes) {
+    for (const node of this.#masters()) {
       for await (const batch of node.scanStream({ match, count: 1000 })) keys.push(...(batch as string[]));
     }
     // One GET each: on a cluster the keys live on many slots.
@@ -354,14 +360,12 @@ export class RedisStore implements RateLimitStore {
   }
 
   /** Drops these balances, so the next request of each seeds it from its record again (see FallbackStore). */
-  async forgetCredits(claims: readonly CreditClaim[]) {
+  async forgetCredits(claims: ReadonlyArray<Pick<CreditClaim, 'subject' | 'id'>>) {
     // One DEL per balance: on a cluster they live on many slots.
     await Promise.all(claims.map((claim) => this.redis.del(this.#creditKey(claim))));
   }
 
-  async forgetBalance(subject: string, id: number) {
-    await this.redis.del(this.#creditKey({ subject, id }));
-  }
+  forgetBalance = (subject: string, id: number) => this.forgetCredits([{ subject, id }]);
 
   async close() {
     clearInterval(this.#renewal);

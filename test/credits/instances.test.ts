@@ -4,7 +4,6 @@ import { startServer, type ServerProcess } from '../../harness/processes.js';
 import { createApiKeysRepository } from '../../src/api-keys/repository.js';
 import { createCustomersRepository } from '../../src/customers/repository.js';
 import { migrate } from '../../src/platform/db/migrate.js';
-import { LEDGER_WRITE_MS } from '../../src/credits/ledger.js';
 import { KEYS_COMMAND } from '../support/admin.js';
 import { balanceRecord, insertBalance } from '../support/credit-balances.js';
 import { createTestDatabase, POSTGRES_URL } from '../support/databases.js';
@@ -24,8 +23,6 @@ const WORKERS = 4;
 /** One client of one server, sending reads with WORKERS in flight and counting what was served. */
 class Spender {
   served = 0;
-  /** When each 200 arrived (ms since the epoch). */
-  readonly servedAt: number[] = [];
 
   constructor(
     readonly server: ServerProcess,
@@ -41,7 +38,6 @@ class Spender {
           const body = (await response.json()) as { code?: string };
           if (response.status === 200) {
             this.served++;
-            this.servedAt.push(Date.now());
           } else if (response.status === 429 && body.code === 'credits_exhausted') return;
           else throw new Error(`${this.server.name} answered ${response.status} ${JSON.stringify(body)}`);
         }
@@ -140,30 +136,23 @@ describe.skipIf(!POSTGRES_URL || !REDIS_URL)('credits across two server processe
     );
   });
 
-  it('a SIGKILL of one server midway: the other goes on, exactly 1,000 served in all; the record is short by at most its last second', async () => {
+  it('a SIGKILL of one server midway: the other goes on, exactly 1,000 served in all; the record converges to all 1,000', async () => {
     const { a, b, total, spent } = await twoServersSpending();
     const probes = await spentByProbes(spent);
     const upTo = (units: number) => () => total() + probes >= units;
     await Promise.all([a.run(upTo(400)), b.run(upTo(400))]);
     const caughtUp = total() + probes;
-    const aCaughtUp = a.served;
     await eventually(async () => (await spent()) === caughtUp);
     // a alone spends 100 more, then is killed at once: every request it sent is answered, its last writes are not all made.
     await a.run(upTo(500));
-    const killedAt = Date.now();
     expect(await a.server.stop('SIGKILL')).toBeNull();
     await b.run(() => false);
     // Redis kept the live balance: what a spent is not handed out again.
     expect(total() + probes).toBe(BALANCE);
-    // b writes what it spent at its close; a wrote at least once a second while it ran.
-    expect(await b.server.stop('SIGTERM')).toBe(0);
-    const recorded = await spent();
-    // A write late by the timer's lateness under load: a quarter second more than its period.
-    const lastSecondOfA = a.servedAt.filter((at) => at > killedAt - LEDGER_WRITE_MS - 250).length;
-    expect(recorded).toBeLessThanOrEqual(BALANCE);
-    expect(BALANCE - recorded).toBeLessThanOrEqual(Math.min(lastSecondOfA, a.served - aCaughtUp));
+    // Finding 5 of issue 54: b follows the live balance, so what a served and never wrote reaches the record.
+    const converged = await eventually(async () => (await spent()) === BALANCE);
     console.log(
-      `credits across a SIGKILL: ${total() + probes} served in all (a ${a.served}, b ${b.served}); recorded ${recorded}, a's last second ${lastSecondOfA}`,
+      `credits across a SIGKILL: ${total() + probes} served in all (a ${a.served}, b ${b.served}); recorded ${BALANCE} ${converged} ms after b's last`,
     );
   });
 });

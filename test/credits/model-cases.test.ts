@@ -4,9 +4,8 @@ import { eventually } from '../support/eventually.js';
 import { bearer, waitForKeyOnApp } from '../support/keys.js';
 import { REDIS_URL } from '../support/redis.js';
 
-// The failures the model-based test of credits (model.test.ts) found and shrank, each a plain test.
-// `it.fails`: a known defect another branch fixes (issue 54, the finding named); flip it to `it`
-// once merged, and take its operation out of KNOWN_DEFECTS_PENDING in model.test.ts.
+// The failures the model-based test of credits (model.test.ts) found and shrank, each a plain test
+// (issue 54, the finding named), failing on the code before its fix.
 
 /** A key known to the instance, then given a balance of its own of `remaining` (so that waiting for the key spent none of it). */
 async function keyWithBalance(service: ModelService, remaining: number) {
@@ -69,24 +68,21 @@ describe('the shrunk failures of the model of credits', () => {
 });
 
 describe.skipIf(!REDIS_URL)('the shrunk failures of the model of credits on Redis (a private server)', () => {
-  // Finding 5: an instance killed before its ledger wrote the unit it served leaves the record at
-  // spent 0 for good, although Redis holds the live balance; a flush then seeds from that record and
-  // the unit is served again.
-  it.fails(
-    'finding 5: balance 1, 1 read served, the instance killed: the record converges to spent 1, and a flush serves no more',
-    async () => {
-      await withService(true, async (service) => {
-        const { id, headers } = await keyWithBalance(service, 1);
-        // The ledger's writes fail from the request on: the instance surely dies with the unit unwritten.
-        await service.failing(['ledger'], async () => {
-          expect(await served(service, headers, 1)).toBe(1);
-          await service.kill();
-        });
-        await eventually(async () => (await recorded(service, id)).spent === 1).catch(() => {});
-        expect(await recorded(service, id)).toEqual({ remaining: 0, spent: 1 });
-        await service.flushRedis();
-        expect(await served(service, headers, 1)).toBe(0);
+  // Finding 5: an instance killed before its ledger wrote the unit it served left the record at
+  // spent 0 for good, although Redis held the live balance; a flush then seeded from that record and
+  // the unit was served again. The next instance follows what Redis holds from its start.
+  it('finding 5: balance 1, 1 read served, the instance killed: the record converges to spent 1, and a flush serves no more', async () => {
+    await withService(true, async (service) => {
+      const { id, headers } = await keyWithBalance(service, 1);
+      // The ledger's writes fail from the request on: the instance surely dies with the unit unwritten.
+      await service.failing(['ledger'], async () => {
+        expect(await served(service, headers, 1)).toBe(1);
+        await service.kill();
       });
-    },
-  );
+      await eventually(async () => (await recorded(service, id)).spent === 1).catch(() => {});
+      expect(await recorded(service, id)).toEqual({ remaining: 0, spent: 1 });
+      await service.flushRedis();
+      expect(await served(service, headers, 1)).toBe(0);
+    });
+  });
 });
