@@ -26,6 +26,8 @@ interface Followed {
   version: number;
   /** The live spent at this instance's last read, if it read it in this version. */
   read: number | undefined;
+  /** Whether a decision told the live spent since the last write: then it is fresh enough not to be read. */
+  told: boolean;
   /** Units this instance spent since that read (since it started following, without one). */
   since: number;
   /** Units this instance gave back (free 304s) and has not written yet. */
@@ -67,13 +69,14 @@ export class LiveFollower {
   spend(subject: string, id: number, version: number, units: number, spentAfter?: number) {
     let followed = this.#followed.get(id);
     if (followed?.version !== version) {
-      followed = { subject, id, version, read: undefined, since: 0, givenBack: 0, written: undefined, touchedAt: 0 };
+      followed = { subject, id, version, read: undefined, told: false, since: 0, givenBack: 0, written: undefined, touchedAt: 0 };
       this.#followed.set(id, followed);
     }
     // A decision answered late may tell less than one made after it: its units are in that one's already.
     if (spentAfter !== undefined && (followed.read === undefined || spentAfter >= followed.read)) {
       followed.read = spentAfter;
       followed.since = 0;
+      followed.told = true;
     } else followed.since += units;
     if (units < 0) followed.givenBack -= units;
     followed.touchedAt = Date.now();
@@ -109,17 +112,22 @@ export class LiveFollower {
   async #readAndWrite() {
     const followed = [...this.#followed.values()];
     if (followed.length === 0) return;
-    const sinceAtRead = followed.map(({ since }) => since);
-    const live = await this.#live.read(followed).catch(() => []);
+    // Balances a decision told of since the last write are not read: only the quiet ones, to hear what others spent.
+    const quiet = followed.filter((each) => !each.told);
+    for (const each of followed) each.told = false;
+    const sinceAtRead = quiet.map(({ since }) => since);
+    const live = await this.#live.read(quiet).catch(() => []);
     const changed: Array<{ followed: Followed; spent: number; givenBack: number }> = [];
-    const targets = followed.map((each, i) => {
+    const newer = new Set<Followed>();
+    quiet.forEach((each, i) => {
       const now = live[i];
+      if (each.told) return; // a decision told a fresher live spent while the read was under way
       if (now?.version === each.version) {
         each.read = now.spent;
         each.since -= sinceAtRead[i]!;
-      } else if (now !== undefined) return undefined; // a newer version: this one's spending is no longer the record's
-      return this.#known(each);
+      } else if (now !== undefined) newer.add(each); // a newer version: this one's spending is no longer the record's
     });
+    const targets = followed.map((each) => (newer.has(each) ? undefined : this.#known(each)));
     followed.forEach((each, i) => {
       const spent = targets[i];
       if (spent !== undefined && (spent !== each.written || each.givenBack !== 0))
