@@ -12,11 +12,9 @@ import { DEFAULT_USAGE_PAGE, UsageQuery, UsageRows } from './admin-schemas.js';
 import { CSV_COUNTS, usageCsv } from './csv.js';
 import { decodeUsageCursor, encodeUsageCursor } from './pages.js';
 import type { Granularity, UsageOwner, UsageRepository } from './repository.js';
+import { DAY_MS, HOUR_MS } from '../platform/time.js';
 
 const USAGE_PATH = '/admin/v1/usage';
-
-const HOUR_MS = 3_600_000;
-const DAY_MS = 86_400_000;
 
 /** The longest range each granularity answers: a year of hours (8,784 buckets at most), ten years of days. */
 const MAX_RANGE_DAYS: Record<Granularity, number> = { hour: 366, day: 3_660 };

@@ -3,6 +3,7 @@ import type { ApiKeyIdentity } from '../api-keys/identity.js';
 import { pruneInBatches } from '../platform/lib/prune-in-batches.js';
 import { WriteBehind } from '../platform/lib/write-behind.js';
 import type { RefusalKind, UsageEntry, UsageRepository } from './repository.js';
+import { DAY_MS, HOUR_MS, MINUTE_MS } from '../platform/time.js';
 
 /** What the record keeps of a request's key: its id, and its customer's (a key's customer never changes). */
 type UsageKey = Pick<ApiKeyIdentity, 'id' | 'customerId'>;
@@ -10,11 +11,9 @@ type UsageKey = Pick<ApiKeyIdentity, 'id' | 'customerId'>;
 /** How often an instance writes what it counted: the record's lag behind the requests. */
 const FLUSH_EVERY_MS = 1_000;
 /** How often, by the app's clock, an instance deletes the hours past the retention. */
-const PRUNE_EVERY_MS = 60_000;
+const PRUNE_EVERY_MS = MINUTE_MS;
 /** Rows one statement deletes at most, so that no prune holds many rows (or the database) for long. */
 const PRUNE_BATCH = 1_000;
-const HOUR_MS = 3_600_000;
-const DAY_MS = 86_400_000;
 
 export interface RecorderOptions {
   /** Days an hour of usage is kept (USAGE_RETENTION_DAYS). */
