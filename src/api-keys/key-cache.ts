@@ -2,6 +2,7 @@ import { Lru } from '../platform/lib/lru.js';
 import { SingleFlight } from '../platform/lib/single-flight.js';
 import type { ApiKeyIdentity } from './identity.js';
 import type { ApiKeysRepository } from './repository.js';
+import { MINUTE_MS } from '../platform/time.js';
 
 /** What changed: the keys of these ids; the keys of a customer (its limits or balance); or, for `*`, any number of keys. */
 export type ApiKeysChange = number[] | { customerId: number } | '*';
@@ -30,7 +31,7 @@ export interface KeyCacheOptions {
  */
 const KNOWN_TTL_MS = 300_000;
 /** How long a hash that matched no usable key is remembered: a repeated wrong key costs one lookup per minute. */
-const UNKNOWN_TTL_MS = 60_000;
+const UNKNOWN_TTL_MS = MINUTE_MS;
 
 interface Entry {
   /** Undefined for a hash that matched no usable key. */

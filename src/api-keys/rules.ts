@@ -1,7 +1,7 @@
 import { recordAudit, type Actor } from '../audit/repository.js';
 import { createCreditsRepository, type CreditsChanged } from '../credits/repository.js';
 import type { CreditsSetting } from '../credits/refill.js';
-import type { Database, Queryable } from '../platform/db/database.js';
+import { atomically, type Database, type Queryable } from '../platform/db/database.js';
 import { RevokedKeyError, RotatedKeyError } from './errors.js';
 import { parseExpiry } from './expiry.js';
 import { DEFAULT_OVERLAP_SECONDS } from './lifecycle.js';
@@ -102,8 +102,6 @@ function settingsAfter(before: ApiKeyRecord, change: ApiKeyChange, costs: Record
  * `costs` are RATE_LIMIT_COSTS: a key's own limits must fit every operation's cost.
  */
 export function createKeyRules(db: Database, keys: ApiKeysRepository, costs: Record<string, number>) {
-  /** Runs a change and its audit entry together: in the caller's transaction, or in one of their own. */
-  const atomically = <T>(tx: Queryable | undefined, work: (target: Queryable) => Promise<T>) => (tx ? work(tx) : db.transaction(work));
   const credits = createCreditsRepository(db);
 
   /** The key for a change, locked; undefined when there is none; a RevokedKeyError or RotatedKeyError when it is revoked or rotated. */
@@ -121,7 +119,7 @@ export function createKeyRules(db: Database, keys: ApiKeysRepository, costs: Rec
      * an operation costs more than its limits, an UnknownCustomerError when its customerId names no customer.
      */
     create: (key: NewApiKey, { tx, actor, credits: setting }: ChangeOptions & { credits?: CreditsSetting } = {}): Promise<IssuedApiKey> =>
-      atomically(tx, async (target) => {
+      atomically(db, tx, async (target) => {
         if (key.limits) checkCostsFit(key.limits, costs);
         const issued = await keys.create(key, { tx: target });
         const changed = setting && (await credits.replace(target, { quotaId: issued.record.quotaId }, setting));

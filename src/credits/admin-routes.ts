@@ -1,6 +1,6 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { recordAudit, type Actor, type ActorOf } from '../audit/repository.js';
-import type { Database, Queryable } from '../platform/db/database.js';
+import { atomically, type Database, type Queryable } from '../platform/db/database.js';
 import { errors } from '../platform/errors.js';
 import { refuseOtherMethods } from '../platform/http/method-not-allowed.js';
 import { Id } from '../platform/schemas/common.js';
@@ -73,10 +73,6 @@ async function decrementLive(
     if (changed.after) return changed;
   }
 }
-
-/** Runs a change in the Idempotency-Key's transaction, or in one of its own. */
-const atomically = <T>(db: Database, tx: Queryable | undefined, work: (target: Queryable) => Promise<T>) =>
-  tx ? work(tx) : db.transaction(work);
 
 /** What tells one operation on credits from the other: whose balance, and how its owner is found and locked. */
 interface CreditsTarget {

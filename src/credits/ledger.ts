@@ -1,4 +1,5 @@
 import type { FastifyBaseLogger } from 'fastify';
+import { WriteBehind } from '../platform/lib/write-behind.js';
 import type { CreditRecord, LedgerRepository } from './ledger-repository.js';
 import { LiveFollower, type LiveBalances } from './live-follower.js';
 
@@ -21,21 +22,37 @@ interface Spending {
  */
 export class CreditLedger {
   readonly #repository: LedgerRepository;
-  readonly #log: FastifyBaseLogger;
-  readonly #pending = new Map<string, Spending>();
+  /** On a store of this instance's own: its spending per balance and version, written behind. */
+  readonly #spending: WriteBehind<Spending> | undefined;
+  /** On a store shared by every instance: the follower of its live balances, and the timer of its writes. */
+  readonly #follower: LiveFollower | undefined;
+  readonly #timer: NodeJS.Timeout | undefined;
   /** The balances and versions this instance has tried to tell exhausted: one mark each is enough. */
   readonly #told = new Set<string>();
-  readonly #timer: NodeJS.Timeout;
-  /** The write or seed read under way, if any: one at a time. */
-  #busy: Promise<void> | undefined;
-  readonly #follower: LiveFollower | undefined;
 
   /** `live`: the store shared by every instance, whose balances the record follows; none for a store of this instance's own. */
   constructor(repository: LedgerRepository, log: FastifyBaseLogger, live?: LiveBalances) {
     this.#repository = repository;
-    this.#log = log;
-    this.#follower = live && new LiveFollower(live, repository, log);
-    this.#timer = setInterval(() => void this.write(), LEDGER_WRITE_MS).unref();
+    if (live) {
+      const follower = new LiveFollower(live, repository, log);
+      this.#follower = follower;
+      this.#timer = setInterval(() => void follower.write(), LEDGER_WRITE_MS).unref();
+      return;
+    }
+    this.#spending = new WriteBehind<Spending>({
+      everyMs: LEDGER_WRITE_MS,
+      write: (batch) =>
+        repository.addSpent(
+          batch.map(({ id }) => id),
+          batch.map(({ version }) => version),
+          batch.map(({ units }) => units),
+        ),
+      merge: (into, from) => (into.units += from.units),
+      worthWriting: ({ units }) => units !== 0,
+      failed: (error, batch) =>
+        log.warn({ err: error, balances: batch.length }, 'credits: writing the spending failed; kept for the next write'),
+    });
+    this.#spending.start();
   }
 
   /**
@@ -45,10 +62,11 @@ export class CreditLedger {
    * write of this instance under way, so that each unit is in the record or in memory, not both.
    */
   record(id: number, version: number): Promise<CreditRecord> {
-    if (this.#follower) return this.#followedRecord(id, version);
-    return this.#alone(async () => {
+    const spending = this.#spending;
+    if (!spending) return this.#followedRecord(id, version);
+    return spending.betweenWrites(async () => {
       const record = (await this.#repository.record(id)) ?? { spent: 0, version };
-      const unwritten = this.#pending.get(`${id}:${record.version}`)?.units ?? 0;
+      const unwritten = spending.unwritten(`${id}:${record.version}`)?.units ?? 0;
       return { ...record, spent: record.spent + unwritten };
     });
   }
@@ -62,50 +80,8 @@ export class CreditLedger {
    * be written with the next batch; `spentAfter`: the live spent the store's decision left, if told.
    */
   spend(subject: string, id: number, version: number, units: number, spentAfter?: number) {
-    if (this.#follower) this.#follower.spend(subject, id, version, units, spentAfter);
-    else this.#add(id, version, units);
-  }
-
-  #add(id: number, version: number, units: number) {
-    const name = `${id}:${version}`;
-    const spending = this.#pending.get(name);
-    if (spending) spending.units += units;
-    else this.#pending.set(name, { id, version, units });
-  }
-
-  /** Writes what was spent since the last write, after any write under way; on failure keeps it for the next. */
-  write(): Promise<void> {
-    if (this.#follower) return this.#follower.write();
-    return this.#alone(async () => {
-      const batch = [...this.#pending.values()].filter(({ units }) => units !== 0);
-      this.#pending.clear();
-      if (batch.length === 0) return;
-      await this.#repository
-        .addSpent(
-          batch.map(({ id }) => id),
-          batch.map(({ version }) => version),
-          batch.map(({ units }) => units),
-        )
-        .catch((error: unknown) => {
-          this.#log.warn({ err: error, balances: batch.length }, 'credits: writing the spending failed; kept for the next write');
-          for (const { id, version, units } of batch) this.#add(id, version, units);
-        });
-    });
-  }
-
-  /** Runs `work` once no write or seed read of this instance is under way, holding off the next until it ends. */
-  async #alone<T>(work: () => Promise<T>): Promise<T> {
-    while (this.#busy) await this.#busy;
-    const running = work();
-    const busy = running.then(
-      () => undefined,
-      () => undefined,
-    );
-    this.#busy = busy;
-    void busy.then(() => {
-      if (this.#busy === busy) this.#busy = undefined;
-    });
-    return running;
+    if (this.#spending) this.#spending.entry(`${id}:${version}`, () => ({ id, version, units: 0 })).units += units;
+    else this.#follower!.spend(subject, id, version, units, spentAfter);
   }
 
   /**
@@ -124,6 +100,6 @@ export class CreditLedger {
 
   async close() {
     clearInterval(this.#timer);
-    await (this.#follower ? this.#follower.close() : this.write());
+    await (this.#spending ? this.#spending.close() : this.#follower!.close());
   }
 }

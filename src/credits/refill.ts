@@ -1,4 +1,5 @@
 import { errors } from '../platform/errors.js';
+import { DAY_MS } from '../platform/time.js';
 
 export const REFILL_INTERVALS = ['day', 'month'] as const;
 export type RefillInterval = (typeof REFILL_INTERVALS)[number];
@@ -13,8 +14,6 @@ export interface Refill {
   /** Monthly only: the day of the month, capped at the month's last day (31 refills on February 28, or 29). */
   dayOfMonth?: number;
 }
-
-const DAY_MS = 86_400_000;
 
 /** The last day of a month (0 for January), in a year: 28 to 31. */
 const daysIn = (year: number, month: number) => new Date(Date.UTC(year, month + 1, 0)).getUTCDate();

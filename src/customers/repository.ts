@@ -3,7 +3,7 @@ import { recordAudit, type Actor } from '../audit/repository.js';
 import { createCreditsRepository, type CreditsChanged } from '../credits/repository.js';
 import type { CreditsSetting } from '../credits/refill.js';
 import type { Credits } from '../credits/schemas.js';
-import type { Database, Queryable } from '../platform/db/database.js';
+import { atomically, type Database, type Queryable } from '../platform/db/database.js';
 import { ExternalIdTakenError } from './errors.js';
 
 /** A customer's own row, as the admin API shows it. */
@@ -104,7 +104,6 @@ const creditsAudit = (changed: CreditsChanged | undefined, side: keyof CreditsCh
  * (the caller's, for an Idempotency-Key, or one of its own).
  */
 export function createCustomersRepository(db: Database) {
-  const atomically = <T>(tx: Queryable | undefined, work: (target: Queryable) => Promise<T>) => (tx ? work(tx) : db.transaction(work));
   const credits = createCreditsRepository(db);
   const withCredits = async (fields: CustomerFields, target: Queryable = db) => (await credits.ofCustomers([fields], target))[0]!;
 
@@ -120,7 +119,7 @@ export function createCustomersRepository(db: Database) {
       actor: Actor,
       tx?: Queryable,
     ): Promise<CustomerRecord> =>
-      atomically(tx, (target) =>
+      atomically(db, tx, (target) =>
         claiming(externalId, async () => {
           const [row] = await target.query<CustomerRow>(statements.insert, [externalId, name, ...limitColumns(limits)]);
           const customer = recordOf(row!);

@@ -9,6 +9,7 @@ import type { IdempotencyKeysRepository, IdempotentOutcome, StoredResponse } fro
 import { ErrorBody } from '../platform/schemas/error.js';
 import { IdempotencyKey, idempotencyKeyOf } from '../platform/schemas/headers.js';
 import { withHeaders, withRequestHeaders, type ResponseSchemas } from '../platform/schemas/responses.js';
+import { MINUTE_MS } from '../platform/time.js';
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -72,7 +73,7 @@ export function documentIdempotency(headers: TSchema | undefined, responses: Res
   };
 }
 
-const PURGE_EVERY_MS = 60_000;
+const PURGE_EVERY_MS = MINUTE_MS;
 const IN_USE_RETRY_SECONDS = 1;
 
 /**

@@ -1,6 +1,7 @@
 import { Readable } from 'node:stream';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
+import Negotiator from 'negotiator';
 import type { ApiKeysRepository } from '../api-keys/repository.js';
 import { dateTimeOf } from '../api-keys/expiry.js';
 import type { CustomersRepository } from '../customers/repository.js';
@@ -12,11 +13,9 @@ import { DEFAULT_USAGE_PAGE, UsageQuery, UsageRows } from './admin-schemas.js';
 import { CSV_COUNTS, usageCsv } from './csv.js';
 import { decodeUsageCursor, encodeUsageCursor } from './pages.js';
 import type { Granularity, UsageOwner, UsageRepository } from './repository.js';
+import { DAY_MS, HOUR_MS } from '../platform/time.js';
 
 const USAGE_PATH = '/admin/v1/usage';
-
-const HOUR_MS = 3_600_000;
-const DAY_MS = 86_400_000;
 
 /** The longest range each granularity answers: a year of hours (8,784 buckets at most), ten years of days. */
 const MAX_RANGE_DAYS: Record<Granularity, number> = { hour: 366, day: 3_660 };
@@ -72,24 +71,12 @@ async function checkExists(owner: UsageOwner, { keys, customers }: AdminUsageOpt
   } else if (!(await keys.get(owner.keyId))) throw errors.badRequest(`querystring/keyId names no key (${owner.keyId})`);
 }
 
-/** The quality an Accept header gives a media type (exactly named, or by a wildcard); 0 when it names neither. */
-function qualityOf(accept: string, type: string): number {
-  let quality = 0;
-  for (const range of accept.split(',')) {
-    const [name, ...parameters] = range.split(';').map((part) => part.trim().toLowerCase());
-    if (name !== type && name !== '*/*' && name !== `${type.split('/')[0]}/*`) continue;
-    const q = parameters.find((parameter) => parameter.startsWith('q='));
-    quality = Math.max(quality, q === undefined ? 1 : Number(q.slice(2)) || 0);
-  }
-  return quality;
-}
-
-/** CSV when Accept names text/csv, and JSON no higher; JSON otherwise (no Accept, or anything else). */
+/**
+ * CSV when Accept prefers it to JSON (by quality, then the most specific range, then the order
+ * named, as negotiator reads RFC 9110); JSON otherwise: no Accept, any type, or neither offered.
+ */
 const wantsCsv = (accept: string | undefined) =>
-  accept !== undefined &&
-  accept.toLowerCase().includes('text/csv') &&
-  qualityOf(accept, 'text/csv') > 0 &&
-  qualityOf(accept, 'text/csv') >= qualityOf(accept, 'application/json');
+  accept !== undefined && new Negotiator({ headers: { accept } }).mediaType(['application/json', CSV_TYPE]) === CSV_TYPE;
 
 /**
  * The usage record of a customer or a key (docs/admin-api.md, "Usage"), hour by hour or day by day,

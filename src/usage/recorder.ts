@@ -1,7 +1,9 @@
 import type { FastifyBaseLogger } from 'fastify';
 import type { ApiKeyIdentity } from '../api-keys/identity.js';
 import { pruneInBatches } from '../platform/lib/prune-in-batches.js';
+import { WriteBehind } from '../platform/lib/write-behind.js';
 import type { RefusalKind, UsageEntry, UsageRepository } from './repository.js';
+import { DAY_MS, HOUR_MS, MINUTE_MS } from '../platform/time.js';
 
 /** What the record keeps of a request's key: its id, and its customer's (a key's customer never changes). */
 type UsageKey = Pick<ApiKeyIdentity, 'id' | 'customerId'>;
@@ -9,11 +11,9 @@ type UsageKey = Pick<ApiKeyIdentity, 'id' | 'customerId'>;
 /** How often an instance writes what it counted: the record's lag behind the requests. */
 const FLUSH_EVERY_MS = 1_000;
 /** How often, by the app's clock, an instance deletes the hours past the retention. */
-const PRUNE_EVERY_MS = 60_000;
+const PRUNE_EVERY_MS = MINUTE_MS;
 /** Rows one statement deletes at most, so that no prune holds many rows (or the database) for long. */
 const PRUNE_BATCH = 1_000;
-const HOUR_MS = 3_600_000;
-const DAY_MS = 86_400_000;
 
 export interface RecorderOptions {
   /** Days an hour of usage is kept (USAGE_RETENTION_DAYS). */
@@ -33,15 +33,14 @@ function addTo(target: UsageEntry, { requests, units, refused }: UsageEntry) {
 /**
  * Counts requests in memory per hour, key and operation, and adds the counts to the record in one
  * statement each FLUSH_EVERY_MS and at stop: instances add up, as each adds only what it counted.
- * One write at a time; a write that fails puts its counts back, for the next one. Beside the
- * writes, once per PRUNE_EVERY_MS of the app's clock, it deletes the hours past the retention.
+ * One write at a time; a write that fails puts its counts back, for the next one (WriteBehind).
+ * Beside the writes, once per PRUNE_EVERY_MS of the app's clock, it deletes the hours past the retention.
  */
 export class UsageRecorder {
   readonly #usage: UsageRepository;
   readonly #options: RecorderOptions;
-  #counts = new Map<string, UsageEntry>();
-  #timer: NodeJS.Timeout | undefined;
-  #flushing: Promise<void> | undefined;
+  readonly #counts: WriteBehind<UsageEntry>;
+  #pruneTimer: NodeJS.Timeout | undefined;
   #pruning: Promise<void> | undefined;
   #nextPruneAt = 0;
   #stopped = false;
@@ -49,14 +48,21 @@ export class UsageRecorder {
   constructor(usage: UsageRepository, options: RecorderOptions) {
     this.#usage = usage;
     this.#options = options;
+    this.#counts = new WriteBehind<UsageEntry>({
+      everyMs: FLUSH_EVERY_MS,
+      write: (entries) => usage.add(entries),
+      merge: addTo,
+      failed: (error, entries) =>
+        options.log.warn(
+          { err: error, entries: entries.length },
+          'usage: writing the usage record failed; its counts are kept for the next write',
+        ),
+    });
   }
 
   start() {
-    this.#timer = setInterval(() => {
-      this.#pruneWhenDue();
-      // A write still under way (a slow database) is not joined by another: the next tick takes both seconds.
-      if (!this.#flushing) void this.flush();
-    }, FLUSH_EVERY_MS).unref();
+    this.#counts.start();
+    this.#pruneTimer = setInterval(() => this.#pruneWhenDue(), FLUSH_EVERY_MS).unref();
   }
 
   /**
@@ -76,59 +82,27 @@ export class UsageRecorder {
 
   /** Writes what was counted until now, after the write under way if there is one. */
   flush(): Promise<void> {
-    const after = this.#flushing ?? Promise.resolve();
-    const flushing = after.then(() => this.#write());
-    this.#flushing = flushing;
-    void flushing.finally(() => {
-      if (this.#flushing === flushing) this.#flushing = undefined;
-    });
-    return flushing;
+    return this.#counts.flush();
   }
 
-  /** Stops the timer and the prune, and writes what is left (the app's close, once no request is in flight). */
+  /** Stops the timers and the prune, and writes what is left (the app's close, once no request is in flight). */
   async stop() {
     this.#stopped = true;
-    clearInterval(this.#timer);
-    await Promise.all([this.#pruning, this.flush()]);
+    clearInterval(this.#pruneTimer);
+    await Promise.all([this.#pruning, this.#counts.close()]);
   }
 
   #entry({ id: keyId, customerId }: UsageKey, operation: string, at: number): UsageEntry {
     const hour = Math.floor(at / HOUR_MS) * HOUR_MS;
-    const id = `${hour} ${keyId} ${operation}`;
-    let entry = this.#counts.get(id);
-    if (!entry) {
-      entry = {
-        hour,
-        keyId,
-        customerId,
-        operation,
-        requests: 0,
-        units: 0,
-        refused: { rateLimited: 0, concurrency: 0, credits: 0, banned: 0 },
-      };
-      this.#counts.set(id, entry);
-    }
-    return entry;
-  }
-
-  async #write() {
-    if (this.#counts.size === 0) return;
-    const batch = this.#counts;
-    this.#counts = new Map();
-    try {
-      await this.#usage.add([...batch.values()]);
-    } catch (error) {
-      // Nothing of the batch was written (one statement): its counts wait for the next write, added to what came since.
-      for (const [id, entry] of batch) {
-        const since = this.#counts.get(id);
-        if (since) addTo(entry, since);
-        this.#counts.set(id, entry);
-      }
-      this.#options.log.warn(
-        { err: error, entries: batch.size },
-        'usage: writing the usage record failed; its counts are kept for the next write',
-      );
-    }
+    return this.#counts.entry(`${hour} ${keyId} ${operation}`, () => ({
+      hour,
+      keyId,
+      customerId,
+      operation,
+      requests: 0,
+      units: 0,
+      refused: { rateLimited: 0, concurrency: 0, credits: 0, banned: 0 },
+    }));
   }
 
   #pruneWhenDue() {

@@ -1,4 +1,5 @@
 import type { Database } from '../platform/db/database.js';
+import { DAY_MS, HOUR_MS } from '../platform/time.js';
 
 /** The kinds of refusal the usage record counts, as the admin API names them. */
 export type RefusalKind = 'rateLimited' | 'concurrency' | 'credits' | 'banned';
@@ -72,7 +73,7 @@ const statements = {
 
 /** UTC days, whatever the session's time zone. */
 const BUCKETS: Record<Granularity, string> = { hour: 'hour', day: `date_bin('1 day', hour, TIMESTAMPTZ '2000-01-01 00:00:00+00')` };
-const BUCKET_MS: Record<Granularity, number> = { hour: 3_600_000, day: 86_400_000 };
+const BUCKET_MS: Record<Granularity, number> = { hour: HOUR_MS, day: DAY_MS };
 const GROUPS: Record<UsageGroup, { column: string; type: string }> = {
   key: { column: 'key_id', type: 'bigint' },
   operation: { column: 'operation', type: 'text' },

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { ApiKeyIdentity } from '../api-keys/identity.js';
 import type { CreditsExhaustedEvent } from '../rate-limit/credits.js';
+import { DAY_MS, MINUTE_MS } from '../platform/time.js';
 
 /** A usage event as its receiver gets it: the body of the POST, the same bytes on every attempt. */
 export interface UsageEvent {
@@ -17,7 +18,7 @@ export interface RecordedEvent {
   dedupeKey: string;
 }
 
-const WINDOW_MS = { minute: 60_000, day: 86_400_000 } as const;
+const WINDOW_MS = { minute: MINUTE_MS, day: DAY_MS } as const;
 
 const newEvent = (type: UsageEvent['type'], now: number, data: Record<string, unknown>): UsageEvent => ({
   id: randomUUID(),

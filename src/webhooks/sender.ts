@@ -2,6 +2,7 @@ import { pruneInBatches } from '../platform/lib/prune-in-batches.js';
 import type { FastifyBaseLogger } from 'fastify';
 import type { ClaimedDelivery, WebhookDeliveriesRepository } from './repository.js';
 import { EVENT_ID_HEADER, SIGNATURE_HEADER, signature } from './signature.js';
+import { DAY_MS, HOUR_MS, MINUTE_MS } from '../platform/time.js';
 
 /** One attempt's bound: the receiver answers within it, or the attempt failed. */
 const ATTEMPT_TIMEOUT_MS = 10_000;
@@ -12,12 +13,11 @@ const POLL_MS = 1_000;
 /** The wait after the first failed attempt; each next one doubles. */
 export const FIRST_RETRY_MS = 5_000;
 /** The longest wait between two attempts. */
-const MAX_RETRY_MS = 3_600_000;
+const MAX_RETRY_MS = HOUR_MS;
 /** How often, by the app's clock, a sender deletes the settled deliveries past their retention. */
-const PRUNE_EVERY_MS = 60_000;
+const PRUNE_EVERY_MS = MINUTE_MS;
 /** Deliveries one statement deletes at most, so that no prune holds many rows (or the database) for long. */
 const PRUNE_BATCH = 500;
-const DAY_MS = 86_400_000;
 
 export interface SenderOptions {
   url: string;

@@ -280,6 +280,9 @@ describe('GET /admin/v1/usage', () => {
     expect((await usageOf(admin, range)).type).toMatch(/^application\/json/);
     expect((await usageOf(admin, range, 'application/json, text/csv;q=0.5')).type).toMatch(/^application\/json/);
     expect((await usageOf(admin, range, 'text/csv, application/json;q=0.9')).type).toBe(CSV_TYPE);
+    // The most specific range sets a type's quality: a wildcard does not undo text/csv;q=0. Parameters of text/csv matching ours are CSV.
+    expect((await usageOf(admin, range, 'text/csv;q=0, */*')).type).toMatch(/^application\/json/);
+    expect((await usageOf(admin, range, 'text/csv; charset=utf-8')).type).toBe(CSV_TYPE);
   });
 
   test('a 400 naming the field for bad input: no owner or both, an unknown one, bounds off the buckets, start not before end, too long a range', async ({

@@ -39,3 +39,7 @@ export interface Database extends Queryable {
   /** Connections of a pool, for metrics and load shedding; the embedded engine has none. */
   poolStats?(): { total: number; idle: number; waiting: number };
 }
+
+/** Runs a change in the caller's transaction (an Idempotency-Key's), or in one of its own. */
+export const atomically = <T>(db: Database, tx: Queryable | undefined, work: (target: Queryable) => Promise<T>): Promise<T> =>
+  tx ? work(tx) : db.transaction(work);

@@ -17,8 +17,9 @@ import { PGlite, type Transaction as PgliteTransaction } from '@electric-sql/pgl
 import type { Database, Queryable, Statement } from './database.js';
 import { DataDirInUseError } from './errors.js';
 import { migrate, migrationsDigest } from './migrate.js';
+import { MINUTE_MS } from '../time.js';
 
-const ANALYZE_EVERY_MS = 60_000;
+const ANALYZE_EVERY_MS = MINUTE_MS;
 
 export interface EmbeddedOptions {
   /**
