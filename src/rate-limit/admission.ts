@@ -26,7 +26,7 @@ import {
   type Shared,
   type SharedAdmission,
   uncounted,
-} from './store.js';
+} from './stores/store.js';
 import { addressSubject, ANONYMOUS, customerSubject, keySubject } from './subjects.js';
 
 /** What a watcher of keys' usage hears (app.rateLimit.watchUsage): the webhooks' usage events. */

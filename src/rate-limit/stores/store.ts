@@ -1,4 +1,4 @@
-import type { Limits } from '../api-keys/plans.js';
+import type { Limits } from '../../api-keys/plans.js';
 
 export const MINUTE_MS = 60_000;
 export const DAY_MS = 86_400_000;

@@ -1,6 +1,6 @@
 import { Cluster, type Redis } from 'ioredis';
-import type { Limits } from '../api-keys/plans.js';
-import type { LiveBalances } from '../credits/live-follower.js';
+import type { Limits } from '../../api-keys/plans.js';
+import type { LiveBalances } from '../../credits/live-follower.js';
 import { creditArgs, CREDIT_KEY_INFIX, creditStandings, globEscape, readLiveBalances, scanLiveBalances } from './redis-credits.js';
 import { ALLOWED, BAN_STARTED, BANNED, BUSY, CREDITS_EXHAUSTED, defineScripts, UNSEEDED, type DecideResult } from './redis-scripts.js';
 import {
