@@ -69,6 +69,9 @@ export interface Slot {
   lease: string;
 }
 
+/** The slot of a claim that takes none of its subject's: a customer's key whose customer's slots alone are limited, or none at all. */
+export const NO_SLOT: Slot = { limit: 0, lease: '' };
+
 /** A request as admit takes it: its cost and bans (as consume's), whether it counts (false: as check would), and its slot. */
 export interface Claim {
   cost: number;
