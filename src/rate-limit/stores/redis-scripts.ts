@@ -1,5 +1,6 @@
 import type { Cluster, Redis } from 'ioredis';
-import { CREDITS_TTL_MS, DAY_MS } from './store.js';
+import { creditArgs } from './redis-credits.js';
+import { CREDITS_TTL_MS, DAY_MS, type CreditClaim } from './store.js';
 
 /**
  * The balances of prepaid credits a request claims (0, 1 or 2), in both decision scripts: each a
@@ -52,170 +53,165 @@ local function spend_credits(first_key, n, cost, standing)
 end
 `;
 
+/** The KEYS of a subject, by name, in the order the decision scripts take them. */
+const SUBJECT_KEYS = ['minute', 'day', 'refusals', 'ban', 'slots'] as const;
+/** DECIDE_SHARED's further KEYS: its customer's. */
+const CUSTOMER_KEYS = ['customerMinute', 'customerDay', 'customerSlots'] as const;
+/** The ARGV both decision scripts take first, by name, in their order. */
+const DECISION_ARGS = [
+  'minuteLimit',
+  'dayLimit',
+  'now',
+  'banThreshold',
+  'banMs',
+  'minuteTtl',
+  'dayTtl',
+  'cost',
+  'bans',
+  'count',
+  'slots',
+  'lease',
+  'leaseMs',
+] as const;
+/** DECIDE_SHARED's further ARGV: its customer's limits and slots. */
+const CUSTOMER_ARGS = ['customerMinuteLimit', 'customerDayLimit', 'customerSlots'] as const;
+
+/** Each name's position, from 1 as Lua counts KEYS and ARGV. */
+const positions = <Name extends string>(names: readonly Name[]) =>
+  Object.fromEntries(names.map((name, i) => [name, i + 1])) as Record<Name, number>;
+/** Where the decision scripts read each of their KEYS and ARGV: the Lua below is written from these, decisionArgs lays them out. */
+const KEY = positions([...SUBJECT_KEYS, ...CUSTOMER_KEYS]);
+const ARG = positions([...DECISION_ARGS, ...CUSTOMER_ARGS]);
+
 /**
  * The whole decision in one atomic round trip: the leases given back, the slot, the ban, both
- * windows, the refusal count. KEYS: minute count, day count, minute refusals, ban, leases (a sorted
- * set of the subject's slots in flight, by expiry). ARGV: per-minute limit, per-day limit, now (ms),
- * ban threshold, ban duration (ms), minute TTL (ms), day TTL (ms), cost (units), bans (1, or 0: no
- * ban holds or starts, and KEYS[3] is the refusals counted apart), count (1, or 0: decides as a
- * check, counting nothing), slots (the limit; 0 takes none), lease, lease length (ms), the number
- * of balances of credits claimed (KEYS from 6, ARGV from 15: see CREDITS), then the leases this
- * instance gives back, expired first.
- * Returns [outcome, minute used, day used, banned until or refusals, slot taken (1 or 0)], then each
- * balance's remaining and version when they were decided: outcome 1 allowed, 0 limited (with the
- * refusals this minute), 2 banned, 3 banned by this request, 4 every slot taken (with the ban's
- * end, if any: a check's standing), 5 a balance has fewer units than the cost, 6 a balance
- * unseeded (5 and 6 count nothing; windows refuse first). The ban holds its end time, so an
- * injected clock works. A slot is taken, the expired leases dropped first, only by a request
- * served: allowed, or limited in shadow mode. A lease given back is expired and dropped with them,
- * not ZREMed: INFO commandstats counts a script's commands too, and its ZREMs then count the
- * releases sent on their own alone (see docs/decisions/redis-one-round-trip.md).
+ * windows, the refusal count; for a customer's key (`customer`, set by DECIDE_SHARED) the
+ * customer's windows and slots with the key's. KEYS (see KEY): minute count, day count, minute
+ * refusals, ban, leases (a sorted set of the subject's slots in flight, by expiry), of
+ * DECIDE_SHARED the customer's minute count, day count and leases, then one per balance of credits claimed. ARGV (see ARG):
+ * per-minute limit, per-day limit, now (ms), ban threshold, ban duration (ms), minute TTL (ms), day
+ * TTL (ms), cost (units), bans (1, or 0: no ban holds or starts, and the refusals are counted
+ * apart), count (1, or 0: decides as a check, counting nothing), slots (the limit; 0 takes none),
+ * lease, lease length (ms), of DECIDE_SHARED the customer's per-minute limit, per-day limit and slots (0: none), the
+ * number of balances claimed and four ARGV each (see CREDITS), the number of leases given back from
+ * the subject's slots, those leases, then those given back from the customer's.
+ * Returns [outcome, minute used, day used, banned until or refusals, slot taken (1 or 0)], then of
+ * DECIDE_SHARED the customer's minute used and day used, then each balance's remaining and version when they were
+ * decided: outcome 1 allowed, 0 limited (with the refusals this minute), 2 banned, 3 banned by this
+ * request, 4 every slot taken (with the ban's end, if any: a check's standing; the fifth 1 when the
+ * customer's were), 5 a balance has fewer units than the cost, 6 a balance unseeded (5 and 6 count
+ * nothing; windows refuse first). Allowed only when both the key and its customer have room,
+ * counted in both or neither; a lease takes both subjects' slots or none. The ban and refusals are
+ * the key's: a refusal by the customer's windows alone counts towards no ban (in shadow mode it is
+ * counted apart, as any). The ban holds its end time, so an injected clock works. A slot is taken,
+ * the expired leases dropped first, only by a request served: allowed, or limited in shadow mode. A
+ * lease given back is expired and dropped with them, not ZREMed: INFO commandstats counts a
+ * script's commands too, and its ZREMs then count the releases sent on their own alone (see
+ * docs/decisions/redis-one-round-trip.md).
  */
-const DECIDE = `${CREDITS}
-local now = tonumber(ARGV[3])
-local bans = ARGV[9] == '1'
-local count = ARGV[10] == '1'
-local slots = tonumber(ARGV[11])
-local credit_count = tonumber(ARGV[14])
-local releases = 15 + 4 * credit_count
-for i = releases, #ARGV do redis.call('ZADD', KEYS[5], 'XX', 0, ARGV[i]) end
-if slots > 0 or #ARGV >= releases then redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now) end
-local ban_end = tonumber(redis.call('GET', KEYS[4]) or '0')
-local minute_used = tonumber(redis.call('GET', KEYS[1]) or '0')
-local day_used = tonumber(redis.call('GET', KEYS[2]) or '0')
+const DECISION = `
+local now = tonumber(ARGV[${ARG.now}])
+local bans = ARGV[${ARG.bans}] == '1'
+local count = ARGV[${ARG.count}] == '1'
+local slots = tonumber(ARGV[${ARG.slots}])
+local cost = tonumber(ARGV[${ARG.cost}])
+local credit_count = tonumber(ARGV[credit_count_at])
+local first_release = credit_count_at + 2 + 4 * credit_count
+local own_releases = first_release - 1 + tonumber(ARGV[first_release - 1])
+local function give_back(key, first, last, limit)
+  for i = first, last do redis.call('ZADD', key, 'XX', 0, ARGV[i]) end
+  if limit > 0 or last >= first then redis.call('ZREMRANGEBYSCORE', key, '-inf', now) end
+end
+give_back(KEYS[${KEY.slots}], first_release, own_releases, slots)
+if customer then give_back(customer.slots, own_releases + 1, #ARGV, customer.slot_limit) end
+local ban_end = tonumber(redis.call('GET', KEYS[${KEY.ban}]) or '0')
+local minute_used = tonumber(redis.call('GET', KEYS[${KEY.minute}]) or '0')
+local day_used = tonumber(redis.call('GET', KEYS[${KEY.day}]) or '0')
+if customer then
+  customer.minute_used = tonumber(redis.call('GET', customer.minute) or '0')
+  customer.day_used = tonumber(redis.call('GET', customer.day) or '0')
+end
 local standing = {}
 local function answer(outcome, last, taken)
   local result = {outcome, minute_used, day_used, last, taken}
-  for i = 1, 2 * credit_count do result[5 + i] = standing[i] end
+  if customer then result[6], result[7] = customer.minute_used, customer.day_used end
+  local credits_at = #result
+  for i = 1, 2 * credit_count do result[credits_at + i] = standing[i] end
   return result
 end
-if slots > 0 and redis.call('ZCARD', KEYS[5]) >= slots then return {4, minute_used, day_used, ban_end, 0} end
-local function take_slot()
-  if slots == 0 then return 0 end
-  redis.call('ZADD', KEYS[5], now + tonumber(ARGV[13]), ARGV[12])
-  redis.call('PEXPIRE', KEYS[5], ARGV[13])
+if customer and customer.slot_limit > 0 and redis.call('ZCARD', customer.slots) >= customer.slot_limit then return answer(4, ban_end, 1) end
+if slots > 0 and redis.call('ZCARD', KEYS[${KEY.slots}]) >= slots then return answer(4, ban_end, 0) end
+local function take_slot(key, limit)
+  if limit <= 0 then return 0 end
+  redis.call('ZADD', key, now + tonumber(ARGV[${ARG.leaseMs}]), ARGV[${ARG.lease}])
+  redis.call('PEXPIRE', key, ARGV[${ARG.leaseMs}])
   return 1
 end
-if (bans or not count) and ban_end > now then
-  return {2, minute_used, day_used, ban_end, 0}
-end
-local cost = tonumber(ARGV[8])
-local room = minute_used + cost <= tonumber(ARGV[1]) and day_used + cost <= tonumber(ARGV[2])
-local credits = 0
-if credit_count > 0 and (room or not bans or not count) then credits, standing = credit_balances(6, 15, credit_count, cost) end
-if credits > 0 and (room or count) then return answer(credits, 0, 0) end
-if room then
-  if count then
-    minute_used = redis.call('INCRBY', KEYS[1], cost)
-    if minute_used == cost then redis.call('PEXPIRE', KEYS[1], ARGV[6]) end
-    day_used = redis.call('INCRBY', KEYS[2], cost)
-    if day_used == cost then redis.call('PEXPIRE', KEYS[2], ARGV[7]) end
-    spend_credits(6, #standing / 2, cost, standing)
-  end
-  return answer(1, 0, take_slot())
-end
-if not count then return answer(0, 0, 0) end
-local refused = redis.call('INCR', KEYS[3])
-if refused == 1 then redis.call('PEXPIRE', KEYS[3], ARGV[6]) end
-if not bans then
-  spend_credits(6, #standing / 2, cost, standing)
-  return answer(0, refused, take_slot())
-end
-if refused > tonumber(ARGV[4]) then
-  local banned_until = now + tonumber(ARGV[5])
-  redis.call('SET', KEYS[4], banned_until, 'PX', tonumber(ARGV[5]) + ${DAY_MS})
-  redis.call('DEL', KEYS[3])
-  return {3, minute_used, day_used, banned_until, 0}
-end
-return {0, minute_used, day_used, refused, 0}
-`;
-
-/**
- * DECIDE for a request of a customer's key: the key's subject (KEYS 1 to 5, as DECIDE's) and its
- * customer's (KEYS 6 to 8: minute count, day count, leases), one hash tag for all (see keySubject).
- * ARGV: DECIDE's first 13 (slots 0: no slot of the key's own), then the customer's per-minute limit,
- * per-day limit and slots (0: none), the number of balances of credits claimed (KEYS from 9, ARGV
- * from 18: see CREDITS), the number of leases given back from the key's slots, those leases, then
- * the leases given back from the customer's. Allowed only when both have room, counted
- * in both or neither; a lease takes both subjects' slots or none. The ban and refusals are the
- * key's: a refusal by the customer's windows alone counts towards no ban (in shadow mode it is
- * counted apart, as any). A script of its own, so that keys without a customer run DECIDE as before.
- * Returns DECIDE's five (for every slot taken, the fifth is 1 when the customer's were), then the
- * customer's minute used and day used, then each balance's remaining and version when decided.
- */
-const DECIDE_SHARED = `${CREDITS}
-local now = tonumber(ARGV[3])
-local bans = ARGV[9] == '1'
-local count = ARGV[10] == '1'
-local slots = tonumber(ARGV[11])
-local shared_slots = tonumber(ARGV[16])
-local credit_count = tonumber(ARGV[17])
-local first_release = 19 + 4 * credit_count
-local own_releases = first_release - 1 + tonumber(ARGV[first_release - 1])
-for i = first_release, own_releases do redis.call('ZADD', KEYS[5], 'XX', 0, ARGV[i]) end
-for i = own_releases + 1, #ARGV do redis.call('ZADD', KEYS[8], 'XX', 0, ARGV[i]) end
-if slots > 0 or own_releases >= first_release then redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now) end
-if shared_slots > 0 or #ARGV > own_releases then redis.call('ZREMRANGEBYSCORE', KEYS[8], '-inf', now) end
-local ban_end = tonumber(redis.call('GET', KEYS[4]) or '0')
-local minute_used = tonumber(redis.call('GET', KEYS[1]) or '0')
-local day_used = tonumber(redis.call('GET', KEYS[2]) or '0')
-local shared_minute = tonumber(redis.call('GET', KEYS[6]) or '0')
-local shared_day = tonumber(redis.call('GET', KEYS[7]) or '0')
-local standing = {}
-local function answer(outcome, last, taken)
-  local result = {outcome, minute_used, day_used, last, taken, shared_minute, shared_day}
-  for i = 1, 2 * credit_count do result[7 + i] = standing[i] end
-  return result
-end
-if shared_slots > 0 and redis.call('ZCARD', KEYS[8]) >= shared_slots then return answer(4, ban_end, 1) end
-if slots > 0 and redis.call('ZCARD', KEYS[5]) >= slots then return answer(4, ban_end, 0) end
 local function take_slots()
-  for _, taken in ipairs({{5, slots}, {8, shared_slots}}) do
-    if taken[2] > 0 then
-      redis.call('ZADD', KEYS[taken[1]], now + tonumber(ARGV[13]), ARGV[12])
-      redis.call('PEXPIRE', KEYS[taken[1]], ARGV[13])
-    end
-  end
-  return (slots > 0 or shared_slots > 0) and 1 or 0
+  local taken = take_slot(KEYS[${KEY.slots}], slots)
+  if customer and take_slot(customer.slots, customer.slot_limit) == 1 then taken = 1 end
+  return taken
 end
 if (bans or not count) and ban_end > now then return answer(2, ban_end, 0) end
-local cost = tonumber(ARGV[8])
-local own_room = minute_used + cost <= tonumber(ARGV[1]) and day_used + cost <= tonumber(ARGV[2])
-local room = own_room and shared_minute + cost <= tonumber(ARGV[14]) and shared_day + cost <= tonumber(ARGV[15])
+local own_room = minute_used + cost <= tonumber(ARGV[${ARG.minuteLimit}]) and day_used + cost <= tonumber(ARGV[${ARG.dayLimit}])
+local room = own_room and (not customer or (customer.minute_used + cost <= customer.minute_limit and customer.day_used + cost <= customer.day_limit))
 local credits = 0
-if credit_count > 0 and (room or not bans or not count) then credits, standing = credit_balances(9, 18, credit_count, cost) end
+if credit_count > 0 and (room or not bans or not count) then
+  credits, standing = credit_balances(first_credit_key, credit_count_at + 1, credit_count, cost)
+end
 if credits > 0 and (room or count) then return answer(credits, 0, 0) end
+local function add(key, ttl)
+  local used = redis.call('INCRBY', key, cost)
+  if used == cost then redis.call('PEXPIRE', key, ttl) end
+  return used
+end
 if room then
   if count then
-    local function add(key, ttl)
-      local used = redis.call('INCRBY', key, cost)
-      if used == cost then redis.call('PEXPIRE', key, ttl) end
-      return used
+    minute_used = add(KEYS[${KEY.minute}], ARGV[${ARG.minuteTtl}])
+    day_used = add(KEYS[${KEY.day}], ARGV[${ARG.dayTtl}])
+    if customer then
+      customer.minute_used = add(customer.minute, ARGV[${ARG.minuteTtl}])
+      customer.day_used = add(customer.day, ARGV[${ARG.dayTtl}])
     end
-    minute_used = add(KEYS[1], ARGV[6])
-    day_used = add(KEYS[2], ARGV[7])
-    shared_minute = add(KEYS[6], ARGV[6])
-    shared_day = add(KEYS[7], ARGV[7])
-    spend_credits(9, #standing / 2, cost, standing)
+    spend_credits(first_credit_key, #standing / 2, cost, standing)
   end
   return answer(1, 0, take_slots())
 end
 if not count then return answer(0, 0, 0) end
-if own_room and bans then return answer(0, tonumber(redis.call('GET', KEYS[3]) or '0'), 0) end
-local refused = redis.call('INCR', KEYS[3])
-if refused == 1 then redis.call('PEXPIRE', KEYS[3], ARGV[6]) end
+if own_room and bans then return answer(0, tonumber(redis.call('GET', KEYS[${KEY.refusals}]) or '0'), 0) end
+local refused = redis.call('INCR', KEYS[${KEY.refusals}])
+if refused == 1 then redis.call('PEXPIRE', KEYS[${KEY.refusals}], ARGV[${ARG.minuteTtl}]) end
 if not bans then
-  spend_credits(9, #standing / 2, cost, standing)
+  spend_credits(first_credit_key, #standing / 2, cost, standing)
   return answer(0, refused, take_slots())
 end
-if refused > tonumber(ARGV[4]) then
-  local banned_until = now + tonumber(ARGV[5])
-  redis.call('SET', KEYS[4], banned_until, 'PX', tonumber(ARGV[5]) + ${DAY_MS})
-  redis.call('DEL', KEYS[3])
+if refused > tonumber(ARGV[${ARG.banThreshold}]) then
+  local banned_until = now + tonumber(ARGV[${ARG.banMs}])
+  redis.call('SET', KEYS[${KEY.ban}], banned_until, 'PX', tonumber(ARGV[${ARG.banMs}]) + ${DAY_MS})
+  redis.call('DEL', KEYS[${KEY.refusals}])
   return answer(3, banned_until, 0)
 end
 return answer(0, refused, 0)
 `;
+
+/** DECISION for a subject alone: its balances' KEYS and ARGV follow its own, and it has no customer. */
+const DECIDE = `${CREDITS}
+local first_credit_key, credit_count_at = ${KEY.slots + 1}, ${ARG.leaseMs + 1}
+local customer = false
+${DECISION}`;
+
+/**
+ * DECISION for a request of a customer's key, its customer's KEYS and ARGV after the key's (one
+ * hash tag for all: see keySubject). A script of its own, so that keys without a customer pass none.
+ */
+const DECIDE_SHARED = `${CREDITS}
+local first_credit_key, credit_count_at = ${KEY.customerSlots + 1}, ${ARG.customerSlots + 1}
+local customer = {
+  minute = KEYS[${KEY.customerMinute}], day = KEYS[${KEY.customerDay}], slots = KEYS[${KEY.customerSlots}],
+  minute_limit = tonumber(ARGV[${ARG.customerMinuteLimit}]), day_limit = tonumber(ARGV[${ARG.customerDayLimit}]),
+  slot_limit = tonumber(ARGV[${ARG.customerSlots}]),
+}
+${DECISION}`;
 
 /**
  * Takes a request's cost (ARGV[1]) back from each count (KEYS: minute, day, and a customer's minute
@@ -240,7 +236,7 @@ declare module 'ioredis' {
   interface RedisCommander {
     decideRateLimit(...args: Array<string | number>): Promise<DecideResult>;
     decideSharedRateLimit(...args: Array<string | number>): Promise<DecideSharedResult>;
-    /** KEYS and ARGV as REFUND takes them, after the number of KEYS. */
+    /** KEYS and ARGV as REFUND takes them, after the number of KEYS (scriptArgs). */
     refundRateLimit(...args: Array<string | number>): Promise<null>;
   }
 }
@@ -250,6 +246,44 @@ export type DecideResult = [number, number, number, number, number, ...Array<num
 
 /** DECIDE_SHARED's answer: DECIDE's five, then the customer's minute used and day used, then the balances as DECIDE's. */
 export type DecideSharedResult = [number, number, number, number, number, number, number, ...Array<number | null>];
+
+/** Where the balances' standings start in DECIDE's answer, and in DECIDE_SHARED's (from 0). */
+export const DECIDE_CREDITS_AT = 5;
+export const DECIDE_SHARED_CREDITS_AT = 7;
+
+type Named<Names extends readonly string[], Value> = Record<Names[number], Value>;
+
+/** A decision as its script takes it: each of its KEYS and ARGV by name (see KEY and ARG), then the lists that follow them. */
+export interface DecisionCall {
+  keys: Named<typeof SUBJECT_KEYS, string>;
+  args: Named<typeof DECISION_ARGS, string | number>;
+  /** A customer's key's: its customer's KEYS and ARGV, for DECIDE_SHARED. */
+  customer?: { keys: Named<typeof CUSTOMER_KEYS, string>; args: Named<typeof CUSTOMER_ARGS, number> };
+  /** The balances claimed (see CREDITS), and the key each is kept at. */
+  credits: readonly CreditClaim[];
+  creditKeys: readonly string[];
+  /** The leases given back from the subject's slots, then from its customer's. */
+  releases: readonly string[];
+  customerReleases: readonly string[];
+}
+
+/** A script's call as ioredis takes it: the number of KEYS, the KEYS, then the ARGV. */
+export const scriptArgs = (keys: readonly string[], args: ReadonlyArray<string | number>): Array<string | number> => [
+  keys.length,
+  ...keys,
+  ...args,
+];
+
+/** DECIDE's call (DECIDE_SHARED's, with a customer): its KEYS and ARGV each at its position, then the balances and the leases. */
+export function decisionArgs({ keys, args, customer, credits, creditKeys, releases, customerReleases }: DecisionCall) {
+  const named: string[] = SUBJECT_KEYS.map((name) => keys[name]);
+  const values: Array<string | number> = DECISION_ARGS.map((name) => args[name]);
+  if (customer) {
+    named.push(...CUSTOMER_KEYS.map((name) => customer.keys[name]));
+    values.push(...CUSTOMER_ARGS.map((name) => customer.args[name]));
+  }
+  return scriptArgs([...named, ...creditKeys], [...values, ...creditArgs(credits), releases.length, ...releases, ...customerReleases]);
+}
 
 /** DECIDE's first result: 0 when limited, else one of these (BAN_STARTED: banned by this very request; BUSY: every slot taken). */
 export const ALLOWED = 1;
@@ -261,8 +295,8 @@ export const UNSEEDED = 6;
 
 /**
  * Makes the scripts commands of the client: decideRateLimit, decideSharedRateLimit and
- * refundRateLimit, each called with its number of KEYS first (a request's balances of credits add
- * KEYS of their own).
+ * refundRateLimit, each called with its number of KEYS first (scriptArgs; a request's balances of
+ * credits add KEYS of their own).
  */
 export function defineScripts(redis: Redis | Cluster) {
   redis.defineCommand('decideRateLimit', { lua: DECIDE });
