@@ -14,7 +14,7 @@ import adminCustomers from '../customers/admin-routes.js';
 import { adminCustomerCredits, adminKeyCredits, type AdminCreditsOptions } from '../credits/admin-routes.js';
 import { createCreditsRepository } from '../credits/repository.js';
 import { createCustomersRepository } from '../customers/repository.js';
-import { adminAddressBans, adminKeyUsage } from '../rate-limit/admin-routes.js';
+import { adminAddressBans, adminKeyUsage } from '../rate-limit/admin/admin-routes.js';
 import adminWebhookDeliveries from '../webhooks/admin-routes.js';
 import adminAudit from '../audit/admin-routes.js';
 import adminUsage from '../usage/admin-routes.js';

@@ -1,7 +1,7 @@
 import { errors, secondsUntil, type ApiError } from '../platform/errors.js';
 import type { Limits } from '../api-keys/plans.js';
 import { clientOf } from '../rate-limit/address.js';
-import { MemoryStore } from '../rate-limit/memory-store.js';
+import { MemoryStore } from '../rate-limit/stores/memory-store.js';
 
 /**
  * Keys an instance has not seen are looked up in the database at most this often per address, so

@@ -2,7 +2,7 @@ import type { TSchema } from '@sinclair/typebox';
 import { Value } from '@sinclair/typebox/value';
 import { invalidSetting } from '../platform/config/errors.js';
 import { addressesOf, databaseReplicaUrls, defaultBaseUrl } from '../platform/config/parsers.js';
-import { redisSettings, type RedisCredentials, type RedisTarget } from '../rate-limit/redis-settings.js';
+import { redisSettings, type RedisCredentials, type RedisTarget } from '../rate-limit/stores/redis-settings.js';
 import { rateLimitSettings } from '../rate-limit/settings.js';
 import { webhookSettings, type WebhookSettings } from '../webhooks/settings.js';
 import { ConfigSchema, type Settings } from './schema.js';

@@ -5,7 +5,7 @@ import { petsCache } from '../pets/settings.js';
 import { database, databasePool } from '../platform/config/settings/database.js';
 import { adminListener, connections, listener, proxies, publicBaseUrl, shutdownAndLoadShedding } from '../platform/config/settings/http.js';
 import { logs, metrics, tracing } from '../platform/config/settings/observability.js';
-import { redis } from '../rate-limit/redis-settings.js';
+import { redis } from '../rate-limit/stores/redis-settings.js';
 import { rateLimits } from '../rate-limit/settings.js';
 import { usage } from '../usage/settings.js';
 import { webhooks } from '../webhooks/settings.js';

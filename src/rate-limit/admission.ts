@@ -18,6 +18,7 @@ import { setHeaders } from './headers.js';
 import type { RateLimitMetrics, RateLimitOutcome } from './metrics.js';
 import {
   lesserWindows,
+  NO_SLOT,
   served,
   type Admission,
   type CreditClaim,
@@ -25,8 +26,10 @@ import {
   type RateLimitStore,
   type Shared,
   type SharedAdmission,
-  uncounted,
-} from './store.js';
+  type Slot,
+  type WindowUsage,
+} from './stores/store.js';
+import { CHARGE, createSettle, SETTLED, SLOT, slotKeeper, type Charged } from './settle.js';
 import { addressSubject, ANONYMOUS, customerSubject, keySubject } from './subjects.js';
 
 /** What a watcher of keys' usage hears (app.rateLimit.watchUsage): the webhooks' usage events. */
@@ -41,6 +44,14 @@ export interface UsageWatcher {
    * left it none, or was refused for it. Once per balance and version across all instances.
    */
   creditsExhausted?(event: CreditsExhaustedEvent): void;
+}
+
+/** Who a request is, as admit takes it: its key (none: its address counts), when, whether it is sure to be free, its operation's cost. */
+export interface Caller {
+  key: ApiKeyIdentity | undefined;
+  now: number;
+  free: boolean;
+  cost: number;
 }
 
 /** The limiter's hot path: each request of the /v1 pipeline admitted, then settled. */
@@ -58,11 +69,7 @@ export interface RequestAdmission {
    * address, whose requests never reach an operation, spends 1. The slot is given back by settle,
    * or when the connection closes first (before admit too: a client gone during the key lookup).
    */
-  admit(
-    request: FastifyRequest,
-    reply: FastifyReply,
-    caller: { key: ApiKeyIdentity | undefined; now: number; free: boolean; cost: number },
-  ): Promise<void>;
+  admit(request: FastifyRequest, reply: FastifyReply, caller: Caller): Promise<void>;
   /**
    * Once answered: takes back a counted request that turned out free, or counts an uncounted one
    * that did not, and gives back the request's slot of its key's concurrency limit. The response
@@ -86,39 +93,6 @@ export interface AdmissionSettings {
   /** Callers without a key count per IPv6 network of this many leading bits (see clientOf). */
   ipv6Prefix: number;
 }
-
-interface Charge {
-  subject: string;
-  limits: Limits;
-  /** The customer's side of a customer's key with limits, decided with the key's (no slots: settle takes none). */
-  shared: Shared | undefined;
-  decision: Decision;
-  /** The units the request spends in both windows. */
-  cost: number;
-  now: number;
-  /** False for a request admitted uncounted, as a sure free revalidation. */
-  counted: boolean;
-  /** Whether its refusals count towards a ban: false in shadow mode. */
-  bans: boolean;
-  /** The balances of credits it was decided against, as claimed of the store. */
-  credits: readonly CreditClaim[] | undefined;
-}
-
-/** A request decided and with nothing left to settle: refused, or settled already. */
-const SETTLED = 0;
-
-/**
- * Where a request's charge waits for settle(), unset while the limiter has not decided it: a
- * request decoration that only this module can name. Set on every request, it is cheaper than a
- * WeakMap entry.
- */
-const CHARGE = Symbol('rateLimitCharge');
-/** Where a request that holds a slot of its key's concurrency limit keeps the way to give it back: as CHARGE, this module's alone. */
-const SLOT = Symbol('rateLimitSlot');
-type Charged = FastifyRequest & { [CHARGE]?: Charge | typeof SETTLED; [SLOT]?: () => Promise<unknown> };
-
-/** The claim's slot of a request that takes none of the key's: a customer's key whose customer's slots alone are limited, or none at all. */
-const NO_SLOT = { limit: 0, lease: '' };
 
 /** The customer's side of a request of one of its keys: a slot of its concurrency limit only for an operation that takes one (costs above 0). */
 const sharedOf = (key: ApiKeyIdentity, limits: CustomerLimits, operationCost: number): Shared => ({
@@ -155,133 +129,229 @@ export async function keyStanding(store: RateLimitStore, key: ApiKeyIdentity, no
 export const concurrencyLimit = (key: ApiKeyIdentity, concurrency: Record<string, number>): number | undefined =>
   key.concurrency ?? concurrency[key.plan];
 
-/** Gives the slot a request holds back once its answer is about to leave (settle) or its connection closes, whichever comes first. */
-const slotKeeper =
-  (app: FastifyInstance, store: RateLimitStore) =>
-  (request: FastifyRequest, reply: FastifyReply, lease: string, subject: string, shared: string | undefined) => {
-    let released: Promise<unknown> | undefined;
-    const release = () =>
-      (released ??= (
-        shared === undefined ? store.release(subject, lease) : Promise.all([store.release(subject, lease), store.release(shared, lease)])
-      ).catch((error: unknown) => app.log.warn({ err: error }, 'rate limiting: releasing a slot failed')));
-    // A connection that closed before now (while the key was looked up, or Redis answered) has
-    // emitted its 'close' already: its slot is given back at once.
-    if (reply.raw.destroyed) return void release();
-    reply.raw.once('close', () => void release());
-    (request as Charged)[SLOT] = release;
-  };
+/** What admit's steps share: the store and the settings, the record, and whom they tell (metrics, watchers, the credits' spending). */
+interface Admitting {
+  store: RateLimitStore;
+  settings: AdmissionSettings;
+  metrics: RateLimitMetrics;
+  record: CreditsRecord;
+  watchers: UsageWatcher[];
+  credits: CreditsSpending;
+  keepSlot: ReturnType<typeof slotKeeper>;
+  /** A lease no other request, of any instance, holds. */
+  nextLease: () => string;
+}
+
+/** What a request is decided on: its subject (its key's, else its client's), limits and cost, its customer's side, its slot, its balances. */
+interface Terms {
+  key: ApiKeyIdentity | undefined;
+  /** The client an address counts as (see clientOf), for a request without a key. */
+  client: string | undefined;
+  subject: string;
+  limits: Limits;
+  /** The units it spends: its operation's cost for a key, 1 for an address. */
+  cost: number;
+  now: number;
+  /** Served past its limits, its refusals counted as would-be ones (RATE_LIMIT_SHADOW_PLANS, or a key that enforces none). */
+  shadow: boolean;
+  shared: Shared | undefined;
+  /** The key's own concurrency limit; undefined for none. */
+  limit: number | undefined;
+  slot: Slot | undefined;
+  credits: CreditClaim[] | undefined;
+}
+
+/** A request as the store decided it: counted or only checked, and of a customer's key its own windows (for the crossings). */
+interface Decided {
+  decision: Admission;
+  counted: boolean;
+  own: Decision | undefined;
+}
 
 /** Admits and settles the requests of the context whose pipeline calls them, deciding them in `store`. */
 export function createAdmission(
   app: FastifyInstance,
   store: RateLimitStore,
-  { decisions, shadowRefusals }: RateLimitMetrics,
-  { shadowPlans, concurrency, ipv6Prefix }: AdmissionSettings,
+  metrics: RateLimitMetrics,
+  settings: AdmissionSettings,
   record: CreditsRecord,
 ): RequestAdmission {
   app.decorateRequest(CHARGE, undefined);
   app.decorateRequest(SLOT, undefined);
-  /** Counts the decision, and names it on the request's span. */
-  const decided = (request: FastifyRequest, outcome: RateLimitOutcome) => {
-    decisions.inc({ outcome });
-    annotateRequestSpan(request, { rateLimitOutcome: outcome });
-  };
   /** Leases name their instance, so that no two instances' leases on one Redis are the same. */
   const leasePrefix = randomBytes(6).toString('hex');
   let leases = 0;
-
-  const keepSlot = slotKeeper(app, store);
   const watchers: UsageWatcher[] = [];
   const credits = creditsSpending(app, record, watchers);
+  const keepSlot = slotKeeper(app, store);
+  const admitting: Admitting = {
+    store,
+    settings,
+    metrics,
+    record,
+    watchers,
+    credits,
+    keepSlot,
+    nextLease: () => `${leasePrefix}:${++leases}`,
+  };
 
   return {
     watchUsage: (watcher) => void watchers.push(watcher),
 
-    async admit(request, reply, { key, now, free, cost: operationCost }) {
-      const shadow = key !== undefined && (!key.enforceLimits || shadowPlans.has(key.plan));
-      // Dearer than a window of the key (limits stored before RATE_LIMIT_COSTS rose): no wait would let it through.
-      if (key && !shadow && !free && operationCost > Math.min(key.perMinute, key.perDay)) {
-        decided(request, 'cost_exceeds_limit');
-        const [limit, window] = operationCost > key.perMinute ? [key.perMinute, 'minute' as const] : [key.perDay, 'day' as const];
-        throw errors.costExceedsLimit(operationCost, limit, window);
-      }
-      const client = key ? undefined : clientOf(request.ip, ipv6Prefix);
-      const subject = client === undefined ? keySubject(key!) : addressSubject(client);
-      const limits = key ?? ANONYMOUS;
-      const cost = key ? operationCost : 1;
-      // A customer's limits bind its keys together: decided with the key's, in the same store call.
-      const shared = key?.customerLimits ? sharedOf(key, key.customerLimits, operationCost) : undefined;
-      const limit = key && operationCost > 0 ? concurrencyLimit(key, concurrency) : undefined;
-      // With a concurrency limit, the slot and the windows are decided together: one round trip to Redis.
-      const slot = limit === undefined && !shared?.slots ? undefined : { limit: limit ?? 0, lease: `${leasePrefix}:${++leases}` };
-      // Its balances of credits, decided with the windows in the same store call (none for an operation that costs nothing).
-      const claims = key && cost > 0 ? creditClaims(key) : undefined;
-      let own: Decision | undefined;
-      const decideClaiming = (count: boolean, credits: readonly CreditClaim[] | undefined): Promise<Admission> => {
-        const claim = { cost, bans: !shadow, count, slot: slot ?? NO_SLOT, credits };
-        if (shared) {
-          return store
-            .decideShared(subject, limits, now, claim, shared)
-            .then((decided) => bound(decided, (ownDecision) => (own = ownDecision)));
-        }
-        if (slot) return store.admit(subject, limits, now, claim);
-        return count ? store.consume(subject, limits, now, cost, !shadow, credits) : store.check(subject, limits, now, cost, credits);
-      };
-      const decide = (count: boolean) => decideSeeded((credits) => decideClaiming(count, credits), claims, record);
-      const checked = free || cost === 0 ? await decide(false) : undefined;
-      const decision = checked?.outcome === 'allowed' || checked?.outcome === 'busy' ? checked : await decide(true);
-      if (decision.outcome === 'busy') {
-        (request as Charged)[CHARGE] = SETTLED;
-        setHeaders(reply, decision.standing, now);
-        decided(request, 'concurrency_limited');
-        if (decision.customerBusy) throw errors.concurrencyLimited(key!.customerLimits!.concurrency!, "This API key's customer");
-        throw errors.concurrencyLimited(limit!);
-      }
-      // Refused for credits: nothing was counted, no window, no refusal, no slot.
-      if (decision.outcome === 'credits_exhausted' || decision.outcome === 'unseeded') {
-        (request as Charged)[CHARGE] = SETTLED;
-        setHeaders(reply, decision, now, cost);
-        decided(request, 'credits_exhausted');
-        credits.exhausted(key!, decision.credits!);
-        throw creditsRefusal(key!, decision.credits!, cost, now);
-      }
-      const counted = decision !== checked;
-      if (counted && decision.credits && (decision.outcome === 'allowed' || shadow)) credits.spent(key!, claims!, decision.credits, cost);
-      if (slot && served(decision, counted, !shadow)) keepSlot(request, reply, slot.lease, subject, shared?.subject);
-      const binding = setHeaders(reply, decision, now, cost);
-      decided(request, decision.outcome);
-      switch (decision.outcome) {
-        case 'allowed':
-          (request as Charged)[CHARGE] = { subject, limits, shared, decision, cost, now, counted, bans: !shadow, credits: claims };
-          if (key && watchers.length > 0 && counted) reportCrossings(watchers, key, own ?? decision, cost);
-          return;
-        case 'banned': {
-          (request as Charged)[CHARGE] = SETTLED;
-          const until = new Date(decision.bannedUntil).toISOString();
-          if (decision.banStarted) {
-            request.log.warn({ keyId: key?.id, address: client, until }, 'rate limit ban');
-            if (key) for (const watcher of watchers) watcher.banned({ key, bannedUntil: decision.bannedUntil });
-          }
-          throw errors.banned(until, secondsUntil(decision.bannedUntil - now));
-        }
-        case 'limited':
-          (request as Charged)[CHARGE] = SETTLED;
-          if (shadow) {
-            shadowRefusals.inc({ plan: key.plan });
-            const window = binding === decision.day ? 'day' : 'minute';
-            // The first of the minute, on whichever instance: the store counts them.
-            if (decision.refusals === 1) request.log.warn({ keyId: key.id, plan: key.plan, window, cost }, 'rate limit shadow refusal');
-            return;
-          }
-          throw errors.rateLimited(binding.limit, binding === decision.day ? 'day' : 'minute', secondsUntil(binding.resetAt - now), {
-            cost,
-            remaining: binding.limit - binding.used,
-          });
-      }
+    async admit(request, reply, caller) {
+      const { key, free } = caller;
+      const shadow = key !== undefined && (!key.enforceLimits || settings.shadowPlans.has(key.plan));
+      if (key && !shadow && !free) refuseDearerThanWindows(admitting, request, key, caller.cost);
+      const terms = termsOf(admitting, request, caller, shadow);
+      answer(admitting, request, reply, terms, await decide(admitting, terms, free));
     },
 
-    settle: createSettle(app, store, ipv6Prefix, credits, record),
+    settle: createSettle(app, store, credits, record, (request, key, now) =>
+      key ? keyStanding(store, key, now) : store.check(addressSubject(clientOf(request.ip, settings.ipv6Prefix)), ANONYMOUS, now, 1),
+    ),
   };
+}
+
+/** Counts the decision, and names it on the request's span. */
+function noteOutcome({ metrics }: Admitting, request: FastifyRequest, outcome: RateLimitOutcome) {
+  metrics.decisions.inc({ outcome });
+  annotateRequestSpan(request, { rateLimitOutcome: outcome });
+}
+
+/** The 429 of an operation dearer than a window of the key (limits stored before RATE_LIMIT_COSTS rose): no wait would let it through. */
+function refuseDearerThanWindows(admitting: Admitting, request: FastifyRequest, key: ApiKeyIdentity, operationCost: number) {
+  if (operationCost <= Math.min(key.perMinute, key.perDay)) return;
+  noteOutcome(admitting, request, 'cost_exceeds_limit');
+  const [limit, window] = operationCost > key.perMinute ? [key.perMinute, 'minute' as const] : [key.perDay, 'day' as const];
+  throw errors.costExceedsLimit(operationCost, limit, window);
+}
+
+/** The claim: what the request is decided on. */
+function termsOf(
+  { settings, nextLease }: Admitting,
+  request: FastifyRequest,
+  { key, now, cost: operationCost }: Caller,
+  shadow: boolean,
+): Terms {
+  const client = key ? undefined : clientOf(request.ip, settings.ipv6Prefix);
+  const cost = key ? operationCost : 1;
+  // A customer's limits bind its keys together: decided with the key's, in the same store call.
+  const shared = key?.customerLimits ? sharedOf(key, key.customerLimits, operationCost) : undefined;
+  const limit = key && operationCost > 0 ? concurrencyLimit(key, settings.concurrency) : undefined;
+  // With a concurrency limit, the slot and the windows are decided together: one round trip to Redis.
+  const slot = limit === undefined && !shared?.slots ? undefined : { limit: limit ?? 0, lease: nextLease() };
+  const subject = client === undefined ? keySubject(key!) : addressSubject(client);
+  // Its balances of credits, decided with the windows in the same store call (none for an operation that costs nothing).
+  const credits = key && cost > 0 ? creditClaims(key) : undefined;
+  return { key, client, subject, limits: key ?? ANONYMOUS, cost, now, shadow, shared, limit, slot, credits };
+}
+
+/**
+ * The decision, in the store, seeding the balances it has none of from the record: a free request
+ * (or one that costs nothing) only checked, and counted after all when refused, to count the refusal.
+ */
+async function decide({ store, record }: Admitting, terms: Terms, free: boolean): Promise<Decided> {
+  const { subject, limits, now, cost, shadow, shared, slot } = terms;
+  let own: Decision | undefined;
+  const decideClaiming = (count: boolean, credits: readonly CreditClaim[] | undefined): Promise<Admission> => {
+    const claim = { cost, bans: !shadow, count, slot: slot ?? NO_SLOT, credits };
+    if (shared) {
+      return store
+        .decideShared(subject, limits, now, claim, shared)
+        .then((decided) => bound(decided, (ownDecision) => (own = ownDecision)));
+    }
+    if (slot) return store.admit(subject, limits, now, claim);
+    return count ? store.consume(subject, limits, now, cost, !shadow, credits) : store.check(subject, limits, now, cost, credits);
+  };
+  const decideCounting = (count: boolean) => decideSeeded((credits) => decideClaiming(count, credits), terms.credits, record);
+  const checked = free || cost === 0 ? await decideCounting(false) : undefined;
+  const decision = checked?.outcome === 'allowed' || checked?.outcome === 'busy' ? checked : await decideCounting(true);
+  return { decision, counted: decision !== checked, own };
+}
+
+/** The answer: the credits spent, the slot kept, the headers, the outcome counted, then the charge left for settle or the 429. */
+function answer(admitting: Admitting, request: FastifyRequest, reply: FastifyReply, terms: Terms, { decision, counted, own }: Decided) {
+  if (decision.outcome === 'busy') return refuseBusy(admitting, request, reply, terms, decision);
+  // Refused for credits: nothing was counted, no window, no refusal, no slot.
+  if (decision.outcome === 'credits_exhausted' || decision.outcome === 'unseeded')
+    return refuseForCredits(admitting, request, reply, terms, decision);
+  const { key, subject, limits, shared, cost, now, shadow, slot } = terms;
+  if (counted && decision.credits && (decision.outcome === 'allowed' || shadow))
+    admitting.credits.spent(key!, terms.credits!, decision.credits, cost);
+  if (slot && served(decision, counted, !shadow)) admitting.keepSlot(request, reply, slot.lease, subject, shared?.subject);
+  const binding = setHeaders(reply, decision, now, cost);
+  noteOutcome(admitting, request, decision.outcome);
+  if (decision.outcome === 'allowed') {
+    (request as Charged)[CHARGE] = { subject, limits, shared, decision, cost, now, counted, bans: !shadow, credits: terms.credits };
+    if (key && admitting.watchers.length > 0 && counted) reportCrossings(admitting.watchers, key, own ?? decision, cost);
+    return;
+  }
+  (request as Charged)[CHARGE] = SETTLED;
+  if (decision.outcome === 'banned') refuseBanned(admitting, request, terms, decision);
+  else refuseLimited(admitting, request, terms, decision, binding);
+}
+
+/** The 429 of a request that found every slot taken, its key's or its customer's: nothing counted. */
+function refuseBusy(
+  admitting: Admitting,
+  request: FastifyRequest,
+  reply: FastifyReply,
+  { key, limit, now }: Terms,
+  decision: Extract<Admission, { outcome: 'busy' }>,
+): never {
+  (request as Charged)[CHARGE] = SETTLED;
+  setHeaders(reply, decision.standing, now);
+  noteOutcome(admitting, request, 'concurrency_limited');
+  if (decision.customerBusy) throw errors.concurrencyLimited(key!.customerLimits!.concurrency!, "This API key's customer");
+  throw errors.concurrencyLimited(limit!);
+}
+
+/** The 429 of a request a balance of credits holds less than its cost of; the watchers told of a balance that ran out. */
+function refuseForCredits(
+  admitting: Admitting,
+  request: FastifyRequest,
+  reply: FastifyReply,
+  { key, cost, now }: Terms,
+  decision: Decision,
+): never {
+  (request as Charged)[CHARGE] = SETTLED;
+  setHeaders(reply, decision, now, cost);
+  noteOutcome(admitting, request, 'credits_exhausted');
+  admitting.credits.exhausted(key!, decision.credits!);
+  throw creditsRefusal(key!, decision.credits!, cost, now);
+}
+
+/** The 429 of a banned caller; a ban this request started logged, and told to the watchers. */
+function refuseBanned(
+  { watchers }: Admitting,
+  request: FastifyRequest,
+  { key, client, now }: Terms,
+  decision: Extract<Decision, { outcome: 'banned' }>,
+): never {
+  const until = new Date(decision.bannedUntil).toISOString();
+  if (decision.banStarted) {
+    request.log.warn({ keyId: key?.id, address: client, until }, 'rate limit ban');
+    if (key) for (const watcher of watchers) watcher.banned({ key, bannedUntil: decision.bannedUntil });
+  }
+  throw errors.banned(until, secondsUntil(decision.bannedUntil - now));
+}
+
+/** The 429 of a request its windows refuse; in shadow mode it is served, counted as a would-be refusal. */
+function refuseLimited(
+  { metrics }: Admitting,
+  request: FastifyRequest,
+  { key, cost, now, shadow }: Terms,
+  decision: Extract<Decision, { outcome: 'limited' }>,
+  binding: WindowUsage,
+) {
+  const window = binding === decision.day ? 'day' : 'minute';
+  if (shadow) {
+    metrics.shadowRefusals.inc({ plan: key!.plan });
+    // The first of the minute, on whichever instance: the store counts them.
+    if (decision.refusals === 1) request.log.warn({ keyId: key!.id, plan: key!.plan, window, cost }, 'rate limit shadow refusal');
+    return;
+  }
+  throw errors.rateLimited(binding.limit, window, secondsUntil(binding.resetAt - now), { cost, remaining: binding.limit - binding.used });
 }
 
 /** Tells the watchers which thresholds this request's cost took either window of its key across. */
@@ -295,64 +365,4 @@ function reportCrossings(watchers: UsageWatcher[], key: ApiKeyIdentity, decision
       }
     }
   }
-}
-
-/** settle(), over the charges admit left on the requests. */
-function createSettle(
-  app: FastifyInstance,
-  store: RateLimitStore,
-  ipv6Prefix: number,
-  credits: CreditsSpending,
-  record: CreditsRecord,
-): RequestAdmission['settle'] {
-  /** What `check` says of the caller now: honest headers for a request that was never counted. */
-  async function describeUndecided(request: FastifyRequest, reply: FastifyReply, key: ApiKeyIdentity | undefined) {
-    const now = app.now();
-    setHeaders(
-      reply,
-      key ? await keyStanding(store, key, now) : await store.check(addressSubject(clientOf(request.ip, ipv6Prefix)), ANONYMOUS, now, 1),
-      now,
-    );
-  }
-
-  // GitHub's rule: a revalidation that finds the client's copy current (304 for a tag it sent)
-  // costs nothing. The request was admitted like any other, so a caller over its limit still got its 429.
-  function settleCharge(request: FastifyRequest, reply: FastifyReply, key: ApiKeyIdentity | undefined, free: boolean) {
-    const charge = (request as Charged)[CHARGE];
-    if (charge === undefined) {
-      (request as Charged)[CHARGE] = SETTLED;
-      return describeUndecided(request, reply, key);
-    }
-    if (charge === SETTLED || free !== charge.counted) return undefined;
-    (request as Charged)[CHARGE] = SETTLED;
-    if (charge.counted) {
-      const { decision, cost } = charge;
-      setHeaders(reply, { ...decision, minute: uncounted(decision.minute, cost), day: uncounted(decision.day, cost) }, charge.now, cost);
-      // Its credits come back too, to each balance still in the version they were spent in.
-      if (charge.credits && charge.decision.credits) credits.refunded(charge.credits, charge.decision.credits, charge.cost);
-      if (charge.shared) return store.refundShared(charge.subject, charge.shared.subject, charge.decision, charge.cost, charge.credits);
-      return store.refund(charge.subject, charge.decision, charge.cost, charge.credits);
-    }
-    // Admitted uncounted as a sure 304, it was refused further on (a sunset meanwhile): it counts, and spends its credits
-    // (unless they ran out meanwhile: it was served already).
-    const count = (claims: readonly CreditClaim[] | undefined): Promise<Admission> => {
-      if (!charge.shared) return store.consume(charge.subject, charge.limits, charge.now, charge.cost, charge.bans, claims);
-      const claim = { cost: charge.cost, bans: charge.bans, count: true, slot: NO_SLOT, credits: claims };
-      return store
-        .decideShared(charge.subject, charge.limits, charge.now, claim, { ...charge.shared, slots: 0 })
-        .then((both) => both.admission);
-    };
-    return decideSeeded(count, charge.credits, record).then((decision) => {
-      if (decision.outcome !== 'busy' && decision.credits && (decision.outcome === 'allowed' || !charge.bans))
-        credits.spent(key!, charge.credits!, decision.credits, charge.cost);
-    });
-  }
-
-  return (request, reply, { key, free }) => {
-    const settling = settleCharge(request, reply, key, free);
-    const releaseSlot = (request as Charged)[SLOT];
-    if (releaseSlot === undefined) return settling;
-    // Given back before the answer leaves: the caller's next request, on any instance, finds it free.
-    return settling ? Promise.all([releaseSlot(), settling]) : releaseSlot();
-  };
 }

@@ -1,7 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import type { ApiKeyIdentity, CreditBalance } from '../api-keys/identity.js';
 import { errors, secondsUntil } from '../platform/errors.js';
-import type { CreditClaim, CreditStanding, Decision } from './store.js';
+import type { CreditClaim, CreditStanding, Decision } from './stores/store.js';
 import { customerSubject, keySubject } from './subjects.js';
 
 /** The channel of the notices of balances gone: removed, replaced, or their quota's keys all revoked (migrations/018). */

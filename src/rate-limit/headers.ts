@@ -1,6 +1,6 @@
 import type { FastifyReply } from 'fastify';
 import { secondsUntil } from '../platform/errors.js';
-import type { Decision, WindowUsage } from './store.js';
+import type { Decision, WindowUsage } from './stores/store.js';
 
 /** On every response under /v1 (documented by v1/contract.ts). */
 export const RATE_LIMIT_HEADERS = {

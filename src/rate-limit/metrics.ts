@@ -1,6 +1,6 @@
 import { Counter, Gauge, type Registry } from 'prom-client';
-import { FallbackStore } from './fallback-store.js';
-import type { Decision, RateLimitStore } from './store.js';
+import { FallbackStore } from './stores/fallback-store.js';
+import type { Decision, RateLimitStore } from './stores/store.js';
 
 /** What the limiter decided of a request: rate_limit_decisions_total's outcomes. */
 export type RateLimitOutcome = Decision['outcome'] | 'concurrency_limited' | 'cost_exceeds_limit';

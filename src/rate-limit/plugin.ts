@@ -3,15 +3,15 @@ import { errors, secondsUntil } from '../platform/errors.js';
 import type { Limits } from '../api-keys/plans.js';
 import type { ApiKeyIdentity } from '../api-keys/identity.js';
 import { clientOf } from './address.js';
-import { adminOperations, type AdminOperations } from './admin-operations.js';
+import { adminOperations, type AdminOperations } from './admin/admin-operations.js';
 import { CreditLedger } from '../credits/ledger.js';
 import { createLedgerRepository } from '../credits/ledger-repository.js';
 import { concurrencyLimit, createAdmission, keyStanding, type RequestAdmission } from './admission.js';
 import { BALANCE_GONE, bindingBalance, creditClaims, decideSeeded, parseBalanceGone } from './credits.js';
 import { rateLimitMetrics } from './metrics.js';
 import { checkPlanSettings } from './settings.js';
-import { chooseStore, type StoreOptions } from './store-choice.js';
-import type { CreditClaim, WindowUsage } from './store.js';
+import { chooseStore, type StoreOptions } from './stores/store-choice.js';
+import type { CreditClaim, WindowUsage } from './stores/store.js';
 import { addressSubject, ANONYMOUS, customerSubject, keySubject, lookupSubject, type KeyQuota } from './subjects.js';
 
 export interface RateLimitOptions extends StoreOptions {

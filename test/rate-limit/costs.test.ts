@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
 import { loadConfig } from '../../src/config/load.js';
-import { MemoryStore } from '../../src/rate-limit/memory-store.js';
-import { RedisStore } from '../../src/rate-limit/redis-store.js';
+import { MemoryStore } from '../../src/rate-limit/stores/memory-store.js';
+import { RedisStore } from '../../src/rate-limit/stores/redis-store.js';
 import { describeAppTest } from '../support/fixtures.js';
 import { buildTestApp } from '../support/app.js';
 import { keyInFreshWindows } from '../support/keys.js';

@@ -3,7 +3,7 @@ import { createApiKeysRepository } from '../../src/api-keys/repository.js';
 import { createLedgerRepository } from '../../src/credits/ledger-repository.js';
 import { createCustomersRepository } from '../../src/customers/repository.js';
 import type { Database } from '../../src/platform/db/database.js';
-import { OutageSpending, type RecordedCredits } from '../../src/rate-limit/outage-spending.js';
+import { OutageSpending, type RecordedCredits } from '../../src/rate-limit/stores/outage-spending.js';
 import { KEYS_COMMAND } from '../support/admin.js';
 import { balanceRecord, insertBalance } from '../support/credit-balances.js';
 import { databaseTest } from '../support/fixtures.js';

@@ -2,7 +2,7 @@ import type { FastifyInstance } from 'fastify';
 import ipaddr from 'ipaddr.js';
 import { describe, expect, it } from 'vitest';
 import { clientOf } from '../../src/rate-limit/address.js';
-import { MemoryStore } from '../../src/rate-limit/memory-store.js';
+import { MemoryStore } from '../../src/rate-limit/stores/memory-store.js';
 import { POSTGRES_URL } from '../support/databases.js';
 import { eventually } from '../support/eventually.js';
 import { databaseTest as databaseFixtures, describeAppTest } from '../support/fixtures.js';

@@ -1,5 +1,5 @@
-import { DatabaseUnavailableError } from '../platform/db/errors.js';
-import { groupCommit } from '../platform/lib/group-commit.js';
+import { DatabaseUnavailableError } from '../../platform/db/errors.js';
+import { groupCommit } from '../../platform/lib/group-commit.js';
 
 /** A balance as its record stands: what remains of it (base - spent), in which version. */
 export interface RecordBalance {

@@ -1,5 +1,5 @@
 import { Type, type Static } from '@sinclair/typebox';
-import { Nullable, Timestamp } from '../platform/schemas/common.js';
+import { Nullable, Timestamp } from '../../platform/schemas/common.js';
 
 /** Which store an admin read of the limiter was answered from. */
 const Source = Type.Union([Type.Literal('redis'), Type.Literal('memory')], {

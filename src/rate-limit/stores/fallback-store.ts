@@ -1,6 +1,6 @@
 import type { FastifyBaseLogger } from 'fastify';
-import type { LiveBalances } from '../credits/live-follower.js';
-import type { Limits } from '../api-keys/plans.js';
+import type { LiveBalances } from '../../credits/live-follower.js';
+import type { Limits } from '../../api-keys/plans.js';
 import type { MemoryStore } from './memory-store.js';
 import { OutageCredits } from './outage-credits.js';
 import type { RecordedCredits } from './outage-spending.js';

@@ -1,6 +1,6 @@
 import { Type } from '@sinclair/typebox';
-import { ExclusiveSettingsError, invalidSetting, SettingsTogetherError } from '../platform/config/errors.js';
-import type { SettingValues } from '../platform/config/parsers.js';
+import { ExclusiveSettingsError, invalidSetting, SettingsTogetherError } from '../../platform/config/errors.js';
+import type { SettingValues } from '../../platform/config/parsers.js';
 
 // The Redis the instances share their rate-limit counters in: one, a cluster, or Sentinels: the settings,
 // each description the setting's documentation (src/config/schema.ts), and their parser.

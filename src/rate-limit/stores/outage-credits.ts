@@ -1,4 +1,4 @@
-import type { Limits } from '../api-keys/plans.js';
+import type { Limits } from '../../api-keys/plans.js';
 import type { MemoryStore } from './memory-store.js';
 import { OutageSpending, type RecordBalance, type RecordedCredits } from './outage-spending.js';
 import type { RedisStore } from './redis-store.js';

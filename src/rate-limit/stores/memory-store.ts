@@ -1,5 +1,5 @@
-import { Lru } from '../platform/lib/lru.js';
-import type { Limits } from '../api-keys/plans.js';
+import { Lru } from '../../platform/lib/lru.js';
+import type { Limits } from '../../api-keys/plans.js';
 import { MemoryCredits } from './memory-credits.js';
 import {
   DAY_MS,

@@ -1,5 +1,5 @@
 import type { FastifyInstance } from 'fastify';
-import type { LiveBalances } from '../credits/live-follower.js';
+import type { LiveBalances } from '../../credits/live-follower.js';
 import { FallbackStore } from './fallback-store.js';
 import { MemoryStore } from './memory-store.js';
 import type { RecordedCredits } from './outage-spending.js';

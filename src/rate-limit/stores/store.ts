@@ -1,4 +1,4 @@
-import type { Limits } from '../api-keys/plans.js';
+import type { Limits } from '../../api-keys/plans.js';
 
 export const MINUTE_MS = 60_000;
 export const DAY_MS = 86_400_000;
@@ -68,6 +68,9 @@ export interface Slot {
   limit: number;
   lease: string;
 }
+
+/** The slot of a claim that takes none of its subject's: a customer's key whose customer's slots alone are limited, or none at all. */
+export const NO_SLOT: Slot = { limit: 0, lease: '' };
 
 /** A request as admit takes it: its cost and bans (as consume's), whether it counts (false: as check would), and its slot. */
 export interface Claim {

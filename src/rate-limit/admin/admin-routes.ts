@@ -1,19 +1,20 @@
 import { isIP } from 'node:net';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
-import { errors } from '../platform/errors.js';
-import type { RateLimiter } from './plugin.js';
-import type { ActorOf, AdminAuditRepository } from '../audit/repository.js';
-import type { ApiKeysRepository } from '../api-keys/repository.js';
-import { foundKey, KEYS_PATH } from '../api-keys/admin-routes.js';
-import { KeyParams } from '../api-keys/admin-schemas.js';
-import { refuseOtherMethods } from '../platform/http/method-not-allowed.js';
+import { errors } from '../../platform/errors.js';
+import type { ActorOf, AdminAuditRepository } from '../../audit/repository.js';
+import type { ApiKeysRepository } from '../../api-keys/repository.js';
+import { foundKey, KEYS_PATH } from '../../api-keys/admin-routes.js';
+import { KeyParams } from '../../api-keys/admin-schemas.js';
+import { refuseOtherMethods } from '../../platform/http/method-not-allowed.js';
+import type { AdminOperations } from './admin-operations.js';
 import { AddressBans, AddressParams, KeyUsage } from './admin-schemas.js';
-import { ErrorBody } from '../platform/schemas/error.js';
+import { ErrorBody } from '../../platform/schemas/error.js';
 
 const BANS_PATH = '/admin/v1/address-bans';
 
 export interface AdminBansOptions {
-  rateLimit: RateLimiter;
+  /** The limiter's operations the admin API reads and lifts through. */
+  rateLimit: AdminOperations;
   audit: AdminAuditRepository;
   /** Who the admin request's lift of a ban is recorded as, in the audit trail. */
   actorOf: ActorOf;

@@ -1,12 +1,28 @@
 import { Cluster, type Redis } from 'ioredis';
-import type { Limits } from '../api-keys/plans.js';
-import type { LiveBalances } from '../credits/live-follower.js';
-import { creditArgs, CREDIT_KEY_INFIX, creditStandings, globEscape, readLiveBalances, scanLiveBalances } from './redis-credits.js';
-import { ALLOWED, BAN_STARTED, BANNED, BUSY, CREDITS_EXHAUSTED, defineScripts, UNSEEDED, type DecideResult } from './redis-scripts.js';
+import type { Limits } from '../../api-keys/plans.js';
+import type { LiveBalances } from '../../credits/live-follower.js';
+import { CREDIT_KEY_INFIX, creditStandings, globEscape, readLiveBalances, scanLiveBalances } from './redis-credits.js';
+import {
+  ALLOWED,
+  BAN_STARTED,
+  BANNED,
+  BUSY,
+  CREDITS_EXHAUSTED,
+  DECIDE_CREDITS_AT,
+  DECIDE_SHARED_CREDITS_AT,
+  decisionArgs,
+  defineScripts,
+  scriptArgs,
+  UNSEEDED,
+  type DecideResult,
+  type DecideSharedResult,
+  type DecisionCall,
+} from './redis-scripts.js';
 import {
   DAY_MS,
   decideWithout,
   MINUTE_MS,
+  NO_SLOT,
   usage,
   windowsOf,
   windowStart,
@@ -20,7 +36,6 @@ import {
   type RateLimitStore,
   type Shared,
   type SharedAdmission,
-  type Slot,
   type StoreKind,
 } from './store.js';
 
@@ -128,51 +143,74 @@ export class RedisStore implements RateLimitStore {
   /** Each node that holds keys: every master of a cluster. */
   #masters = () => (this.redis instanceof Cluster ? this.redis.nodes('master') : [this.redis]);
 
-  /** Runs DECIDE for the subject, carrying the releases of its slots queued until now. */
-  #decide(
-    subject: string,
-    limits: Limits,
-    now: number,
-    cost: number,
-    bans: boolean,
-    count: boolean,
-    slot?: Slot,
-    credits?: readonly CreditClaim[],
-  ) {
-    const base = this.#base(subject);
-    const slots = `${base}:c`;
-    const minute = windowStart(now, MINUTE_MS);
-    const releases = this.#takeReleases(slots);
-    const deciding = this.redis.decideRateLimit(
-      5 + (credits?.length ?? 0),
-      `${base}:m:${minute}`,
-      `${base}:d:${windowStart(now, DAY_MS)}`,
-      `${base}:${bans ? 'r' : 's'}:${minute}`,
-      `${base}:ban`,
-      slots,
-      ...(credits ?? []).map(this.#creditKey),
-      limits.perMinute,
-      limits.perDay,
-      now,
-      this.#ban.threshold,
-      this.#ban.durationMs,
-      2 * MINUTE_MS,
-      2 * DAY_MS,
-      cost,
-      bans ? 1 : 0,
-      count ? 1 : 0,
-      slot?.limit ?? 0,
-      slot?.lease ?? '',
-      LEASE_MS,
-      ...creditArgs(credits),
-      ...(releases?.leases ?? []),
-    );
+  /**
+   * Runs DECIDE for the subject (DECIDE_SHARED, with its customer's side), carrying the releases of
+   * their slots queued until now.
+   */
+  #decide(subject: string, limits: Limits, now: number, claim: Claim, shared?: Shared): Promise<DecideResult> {
+    const own = this.#base(subject);
+    const releases = this.#takeReleases(`${own}:c`);
+    const customerReleases = shared && this.#takeReleases(`${this.#base(shared.subject)}:c`);
+    const credits = claim.credits ?? [];
+    const args = decisionArgs({
+      keys: this.#subjectKeys(own, now, claim.bans),
+      args: this.#decisionArgs(limits, now, claim),
+      customer: shared && this.#customerSide(shared, now),
+      credits,
+      creditKeys: credits.map(this.#creditKey),
+      releases: releases?.leases ?? [],
+      customerReleases: customerReleases?.leases ?? [],
+    });
+    const deciding = shared ? this.redis.decideSharedRateLimit(...args) : this.redis.decideRateLimit(...args);
     releases?.sendWith(deciding);
+    customerReleases?.sendWith(deciding);
     return deciding;
   }
 
+  /** A subject's counts, refusals (counted apart when they ban no one), ban and slots at `now`: the scripts' first KEYS. */
+  #subjectKeys(base: string, now: number, bans: boolean): DecisionCall['keys'] {
+    const minute = windowStart(now, MINUTE_MS);
+    return {
+      minute: `${base}:m:${minute}`,
+      day: `${base}:d:${windowStart(now, DAY_MS)}`,
+      refusals: `${base}:${bans ? 'r' : 's'}:${minute}`,
+      ban: `${base}:ban`,
+      slots: `${base}:c`,
+    };
+  }
+
+  /** The scripts' first ARGV: the subject's limits, the ban policy, the claim. */
+  #decisionArgs(limits: Limits, now: number, { cost, bans, count, slot }: Claim): DecisionCall['args'] {
+    return {
+      minuteLimit: limits.perMinute,
+      dayLimit: limits.perDay,
+      now,
+      banThreshold: this.#ban.threshold,
+      banMs: this.#ban.durationMs,
+      minuteTtl: 2 * MINUTE_MS,
+      dayTtl: 2 * DAY_MS,
+      cost,
+      bans: bans ? 1 : 0,
+      count: count ? 1 : 0,
+      slots: slot.limit,
+      lease: slot.lease,
+      leaseMs: LEASE_MS,
+    };
+  }
+
+  /** DECIDE_SHARED's KEYS and ARGV of a customer's key's customer: its counts and slots, its limits. */
+  #customerSide({ subject, limits, slots }: Shared, now: number): DecisionCall['customer'] {
+    const base = this.#base(subject);
+    const keys = {
+      customerMinute: `${base}:m:${windowStart(now, MINUTE_MS)}`,
+      customerDay: `${base}:d:${windowStart(now, DAY_MS)}`,
+      customerSlots: `${base}:c`,
+    };
+    return { keys, args: { customerMinuteLimit: limits.perMinute, customerDayLimit: limits.perDay, customerSlots: slots } };
+  }
+
   /** The decision of a script's answer: its first five as DECIDE's, the balances' standings from `credits` on. */
-  #decision(limits: Limits, now: number, decided: readonly (number | null)[], credits = 5): Decision {
+  #decision(limits: Limits, now: number, decided: readonly (number | null)[], credits = DECIDE_CREDITS_AT): Decision {
     const [code, minuteUsed, dayUsed, last] = decided as DecideResult;
     const windows = usage(limits, now, minuteUsed, dayUsed);
     const standings = decided.length > credits ? { credits: creditStandings(decided, credits) } : {};
@@ -193,69 +231,30 @@ export class RedisStore implements RateLimitStore {
     bans: boolean,
     credits?: readonly CreditClaim[],
   ): Promise<Decision> {
-    return this.#decision(limits, now, await this.#decide(subject, limits, now, cost, bans, true, undefined, credits));
+    return this.#decision(limits, now, await this.#decide(subject, limits, now, { cost, bans, count: true, slot: NO_SLOT, credits }));
   }
 
-  async admit(subject: string, limits: Limits, now: number, { cost, bans, count, slot, credits }: Claim): Promise<Admission> {
-    const decided = await this.#decide(subject, limits, now, cost, bans, count, slot, credits);
+  async admit(subject: string, limits: Limits, now: number, claim: Claim): Promise<Admission> {
+    const decided = await this.#decide(subject, limits, now, claim);
     const [code, minuteUsed, dayUsed, banEnd, taken] = decided;
-    if (code === BUSY) return { outcome: 'busy', standing: decideWithout(limits, now, minuteUsed, dayUsed, banEnd, cost) };
-    if (taken === 1) this.#holdLease(`${this.#base(subject)}:c`, slot.lease);
+    if (code === BUSY) return { outcome: 'busy', standing: decideWithout(limits, now, minuteUsed, dayUsed, banEnd, claim.cost) };
+    if (taken === 1) this.#holdLease(`${this.#base(subject)}:c`, claim.slot.lease);
     return this.#decision(limits, now, decided);
   }
 
   async decideShared(subject: string, limits: Limits, now: number, claim: Claim, shared: Shared): Promise<SharedAdmission> {
-    const [own, customer] = [this.#base(subject), this.#base(shared.subject)];
-    const minute = windowStart(now, MINUTE_MS);
-    const day = windowStart(now, DAY_MS);
-    const [ownReleases, customerReleases] = [this.#takeReleases(`${own}:c`), this.#takeReleases(`${customer}:c`)];
-    const { cost, bans, count, slot, credits } = claim;
-    const deciding = this.redis.decideSharedRateLimit(
-      8 + (credits?.length ?? 0),
-      `${own}:m:${minute}`,
-      `${own}:d:${day}`,
-      `${own}:${bans ? 'r' : 's'}:${minute}`,
-      `${own}:ban`,
-      `${own}:c`,
-      `${customer}:m:${minute}`,
-      `${customer}:d:${day}`,
-      `${customer}:c`,
-      ...(credits ?? []).map(this.#creditKey),
-      limits.perMinute,
-      limits.perDay,
-      now,
-      this.#ban.threshold,
-      this.#ban.durationMs,
-      2 * MINUTE_MS,
-      2 * DAY_MS,
-      cost,
-      bans ? 1 : 0,
-      count ? 1 : 0,
-      slot.limit,
-      slot.lease,
-      LEASE_MS,
-      shared.limits.perMinute,
-      shared.limits.perDay,
-      shared.slots,
-      ...creditArgs(credits),
-      ownReleases?.leases.length ?? 0,
-      ...(ownReleases?.leases ?? []),
-      ...(customerReleases?.leases ?? []),
-    );
-    ownReleases?.sendWith(deciding);
-    customerReleases?.sendWith(deciding);
-    const decided = await deciding;
+    const decided = (await this.#decide(subject, limits, now, claim, shared)) as DecideSharedResult;
     const [code, minuteUsed, dayUsed, last, taken, sharedMinute, sharedDay] = decided;
     const customerWindows = usage(shared.limits, now, sharedMinute, sharedDay);
     if (code === BUSY) {
-      const standing = decideWithout(limits, now, minuteUsed, dayUsed, last, cost);
+      const standing = decideWithout(limits, now, minuteUsed, dayUsed, last, claim.cost);
       return { admission: { outcome: 'busy', standing, customerBusy: taken === 1 }, customer: customerWindows };
     }
     if (taken === 1) {
-      if (slot.limit > 0) this.#holdLease(`${own}:c`, slot.lease);
-      if (shared.slots > 0) this.#holdLease(`${customer}:c`, slot.lease);
+      if (claim.slot.limit > 0) this.#holdLease(`${this.#base(subject)}:c`, claim.slot.lease);
+      if (shared.slots > 0) this.#holdLease(`${this.#base(shared.subject)}:c`, claim.slot.lease);
     }
-    return { admission: this.#decision(limits, now, decided, 7), customer: customerWindows };
+    return { admission: this.#decision(limits, now, decided, DECIDE_SHARED_CREDITS_AT), customer: customerWindows };
   }
 
   /**
@@ -299,7 +298,10 @@ export class RedisStore implements RateLimitStore {
 
   /** With balances of credits, DECIDE counting nothing (one round trip, which seeds them); else one MGET. */
   async check(subject: string, limits: Limits, now: number, cost: number, credits?: readonly CreditClaim[]): Promise<Decision> {
-    if (credits) return this.#decision(limits, now, await this.#decide(subject, limits, now, cost, true, false, undefined, credits));
+    if (credits) {
+      const claim = { cost, bans: true, count: false, slot: NO_SLOT, credits };
+      return this.#decision(limits, now, await this.#decide(subject, limits, now, claim));
+    }
     const base = this.#base(subject);
     const [minuteUsed, dayUsed, bannedUntil] = await this.redis.mget(
       `${base}:m:${windowStart(now, MINUTE_MS)}`,
@@ -356,7 +358,7 @@ export class RedisStore implements RateLimitStore {
   async #refund(counts: string[], decision: Decision, cost: number, credits: readonly CreditClaim[] = []) {
     const spent = decision.credits ? credits : [];
     const versions = spent.map((_, i) => decision.credits![i]!.version);
-    await this.redis.refundRateLimit(counts.length + spent.length, ...counts, ...spent.map(this.#creditKey), cost, ...versions);
+    await this.redis.refundRateLimit(...scriptArgs([...counts, ...spent.map(this.#creditKey)], [cost, ...versions]));
   }
 
   /** Drops these balances, so the next request of each seeds it from its record again (see FallbackStore). */

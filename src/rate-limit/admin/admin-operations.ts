@@ -1,7 +1,7 @@
-import type { Limits } from '../api-keys/plans.js';
-import { clientOf } from './address.js';
-import type { Inspection, RateLimitStore, StoreKind } from './store.js';
-import { addressSubject, ANONYMOUS, keySubject, type KeyQuota } from './subjects.js';
+import type { Limits } from '../../api-keys/plans.js';
+import { clientOf } from '../address.js';
+import type { Inspection, RateLimitStore, StoreKind } from '../stores/store.js';
+import { addressSubject, ANONYMOUS, keySubject, type KeyQuota } from '../subjects.js';
 
 /** What the admin API reads of the limiter and changes in it: a key's usage, the bans. */
 export interface AdminOperations {
