@@ -62,6 +62,25 @@ describe.skipIf(!REDIS_URL)('a balance in Redis claimed by an instance not yet t
   });
 });
 
+describe.skipIf(!REDIS_URL)('a refund of a balance in Redis dropped and seeded again at 0 spent meanwhile', () => {
+  it('gives back nothing and fails nothing (Lua sent -0 to HINCRBY: ERR value is not an integer)', async () => {
+    const { REDIS_KEY_PREFIX: prefix } = redisStoreEnv();
+    const store = new RedisStore(new Redis(REDIS_URL!, { lazyConnect: true }), BAN, prefix);
+    try {
+      await store.connect(5_000);
+      const decision = await store.consume('key:1', LIMITS, T0, 1, true, [claimOf(1, 10)]);
+      expect(decision).toMatchObject({ outcome: 'allowed', credits: [{ remaining: 9, version: 1 }] });
+      await store.forgetBalance('key:1', 1);
+      expect(await store.check('key:1', LIMITS, T0, 0, [claimOf(1, 10)])).toMatchObject({ credits: [{ remaining: 10, version: 1 }] });
+      await store.refund('key:1', decision, 1, [claimOf(1, 10)]);
+      expect(await store.check('key:1', LIMITS, T0, 0, [claimOf(1, 10)])).toMatchObject({ credits: [{ remaining: 10, version: 1 }] });
+    } finally {
+      await store.close();
+      await deleteKeys(REDIS_URL!, prefix);
+    }
+  });
+});
+
 describe("the memory store's balance claimed with a key read before its set", () => {
   it('is decided on the new version: no more served than the new balance (issue 54)', async () => {
     const store = new MemoryStore(BAN);

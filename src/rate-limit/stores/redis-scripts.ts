@@ -228,7 +228,8 @@ end
 for i = 2, #ARGV do
   local key = KEYS[counts + i - 1]
   local stored = redis.call('HMGET', key, 'v', 's')
-  if stored[1] == ARGV[i] then redis.call('HINCRBY', key, 's', -math.min(tonumber(stored[2]), cost)) end
+  local back = stored[1] == ARGV[i] and math.min(tonumber(stored[2]), cost) or 0
+  if back > 0 then redis.call('HINCRBY', key, 's', -back) end
 end
 `;
 
