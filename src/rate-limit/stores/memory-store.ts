@@ -1,11 +1,10 @@
 import { Lru } from '../../platform/lib/lru.js';
+import { DAY_MS, MINUTE_MS } from '../../platform/time.js';
 import type { Limits } from '../../api-keys/plans.js';
 import { MemoryCredits } from './memory-credits.js';
 import {
-  DAY_MS,
   decideWithout,
   hasRoom,
-  MINUTE_MS,
   served,
   usage,
   windowsOf,

@@ -1,6 +1,7 @@
 import type { Cluster, Redis } from 'ioredis';
 import { creditArgs } from './redis-credits.js';
-import { CREDITS_TTL_MS, DAY_MS, type CreditClaim } from './store.js';
+import { DAY_MS } from '../../platform/time.js';
+import { CREDITS_TTL_MS, type CreditClaim } from './store.js';
 
 /**
  * The balances of prepaid credits a request claims (0, 1 or 2), in both decision scripts: each a

@@ -1,4 +1,5 @@
 import { Cluster, type Redis } from 'ioredis';
+import { DAY_MS, MINUTE_MS } from '../../platform/time.js';
 import type { Limits } from '../../api-keys/plans.js';
 import type { LiveBalances } from '../../credits/live-follower.js';
 import { CREDIT_KEY_INFIX, creditStandings, globEscape, readLiveBalances, scanLiveBalances } from './redis-credits.js';
@@ -19,9 +20,7 @@ import {
   type DecisionCall,
 } from './redis-scripts.js';
 import {
-  DAY_MS,
   decideWithout,
-  MINUTE_MS,
   NO_SLOT,
   usage,
   windowsOf,

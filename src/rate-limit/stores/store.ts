@@ -1,7 +1,6 @@
 import type { Limits } from '../../api-keys/plans.js';
+import { DAY_MS, MINUTE_MS } from '../../platform/time.js';
 
-export const MINUTE_MS = 60_000;
-export const DAY_MS = 86_400_000;
 /**
  * How long a store keeps a balance of credits neither seeded nor spent from: once dropped, its
  * next request seeds it from its record, which caught up with the spending long before.
