@@ -16,7 +16,7 @@ import pets from './pets/plugin.js';
 import shutdown from './platform/http/shutdown.js';
 import usage from './usage/plugin.js';
 import v1, { API_PREFIX } from './v1/pipeline.js';
-import webhooks from './webhooks/plugin.js';
+import webhooks, { recordRefills } from './webhooks/plugin.js';
 import credits from './credits/plugin.js';
 import { logFormat, logOutput } from './platform/observability/log-output.js';
 import { stopTracing, traceLogMixin } from './platform/observability/tracing.js';
@@ -131,7 +131,7 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
     },
   });
   await app.register(health);
-  await app.register(credits, { events: config.webhooks !== undefined });
+  await app.register(credits, { refilled: config.webhooks ? recordRefills(app.db) : undefined });
   await app.register(rateLimit, {
     ban: { threshold: config.RATE_LIMIT_BAN_THRESHOLD, durationMs: config.RATE_LIMIT_BAN_SECONDS * 1000 },
     redis: config.redisTarget,

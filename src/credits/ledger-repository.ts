@@ -1,4 +1,5 @@
 import type { Database } from '../platform/db/database.js';
+import type { BalanceRecords, BalanceSeed, LockedSpending, RecordedBalance } from './ports.js';
 
 /**
  * The statements of the hot path's record of credits (credit_balances, migrations/016): the
@@ -57,12 +58,6 @@ const statements = {
   },
 } as const;
 
-/** A balance's record as a store is seeded with: what PostgreSQL knows was spent, in which version. */
-export interface CreditRecord {
-  spent: number;
-  version: number;
-}
-
 interface BalanceRow {
   id: string | number;
   base: string | number;
@@ -70,40 +65,24 @@ interface BalanceRow {
   version: number;
 }
 
-const balanceOf = ({ id, base, spent, version }: BalanceRow) => ({ id: Number(id), remaining: Number(base) - Number(spent), version });
+const balanceOf = ({ id, base, spent, version }: BalanceRow): RecordedBalance => ({
+  id: Number(id),
+  remaining: Number(base) - Number(spent),
+  version,
+});
 
 export function createLedgerRepository(db: Database) {
   /** Adds units spent (negative: refunded) to each balance still in the version they were spent in. */
   const addSpent = async (ids: readonly number[], versions: readonly number[], units: readonly number[]) => {
     await db.query(statements.addSpent, [ids, versions, units]);
   };
-  return {
-    /** The balance's record; undefined when it is gone (removed since the key was read). */
-    async record(id: number): Promise<CreditRecord | undefined> {
-      const [row] = await db.query<{ spent: string | number; version: number }>(statements.record, [id]);
-      return row && { spent: Number(row.spent), version: row.version };
-    },
-
-    addSpent,
-
-    /** Raises each balance still in the version given to the live spent given, less what was given back (see followSpent). */
-    async followSpent(
-      ids: readonly number[],
-      versions: readonly number[],
-      spent: readonly number[],
-      givenBack: readonly number[],
-    ): Promise<void> {
-      await db.query(statements.followSpent, [ids, versions, spent, givenBack]);
-    },
-
+  // What the limiter's fallback spends in while Redis is unreachable: its port, implemented here.
+  const records = {
     /**
      * While Redis is unreachable (the limiter's fallback): in one transaction locking the balances,
      * spends what `decide` makes of them as they stand (units by balance), and answers its answer.
      */
-    spendLocked: <T>(
-      ids: readonly number[],
-      decide: (balances: Array<ReturnType<typeof balanceOf>>) => { spend: ReadonlyMap<number, number>; answer: T },
-    ) =>
+    spendLocked: <T>(ids: readonly number[], decide: (balances: RecordedBalance[]) => LockedSpending<T>) =>
       db.transaction(async (tx) => {
         const { spend, answer } = decide((await tx.query<BalanceRow>(statements.lock, [ids])).map(balanceOf));
         if (spend.size > 0) await tx.query(statements.spendLocked, [[...spend.keys()], [...spend.values()]]);
@@ -127,6 +106,27 @@ export function createLedgerRepository(db: Database) {
         versions,
         ids.map(() => -cost),
       ),
+  } satisfies BalanceRecords;
+  return {
+    ...records,
+
+    /** The balance's record; undefined when it is gone (removed since the key was read). */
+    async record(id: number): Promise<BalanceSeed | undefined> {
+      const [row] = await db.query<{ spent: string | number; version: number }>(statements.record, [id]);
+      return row && { spent: Number(row.spent), version: row.version };
+    },
+
+    addSpent,
+
+    /** Raises each balance still in the version given to the live spent given, less what was given back (see followSpent). */
+    async followSpent(
+      ids: readonly number[],
+      versions: readonly number[],
+      spent: readonly number[],
+      givenBack: readonly number[],
+    ): Promise<void> {
+      await db.query(statements.followSpent, [ids, versions, spent, givenBack]);
+    },
 
     /** Marks the balance told exhausted in this version; true for the one call, of any instance, that marked it. */
     async markExhausted(id: number, version: number): Promise<boolean> {

@@ -1,7 +1,8 @@
 import type { FastifyBaseLogger } from 'fastify';
 import { WriteBehind } from '../platform/lib/write-behind.js';
-import type { CreditRecord, LedgerRepository } from './ledger-repository.js';
-import { LiveFollower, type LiveBalances } from './live-follower.js';
+import type { LedgerRepository } from './ledger-repository.js';
+import { LiveFollower } from './live-follower.js';
+import type { BalanceSeed, Ledger, LiveBalances } from './ports.js';
 
 /** How long spending waits in memory at most before it is written: what an instance killed can leave out of the record. */
 export const LEDGER_WRITE_MS = 1_000;
@@ -20,7 +21,7 @@ interface Spending {
  * balance (LiveFollower). The live balance is the store's; the record is what a store seeds a
  * balance from when it has none (docs/decisions/credits.md).
  */
-export class CreditLedger {
+export class CreditLedger implements Ledger {
   readonly #repository: LedgerRepository;
   /** On a store of this instance's own: its spending per balance and version, written behind. */
   readonly #spending: WriteBehind<Spending> | undefined;
@@ -56,14 +57,14 @@ export class CreditLedger {
   }
 
   /**
-   * The balance's record, to seed a store that has none of it (a record gone, removed meanwhile,
+   * The balance's seed, for a store that has none of it (a record gone, removed meanwhile,
    * counts as nothing spent), with what this instance spent from it and has not written yet: a
    * store seeded after a flush then lacks only the other instances' unwritten part. Read with no
    * write of this instance under way, so that each unit is in the record or in memory, not both.
    */
-  record(id: number, version: number): Promise<CreditRecord> {
+  seed(id: number, version: number): Promise<BalanceSeed> {
     const spending = this.#spending;
-    if (!spending) return this.#followedRecord(id, version);
+    if (!spending) return this.#followedSeed(id, version);
     return spending.betweenWrites(async () => {
       const record = (await this.#repository.record(id)) ?? { spent: 0, version };
       const unwritten = spending.unwritten(`${id}:${record.version}`)?.units ?? 0;
@@ -71,7 +72,7 @@ export class CreditLedger {
     });
   }
 
-  async #followedRecord(id: number, version: number) {
+  async #followedSeed(id: number, version: number) {
     return this.#follower!.seed(id, (await this.#repository.record(id)) ?? { spent: 0, version });
   }
 

@@ -1,20 +1,6 @@
 import type { FastifyBaseLogger } from 'fastify';
-import type { CreditRecord, LedgerRepository } from './ledger-repository.js';
-
-/** A balance as a store shared by every instance (Redis) holds it: its version, and what was spent of it in that version. */
-export interface LiveBalance {
-  id: number;
-  version: number;
-  spent: number;
-}
-
-/** What the record of credits asks of a shared store: the balances it holds, as they stand now. */
-export interface LiveBalances {
-  /** These balances (by the subject the store keeps each under, and id), in order; undefined for one it holds none of. */
-  read(balances: ReadonlyArray<{ subject: string; id: number }>): Promise<Array<LiveBalance | undefined>>;
-  /** Every balance it holds, in batches. */
-  all(): AsyncIterable<LiveBalance[]>;
-}
+import type { LedgerRepository } from './ledger-repository.js';
+import type { BalanceSeed, LiveBalances } from './ports.js';
 
 /** How long after this instance last spent from a balance it goes on following it: what outlives an instance killed meanwhile. */
 export const FOLLOW_MS = 10_000;
@@ -89,7 +75,7 @@ export class LiveFollower {
    * A seed for a store that lost the balance (flushed): the record, or what this instance knows was
    * spent live, whichever is more; it lacks only what others spent since this one last heard.
    */
-  seed(id: number, record: CreditRecord): CreditRecord {
+  seed(id: number, record: BalanceSeed): BalanceSeed {
     const followed = this.#followed.get(id);
     if (followed?.version !== record.version) return record;
     const known = this.#known(followed) ?? record.spent + followed.since;

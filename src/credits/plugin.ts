@@ -1,8 +1,16 @@
 import fp from 'fastify-plugin';
-import { creditsRefilled } from '../webhooks/events.js';
-import { createWebhookDeliveriesRepository } from '../webhooks/repository.js';
 import type { Transaction } from '../platform/db/database.js';
+import { CreditLedger } from './ledger.js';
+import { createLedgerRepository } from './ledger-repository.js';
+import type { CreditsLedger, Ledger } from './ports.js';
 import { createCreditsRepository, type RefilledBalance } from './repository.js';
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    /** The record of credits as the limiter spends through it (src/rate-limit/plugin.ts). */
+    creditsLedger: CreditsLedger;
+  }
+}
 
 /** How often each instance looks for balances due a refill: a refill lands within about this long of its 00:00 UTC. */
 export const REFILL_EVERY_MS = 1_000;
@@ -11,37 +19,42 @@ export const REFILL_EVERY_MS = 1_000;
 const REFILL_BATCH = 500;
 
 export interface CreditsOptions {
-  /** Whether usage events are recorded (WEBHOOK_URL is set): then each refill records `credits.refilled`. */
-  events: boolean;
+  /** Records what a refill pass refilled in its transaction (the `credits.refilled` events, with WEBHOOK_URL set). */
+  refilled?: (tx: Transaction, refilled: RefilledBalance[], now: number) => Promise<void>;
 }
 
 /**
- * The refills of credit balances: every instance looks about once a second (by the app's clock)
- * for balances due, and refills each one once across all instances (refillDue), recording the
- * `credits.refilled` event in the same transaction, so that a refill and its event commit together.
+ * The record of credits on every instance: the ledger the limiter spends through (opened by it once
+ * its store is chosen, closed with the app), and the refills: every instance looks about once a
+ * second (by the app's clock) for balances due, and refills each one once across all instances
+ * (refillDue), recording what `refilled` makes of it in the same transaction, so that a refill and
+ * its event commit together.
  */
 export default fp<CreditsOptions>(
-  async function credits(app, { events }) {
+  async function credits(app, { refilled }) {
+    const ledgers = createLedgerRepository(app.db);
+    app.decorate('creditsLedger', {
+      records: ledgers,
+      open(live) {
+        const ledger = new CreditLedger(ledgers, app.log, live);
+        // Added as the limiter opens it, after its store's: closed first, while the store still answers.
+        app.addHook('onClose', () => ledger.close());
+        return ledger satisfies Ledger;
+      },
+    } satisfies CreditsLedger);
+
     const balances = createCreditsRepository(app.db);
-    const deliveries = events ? createWebhookDeliveriesRepository(app.db) : undefined;
     let running: Promise<void> | undefined;
     // Told once per run of failures (a database outage), not once a second.
     let failing = false;
-
-    /** The events of the balances a pass refilled, recorded in the refills' transaction. */
-    const recordEvents =
-      (now: number) =>
-      async (tx: Transaction, refilled: RefilledBalance[]): Promise<void> => {
-        if (!deliveries) return;
-        for (const { id, owner, version, remaining, refillAt } of refilled) {
-          await deliveries.record(creditsRefilled({ balanceId: id, owner, version, remaining, refillAt }, now), tx);
-        }
-      };
+    const recordRefills = (now: number) => async (tx: Transaction, done: RefilledBalance[]) => {
+      await refilled?.(tx, done, now);
+    };
     const refill = async () => {
       const now = app.now();
       // A full batch may leave more due: on until one is not full.
       let count: number;
-      do count = await balances.refillDue(now, REFILL_BATCH, recordEvents(now));
+      do count = await balances.refillDue(now, REFILL_BATCH, recordRefills(now));
       while (count === REFILL_BATCH);
     };
     const tick = () => {

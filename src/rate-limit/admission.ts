@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import type { Ledger } from '../credits/ports.js';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { errors, secondsUntil } from '../platform/errors.js';
 import { annotateRequestSpan } from '../platform/observability/tracing.js';
@@ -11,7 +12,6 @@ import {
   creditsSpending,
   decideSeeded,
   type CreditsExhaustedEvent,
-  type CreditsRecord,
   type CreditsSpending,
 } from './credits.js';
 import { setHeaders } from './headers.js';
@@ -129,12 +129,12 @@ export async function keyStanding(store: RateLimitStore, key: ApiKeyIdentity, no
 export const concurrencyLimit = (key: ApiKeyIdentity, concurrency: Record<string, number>): number | undefined =>
   key.concurrency ?? concurrency[key.plan];
 
-/** What admit's steps share: the store and the settings, the record, and whom they tell (metrics, watchers, the credits' spending). */
+/** What admit's steps share: the store and the settings, the ledger, and whom they tell (metrics, watchers, the credits' spending). */
 interface Admitting {
   store: RateLimitStore;
   settings: AdmissionSettings;
   metrics: RateLimitMetrics;
-  record: CreditsRecord;
+  ledger: Ledger;
   watchers: UsageWatcher[];
   credits: CreditsSpending;
   keepSlot: ReturnType<typeof slotKeeper>;
@@ -174,7 +174,7 @@ export function createAdmission(
   store: RateLimitStore,
   metrics: RateLimitMetrics,
   settings: AdmissionSettings,
-  record: CreditsRecord,
+  ledger: Ledger,
 ): RequestAdmission {
   app.decorateRequest(CHARGE, undefined);
   app.decorateRequest(SLOT, undefined);
@@ -182,13 +182,13 @@ export function createAdmission(
   const leasePrefix = randomBytes(6).toString('hex');
   let leases = 0;
   const watchers: UsageWatcher[] = [];
-  const credits = creditsSpending(app, record, watchers);
+  const credits = creditsSpending(app, ledger, watchers);
   const keepSlot = slotKeeper(app, store);
   const admitting: Admitting = {
     store,
     settings,
     metrics,
-    record,
+    ledger,
     watchers,
     credits,
     keepSlot,
@@ -206,7 +206,7 @@ export function createAdmission(
       answer(admitting, request, reply, terms, await decide(admitting, terms, free));
     },
 
-    settle: createSettle(app, store, credits, record, (request, key, now) =>
+    settle: createSettle(app, store, credits, ledger, (request, key, now) =>
       key ? keyStanding(store, key, now) : store.check(addressSubject(clientOf(request.ip, settings.ipv6Prefix)), ANONYMOUS, now, 1),
     ),
   };
@@ -250,7 +250,7 @@ function termsOf(
  * The decision, in the store, seeding the balances it has none of from the record: a free request
  * (or one that costs nothing) only checked, and counted after all when refused, to count the refusal.
  */
-async function decide({ store, record }: Admitting, terms: Terms, free: boolean): Promise<Decided> {
+async function decide({ store, ledger }: Admitting, terms: Terms, free: boolean): Promise<Decided> {
   const { subject, limits, now, cost, shadow, shared, slot } = terms;
   let own: Decision | undefined;
   const decideClaiming = (count: boolean, credits: readonly CreditClaim[] | undefined): Promise<Admission> => {
@@ -263,7 +263,7 @@ async function decide({ store, record }: Admitting, terms: Terms, free: boolean)
     if (slot) return store.admit(subject, limits, now, claim);
     return count ? store.consume(subject, limits, now, cost, !shadow, credits) : store.check(subject, limits, now, cost, credits);
   };
-  const decideCounting = (count: boolean) => decideSeeded((credits) => decideClaiming(count, credits), terms.credits, record);
+  const decideCounting = (count: boolean) => decideSeeded((credits) => decideClaiming(count, credits), terms.credits, ledger);
   const checked = free || cost === 0 ? await decideCounting(false) : undefined;
   const decision = checked?.outcome === 'allowed' || checked?.outcome === 'busy' ? checked : await decideCounting(true);
   return { decision, counted: decision !== checked, own };

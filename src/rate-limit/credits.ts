@@ -1,4 +1,5 @@
 import type { FastifyInstance } from 'fastify';
+import type { Ledger } from '../credits/ports.js';
 import type { ApiKeyIdentity, CreditBalance } from '../api-keys/identity.js';
 import { errors, secondsUntil } from '../platform/errors.js';
 import type { CreditClaim, CreditStanding, Decision } from './stores/store.js';
@@ -12,19 +13,6 @@ export function parseBalanceGone(payload: string) {
   const { id, customerId, quotaId, keyCustomerId } = JSON.parse(payload) as Record<string, number | null>;
   const subject = customerId ? customerSubject(customerId) : keySubject({ quotaId: quotaId!, customerId: keyCustomerId ?? null });
   return { subject, id: id! };
-}
-
-/** What the limiter asks of the record of credits in PostgreSQL (src/credits/ledger.ts). */
-export interface CreditsRecord {
-  /** A balance's record (spent, version), to seed a store that holds none of it. */
-  record(id: number, version: number): Promise<{ spent: number; version: number }>;
-  /**
-   * Units spent from a balance in a version (negative: given back), kept under `subject`; written in
-   * the next batch. `spentAfter`: what the store had spent of it in all once the decision was made.
-   */
-  spend(subject: string, id: number, version: number, units: number, spentAfter?: number): void;
-  /** True for the one instance, of all, that is to tell that the balance ran out in this version. */
-  exhaustedOnce(id: number, version: number): Promise<boolean>;
 }
 
 /** Whose a balance is: the key's quota's, or its customer's. */
@@ -53,10 +41,10 @@ export function creditClaims(key: ApiKeyIdentity): CreditClaim[] | undefined {
 }
 
 /** The claims, each balance the store answered unseeded with its record as the seed. */
-export const seeded = (claims: readonly CreditClaim[], standings: readonly CreditStanding[] | undefined, record: CreditsRecord) =>
+export const seeded = (claims: readonly CreditClaim[], standings: readonly CreditStanding[] | undefined, ledger: Ledger) =>
   Promise.all(
     claims.map(async (claim, i) =>
-      standings?.[i]?.remaining === null ? { ...claim, seed: await record.record(claim.id, claim.version) } : claim,
+      standings?.[i]?.remaining === null ? { ...claim, seed: await ledger.seed(claim.id, claim.version) } : claim,
     ),
   );
 
@@ -69,12 +57,12 @@ export const seeded = (claims: readonly CreditClaim[], standings: readonly Credi
 export async function decideSeeded<D extends Decision | { outcome: 'busy' }>(
   decide: (claims: readonly CreditClaim[] | undefined) => Promise<D>,
   claims: readonly CreditClaim[] | undefined,
-  record: CreditsRecord,
+  ledger: Ledger,
 ): Promise<D> {
   const unseeded = (decided: D) => (decided as Decision).credits?.some(({ remaining }) => remaining === null) ?? false;
   const decision = await decide(claims);
   if (!unseeded(decision)) return decision;
-  const again = await decide(await seeded(claims!, (decision as Decision).credits, record));
+  const again = await decide(await seeded(claims!, (decision as Decision).credits, ledger));
   if (unseeded(again)) throw new Error('credits: a balance still unseeded once seeded');
   return again;
 }
@@ -117,7 +105,7 @@ export interface CreditsExhaustedEvent {
  */
 export function creditsSpending(
   app: FastifyInstance,
-  record: CreditsRecord,
+  ledger: Ledger,
   watchers: ReadonlyArray<{ creditsExhausted?(event: CreditsExhaustedEvent): void }>,
 ) {
   /**
@@ -129,7 +117,7 @@ export function creditsSpending(
     balancesOf(key).forEach(({ owner, balance }, i) => {
       const { remaining, version } = standings[i]!;
       if (remaining === null || remaining > 0) return;
-      record
+      ledger
         .exhaustedOnce(balance.id, version)
         .then((first) => {
           const event = { key, owner, balance, version, remaining: Math.max(0, remaining) };
@@ -149,7 +137,7 @@ export function creditsSpending(
         const { recorded, remaining, version } = standings[i]!;
         // remaining is of the claim's base when the store holds the claim's version.
         const spentAfter = version === claim.version && remaining !== null ? claim.base - remaining : undefined;
-        if (!recorded) record.spend(claim.subject, claim.id, version, cost, spentAfter);
+        if (!recorded) ledger.spend(claim.subject, claim.id, version, cost, spentAfter);
       });
       exhausted(key, standings);
     },
@@ -159,7 +147,7 @@ export function creditsSpending(
      */
     refunded(claims: readonly CreditClaim[], standings: readonly CreditStanding[], cost: number) {
       claims.forEach((claim, i) => {
-        if (!standings[i]!.recorded) record.spend(claim.subject, claim.id, standings[i]!.version, -cost);
+        if (!standings[i]!.recorded) ledger.spend(claim.subject, claim.id, standings[i]!.version, -cost);
       });
     },
   };

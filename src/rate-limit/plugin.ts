@@ -4,8 +4,6 @@ import type { Limits } from '../api-keys/plans.js';
 import type { ApiKeyIdentity } from '../api-keys/identity.js';
 import { clientOf } from './address.js';
 import { adminOperations, type AdminOperations } from './admin/admin-operations.js';
-import { CreditLedger } from '../credits/ledger.js';
-import { createLedgerRepository } from '../credits/ledger-repository.js';
 import { concurrencyLimit, createAdmission, keyStanding, type RequestAdmission } from './admission.js';
 import { BALANCE_GONE, bindingBalance, creditClaims, decideSeeded, parseBalanceGone } from './credits.js';
 import { rateLimitMetrics } from './metrics.js';
@@ -76,13 +74,11 @@ export default fp<RateLimitOptions>(
   async function rateLimit(app, options) {
     checkPlanSettings(options);
     const shadowPlans = new Set(options.shadowPlans);
-    // The record of credits in PostgreSQL: what this instance spent, written at least once a second and at close;
-    // while Redis is unreachable, the balances are decided in it.
-    const ledgerRepository = createLedgerRepository(app.db);
-    const { store, live } = await chooseStore(app, options, ledgerRepository);
+    // The record of credits (credits/): while Redis is unreachable the balances are decided in it;
+    // this instance's ledger follows the store's live balances (Redis), or adds up its own spending.
+    const { store, live } = await chooseStore(app, options, app.creditsLedger.records);
     const { concurrency, ipv6Prefix } = options;
-    const ledger = new CreditLedger(ledgerRepository, app.log, live);
-    app.addHook('onClose', () => ledger.close());
+    const ledger = app.creditsLedger.open(live);
     /** What remains of the key's binding balance of credits, seeding the store from the record if it has none. */
     const creditsOf = async (key: ApiKeyIdentity, now: number): Promise<Standing['credits']> => {
       const claims = creditClaims(key);
@@ -144,5 +140,5 @@ export default fp<RateLimitOptions>(
       },
     } satisfies RateLimiter);
   },
-  { name: 'rate-limit', dependencies: ['database', 'metrics'] },
+  { name: 'rate-limit', dependencies: ['database', 'metrics', 'credits'] },
 );

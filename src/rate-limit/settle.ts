@@ -1,7 +1,8 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Limits } from '../api-keys/plans.js';
 import type { ApiKeyIdentity } from '../api-keys/identity.js';
-import { decideSeeded, type CreditsRecord, type CreditsSpending } from './credits.js';
+import type { Ledger } from '../credits/ports.js';
+import { decideSeeded, type CreditsSpending } from './credits.js';
 import { setHeaders } from './headers.js';
 import { NO_SLOT, uncounted, type Admission, type CreditClaim, type Decision, type RateLimitStore, type Shared } from './stores/store.js';
 
@@ -60,7 +61,7 @@ export function createSettle(
   app: FastifyInstance,
   store: RateLimitStore,
   credits: CreditsSpending,
-  record: CreditsRecord,
+  ledger: Ledger,
   standingOf: (request: FastifyRequest, key: ApiKeyIdentity | undefined, now: number) => Promise<Decision>,
 ) {
   /** Honest headers for a request that was never counted. */
@@ -96,7 +97,7 @@ export function createSettle(
         .decideShared(charge.subject, charge.limits, charge.now, claim, { ...charge.shared, slots: 0 })
         .then((both) => both.admission);
     };
-    return decideSeeded(count, charge.credits, record).then((decision) => {
+    return decideSeeded(count, charge.credits, ledger).then((decision) => {
       if (decision.outcome !== 'busy' && decision.credits && (decision.outcome === 'allowed' || !charge.bans))
         credits.spent(key!, charge.credits!, decision.credits, charge.cost);
     });

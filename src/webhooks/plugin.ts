@@ -1,7 +1,9 @@
 import fp from 'fastify-plugin';
 import { Counter, Gauge } from 'prom-client';
 import type { WebhookSettings } from './settings.js';
-import { creditsExhausted, keyBanned, usageThreshold, type RecordedEvent } from './events.js';
+import type { RefilledBalance } from '../credits/repository.js';
+import type { Database, Transaction } from '../platform/db/database.js';
+import { creditsExhausted, creditsRefilled, keyBanned, usageThreshold, type RecordedEvent } from './events.js';
 import { createWebhookDeliveriesRepository, DUE_CHANNEL } from './repository.js';
 import { FIRST_RETRY_MS, WebhookSender } from './sender.js';
 
@@ -11,6 +13,16 @@ import { FIRST_RETRY_MS, WebhookSender } from './sender.js';
  * them, once per quota, window and threshold across all instances, and delivered by every
  * instance's sender from there, so a restart loses none.
  */
+/** The `credits.refilled` events of a refill pass, recorded in its transaction (the credits plugin's `refilled`). */
+export function recordRefills(db: Database) {
+  const deliveries = createWebhookDeliveriesRepository(db);
+  return async (tx: Transaction, refilled: RefilledBalance[], now: number) => {
+    for (const { id, owner, version, remaining, refillAt } of refilled) {
+      await deliveries.record(creditsRefilled({ balanceId: id, owner, version, remaining, refillAt }, now), tx);
+    }
+  };
+}
+
 /** The settings, WEBHOOK_RETENTION_DAYS, and the first retry's wait: FIRST_RETRY_MS unless a test shortens it. */
 export type WebhooksOptions = WebhookSettings & { retentionDays: number; firstRetryMs?: number | undefined };
 

@@ -3,7 +3,8 @@ import { createApiKeysRepository } from '../../src/api-keys/repository.js';
 import { createLedgerRepository } from '../../src/credits/ledger-repository.js';
 import { createCustomersRepository } from '../../src/customers/repository.js';
 import type { Database } from '../../src/platform/db/database.js';
-import { OutageSpending, type RecordedCredits } from '../../src/rate-limit/stores/outage-spending.js';
+import type { BalanceRecords } from '../../src/credits/ports.js';
+import { OutageSpending } from '../../src/rate-limit/stores/outage-spending.js';
 import { KEYS_COMMAND } from '../support/admin.js';
 import { balanceRecord, insertBalance } from '../support/credit-balances.js';
 import { databaseTest } from '../support/fixtures.js';
@@ -18,7 +19,7 @@ const test = databaseTest();
 function countedRecord(db: Database) {
   const record = createLedgerRepository(db);
   const counted = { transactions: 0 };
-  const recorded: RecordedCredits = {
+  const recorded: BalanceRecords = {
     ...record,
     spendLocked: (ids, decide) => {
       counted.transactions++;

@@ -1,9 +1,8 @@
 import type { FastifyBaseLogger } from 'fastify';
-import type { LiveBalances } from '../../credits/live-follower.js';
+import type { BalanceRecords, LiveBalances } from '../../credits/ports.js';
 import type { Limits } from '../../api-keys/plans.js';
 import type { MemoryStore } from './memory-store.js';
 import { OutageCredits } from './outage-credits.js';
-import type { RecordedCredits } from './outage-spending.js';
 import { pingAll } from './redis-connection.js';
 import type { RedisStore } from './redis-store.js';
 import type {
@@ -40,7 +39,7 @@ export class FallbackStore implements RateLimitStore {
   readonly #credits: OutageCredits;
   #probe: NodeJS.Timeout | undefined;
 
-  constructor(redis: RedisStore, memory: MemoryStore, log: FastifyBaseLogger, record: RecordedCredits) {
+  constructor(redis: RedisStore, memory: MemoryStore, log: FastifyBaseLogger, record: BalanceRecords) {
     this.#redis = redis;
     this.#memory = memory;
     this.#log = log;

@@ -1,6 +1,7 @@
 import type { Limits } from '../../api-keys/plans.js';
 import type { MemoryStore } from './memory-store.js';
-import { OutageSpending, type RecordBalance, type RecordedCredits } from './outage-spending.js';
+import type { BalanceRecords, RecordedBalance } from '../../credits/ports.js';
+import { OutageSpending } from './outage-spending.js';
 import type { RedisStore } from './redis-store.js';
 import {
   served,
@@ -21,7 +22,7 @@ const nameOf = (claim: CreditClaim) => `${claim.subject}:${claim.id}`;
  * Each claim's standing as the record answered it: a balance removed meanwhile (no row) limits
  * nothing, until its key is read again.
  */
-function standingsOf(claims: readonly CreditClaim[], balances: readonly RecordBalance[], recorded: boolean): CreditStanding[] {
+function standingsOf(claims: readonly CreditClaim[], balances: readonly RecordedBalance[], recorded: boolean): CreditStanding[] {
   return claims.map((claim) => {
     const balance = balances.find(({ id }) => id === claim.id);
     const { remaining, version } = balance ?? { remaining: claim.base, version: claim.version };
@@ -42,12 +43,12 @@ const NOTHING = async () => {};
  */
 export class OutageCredits {
   readonly #memory: MemoryStore;
-  readonly #record: RecordedCredits;
+  readonly #record: BalanceRecords;
   readonly #spending: OutageSpending;
   /** The balances spent from or given back to while Redis was unreachable: its copies of them missed it. */
   readonly #touched = new Map<string, CreditClaim>();
 
-  constructor(memory: MemoryStore, record: RecordedCredits) {
+  constructor(memory: MemoryStore, record: BalanceRecords) {
     this.#memory = memory;
     this.#record = record;
     this.#spending = new OutageSpending(record);

@@ -1,36 +1,6 @@
 import { DatabaseUnavailableError } from '../../platform/db/errors.js';
 import { groupCommit } from '../../platform/lib/group-commit.js';
-
-/** A balance as its record stands: what remains of it (base - spent), in which version. */
-export interface RecordBalance {
-  id: number;
-  remaining: number;
-  version: number;
-}
-
-/** What a transaction of the fallback makes of the balances it locked: the units it spends from each (by id), and its answer. */
-export interface LockedSpending<T> {
-  spend: ReadonlyMap<number, number>;
-  answer: T;
-}
-
-/**
- * What the fallback asks of the record of credits (credit_balances) while Redis is unreachable:
- * the balances decided in PostgreSQL itself (src/credits/ledger-repository.ts).
- */
-export interface RecordedCredits {
-  /** In one transaction locking the balances, spends what `decide` makes of them as they stand, and answers its answer. */
-  spendLocked<T>(ids: readonly number[], decide: (balances: RecordBalance[]) => LockedSpending<T>): Promise<T>;
-  /**
-   * `count` requests of `cost` from every one of the balances, in one statement locking them: as
-   * many served, in order, as every balance holds. The balances as they stood.
-   */
-  spendAtOnce(ids: readonly number[], cost: number, count: number): Promise<RecordBalance[]>;
-  /** The balances as they stand, locking nothing. */
-  remaining(ids: readonly number[]): Promise<RecordBalance[]>;
-  /** Gives `cost` back to each balance still in the version it was spent in. */
-  giveBack(ids: readonly number[], versions: readonly number[], cost: number): Promise<void>;
-}
+import type { BalanceRecords, LockedSpending, RecordedBalance } from '../../credits/ports.js';
 
 /** A request's spending: `cost` from each of its balances, or from none. */
 interface Spending {
@@ -41,7 +11,7 @@ interface Spending {
 /** Whether a request spent, and its balances as its decision left them. */
 export interface Spent {
   spent: boolean;
-  balances: RecordBalance[];
+  balances: RecordedBalance[];
 }
 
 /** Requests of one balance in one transaction at most: a batch's statements cost the same for 1 request as for 500. */
@@ -57,7 +27,7 @@ const MAX_WAIT_MS = 5_000;
  * every one of its balances if each still holds it, else from none. A balance removed meanwhile
  * (not locked: no row) limits nothing.
  */
-export function spendInOrder(requests: readonly Spending[], locked: readonly RecordBalance[]): LockedSpending<Spent[]> {
+export function spendInOrder(requests: readonly Spending[], locked: readonly RecordedBalance[]): LockedSpending<Spent[]> {
   const balances = new Map(locked.map((balance) => [balance.id, balance]));
   const spend = new Map<number, number>();
   const answer = requests.map(({ ids, cost }) => {
@@ -82,11 +52,11 @@ export function spendInOrder(requests: readonly Spending[], locked: readonly Rec
  * requests of other balances wait; the row locks keep instances exact between them.
  */
 export class OutageSpending {
-  readonly #record: RecordedCredits;
+  readonly #record: BalanceRecords;
   /** Each balance's batches, while a request of it waits or is decided; dropped once none does. */
   readonly #batches = new Map<number, { submit: (spending: Spending) => Promise<Spent>; requests: number }>();
 
-  constructor(record: RecordedCredits) {
+  constructor(record: BalanceRecords) {
     this.#record = record;
   }
 

@@ -1,5 +1,5 @@
 import type { Cluster, Redis } from 'ioredis';
-import type { LiveBalance } from '../../credits/live-follower.js';
+import type { LiveBalance } from '../../credits/ports.js';
 import type { CreditClaim, CreditStanding } from './store.js';
 
 /** What sets a balance's key apart from its subject's other keys (`<subject's base>:cr:<id>`): its id follows. */

@@ -1,7 +1,7 @@
 import { Cluster, type Redis } from 'ioredis';
 import { DAY_MS, MINUTE_MS } from '../../platform/time.js';
 import type { Limits } from '../../api-keys/plans.js';
-import type { LiveBalances } from '../../credits/live-follower.js';
+import type { LiveBalances } from '../../credits/ports.js';
 import { CREDIT_KEY_INFIX, creditStandings, globEscape, readLiveBalances, scanLiveBalances } from './redis-credits.js';
 import {
   ALLOWED,

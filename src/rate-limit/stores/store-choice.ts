@@ -1,8 +1,7 @@
 import type { FastifyInstance } from 'fastify';
-import type { LiveBalances } from '../../credits/live-follower.js';
+import type { BalanceRecords, LiveBalances } from '../../credits/ports.js';
 import { FallbackStore } from './fallback-store.js';
 import { MemoryStore } from './memory-store.js';
-import type { RecordedCredits } from './outage-spending.js';
 import { createRedisClient, REDIS_START_WAIT_MS } from './redis-connection.js';
 import type { RedisCredentials, RedisTarget } from './redis-settings.js';
 import { RedisStore } from './redis-store.js';
@@ -25,7 +24,7 @@ export interface StoreOptions {
 export async function chooseStore(
   app: FastifyInstance,
   options: StoreOptions,
-  record: RecordedCredits,
+  record: BalanceRecords,
 ): Promise<{ store: RateLimitStore; live?: LiveBalances }> {
   const memory = new MemoryStore(options.ban, { now: app.now });
   let store: RateLimitStore = memory;
