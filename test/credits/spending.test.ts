@@ -6,7 +6,7 @@ import type { NewApiKey } from '../../src/api-keys/repository.js';
 import { createCustomersRepository } from '../../src/customers/repository.js';
 import { KEYS_COMMAND } from '../support/admin.js';
 import { buildTestApp } from '../support/app.js';
-import { balanceRecord, insertBalance, type BalanceOwner } from '../support/credit-balances.js';
+import { balanceRecord, failSpentWrites, insertBalance, type BalanceOwner } from '../support/credit-balances.js';
 import { eventually } from '../support/eventually.js';
 import { describeAppTest } from '../support/fixtures.js';
 import { bearer, waitForKey, waitForKeyOnApp } from '../support/keys.js';
@@ -65,31 +65,6 @@ const NO_REFILL =
 
 /** Webhooks to a port where nothing listens (discard): deliveries fail, and the outbox keeps the events this file counts. */
 const WEBHOOKS = { WEBHOOK_URL: 'http://127.0.0.1:9/hooks', WEBHOOK_SECRET: 'a-webhook-secret-of-32-characters-or-more' };
-
-/**
- * Makes the ledger's writes of the balance's spending fail for real (a trigger raising on an update
- * of `spent` within its version; a set or refill passes), each attempt counted by a sequence, which
- * a failed transaction does not roll back. Returns the count of failed attempts and the way to let writes through.
- */
-async function failLedgerWrites(app: FastifyInstance, id: number) {
-  const name = `refuse_spent_${id}`;
-  await app.db.query(`CREATE SEQUENCE ${name}_attempts`);
-  await app.db.query(
-    `CREATE FUNCTION ${name}() RETURNS trigger LANGUAGE plpgsql AS $$
-     BEGIN PERFORM nextval('${name}_attempts'); RAISE EXCEPTION 'the ledger write refused by the test'; END $$`,
-  );
-  await app.db.query(
-    `CREATE TRIGGER ${name} BEFORE UPDATE OF spent ON credit_balances FOR EACH ROW
-     WHEN (NEW.id = ${id} AND NEW.version = OLD.version) EXECUTE FUNCTION ${name}()`,
-  );
-  return {
-    failed: async () => {
-      const [row] = await app.db.query<{ failed: boolean }>(`SELECT is_called AS failed FROM ${name}_attempts`);
-      return row!.failed;
-    },
-    heal: () => app.db.query(`DROP TRIGGER ${name} ON credit_balances`),
-  };
-}
 
 /** The credits.exhausted events recorded of a balance. */
 const exhaustedEvents = (app: FastifyInstance, id: number) =>
@@ -263,7 +238,7 @@ describe.each(RATE_LIMIT_STORES)('prepaid credits with the $name store', (store)
     test('a failed write of the ledger keeps its units: they reach the record with the next write', async ({ t, clock }) => {
       const { headers, record } = await knownKey(t.app, clock, { plan: 'pro' });
       const id = await withBalance(t.app, { quotaId: record.quotaId }, 10);
-      const writes = await failLedgerWrites(t.app, id);
+      const writes = await failSpentWrites(t.app.db, id);
       expect(await statusesOf(t.app, headers, 4)).toEqual([200, 200, 200, 200]);
       await eventually(writes.failed);
       expect((await balanceRecord(t.app.db, id)).spent).toBe(0);
@@ -274,7 +249,7 @@ describe.each(RATE_LIMIT_STORES)('prepaid credits with the $name store', (store)
     test('spending of a version written after a set (a new version) does not reduce the new balance', async ({ t, clock }) => {
       const { headers, record } = await knownKey(t.app, clock, { plan: 'pro' });
       const id = await withBalance(t.app, { quotaId: record.quotaId }, 10);
-      const writes = await failLedgerWrites(t.app, id);
+      const writes = await failSpentWrites(t.app.db, id);
       // 4 spent in version 1 and kept unwritten (its writes fail) until after the set of 10 (version 2).
       expect(await statusesOf(t.app, headers, 4)).toEqual([200, 200, 200, 200]);
       await eventually(writes.failed);
