@@ -85,7 +85,7 @@ describe.each(RATE_LIMIT_STORES)('prepaid credits with the $name store', (store)
     }),
   });
 
-  describe.skipIf(store.usesRedis && !REDIS_URL)('', () => {
+  describe.skipIf(store.usesRedis && !REDIS_URL)("requests spending a key's and its customer's balances", () => {
     test("a key's balance of 3 serves exactly 3 units, then 429 credits_exhausted without Retry-After; the record catches up", async ({
       t,
       clock,
@@ -204,15 +204,21 @@ describe.each(RATE_LIMIT_STORES)('prepaid credits with the $name store', (store)
       clock,
     }) => {
       const shadow = await knownKey(t.app, clock, { plan: 'business' });
-      const off = await knownKey(t.app, clock, { plan: 'pro', enforceLimits: false });
       await withBalance(t.app, { quotaId: shadow.record.quotaId }, 1);
-      await withBalance(t.app, { quotaId: off.record.quotaId }, 1);
-      for (const { headers } of [shadow, off]) {
-        expect((await get(t.app, headers)).statusCode).toBe(200);
-        const refused = await get(t.app, headers);
-        expect(refused.statusCode).toBe(429);
-        expect(refused.json().code).toBe('credits_exhausted');
-      }
+      expect((await get(t.app, shadow.headers)).statusCode).toBe(200);
+      const refused = await get(t.app, shadow.headers);
+      expect(refused.statusCode).toBe(429);
+      expect(refused.json().code).toBe('credits_exhausted');
+      // A key not enforcing its minute of 2: the 3rd and 4th requests are past it, served, and spend a unit each.
+      const off = await knownKey(t.app, clock, { plan: 'enterprise', limits: { perMinute: 2, perDay: 100 }, enforceLimits: false });
+      const id = await withBalance(t.app, { quotaId: off.record.quotaId }, 4);
+      const answers = [];
+      for (let i = 0; i < 5; i++) answers.push(await get(t.app, off.headers));
+      expect(answers.map((answer) => answer.statusCode)).toEqual([200, 200, 200, 200, 429]);
+      expect(answers.slice(2, 4).map((answer) => answer.headers['x-ratelimit-remaining'])).toEqual(['0', '0']);
+      expect(answers[4]!.json().code).toBe('credits_exhausted');
+      expect(await quotaCredits(t.app, off.headers)).toEqual({ remaining: 0, refillAt: null });
+      await recorded(t.app, id, 4);
     });
 
     test('credits.exhausted is recorded once per balance and version, and again after a set (a new version)', async ({ t, clock }) => {
