@@ -1,69 +1,67 @@
-import pino from 'pino';
 import { describe, expect } from 'vitest';
 import { CreditLedger } from '../../src/credits/ledger.js';
 import { createLedgerRepository } from '../../src/credits/ledger-repository.js';
 import type { Database } from '../../src/platform/db/database.js';
 import { balanceRecord, failSpentWrites, insertCustomerBalance } from '../support/credit-balances.js';
 import { databaseTest } from '../support/fixtures.js';
-import { captureLogs } from '../support/logs.js';
+import { capturingLogger } from '../support/logs.js';
 
 // Issue 55, item 5: the record of credits on a store of this instance's own (memory), the
 // CreditLedger directly on a real database: spending added up in memory and written in batches.
 
-const test = databaseTest();
-
 /** A ledger on the database's record, as the limiter's plugin opens one without Redis; closed after the test. */
-function openLedger(db: Database, onTestFinished: (close: () => Promise<void>) => void) {
-  const logs = captureLogs();
-  const ledger = new CreditLedger(createLedgerRepository(db), pino(logs.stream));
-  onTestFinished(() => ledger.close());
-  return {
-    ledger,
-    warnings: () =>
-      logs
-        .entries()
-        .filter((entry) => entry.level === 40)
-        .map((entry) => entry.msg),
+function openLedger(db: Database, onCleanup: (close: () => Promise<void>) => void) {
+  const { log, warnings } = capturingLogger();
+  const ledger = new CreditLedger(createLedgerRepository(db), log);
+  onCleanup(() => ledger.close());
+  /** Writes the ledger's batch; the balance's spent in the record then. */
+  const written = async (id: number) => {
+    await ledger.write();
+    return (await balanceRecord(db, id)).spent;
   };
+  return { db, ledger, warnings, written };
 }
+
+/** `opened`: a ledger of the test's own on the file's database. */
+const test = databaseTest().extend('opened', ({ database }, { onCleanup }) => openLedger(database.db, onCleanup));
 
 const spentOf = async (db: Database, id: number) => (await balanceRecord(db, id)).spent;
 
 describe('the ledger on a store of its own', () => {
-  test('adds up spending and refunds per balance and version, and writes them in one batch', async ({ database, onTestFinished }) => {
-    const { db } = database;
-    const { ledger } = openLedger(db, onTestFinished);
+  test('adds up spending and refunds per balance and version, and writes them in one batch', async ({
+    opened: { db, ledger, written },
+  }) => {
     const [a, b] = [await insertCustomerBalance(db, 100), await insertCustomerBalance(db, 100, { spent: 10 })];
     for (let i = 0; i < 5; i++) ledger.spend('customer:1', a, 1, 1);
     ledger.spend('customer:1', a, 1, -1);
     ledger.spend('customer:2', b, 1, 3);
-    await ledger.write();
-    expect([await spentOf(db, a), await spentOf(db, b)]).toEqual([4, 13]);
+    expect(await written(a)).toBe(4);
+    expect(await spentOf(db, b)).toBe(13);
     // Written once: a write with nothing spent since adds nothing.
     await ledger.write();
     expect([await spentOf(db, a), await spentOf(db, b)]).toEqual([4, 13]);
   });
 
   test('drops spending of a version the record no longer holds (a set or refill replaced it), and never goes below 0', async ({
-    database,
-    onTestFinished,
+    opened: { db, ledger, written },
   }) => {
-    const { db } = database;
-    const { ledger } = openLedger(db, onTestFinished);
     const id = await insertCustomerBalance(db, 10, { spent: 2, version: 2 });
-    ledger.spend('customer:1', id, 1, 5);
-    ledger.spend('customer:1', id, 2, 1);
-    await ledger.write();
-    expect(await balanceRecord(db, id)).toMatchObject({ spent: 3, version: 2 });
+    // 5 units of version 1 (the record's no more), 1 of version 2.
+    for (const [version, units] of [
+      [1, 5],
+      [2, 1],
+    ] as const)
+      ledger.spend('customer:1', id, version, units);
+    expect(await written(id)).toBe(3);
+    expect((await balanceRecord(db, id)).version).toBe(2);
     // A refund of more than the record holds (its spending dropped meanwhile) leaves it at 0, and the batch written.
     ledger.spend('customer:1', id, 2, -5);
-    await ledger.write();
-    expect(await spentOf(db, id)).toBe(0);
+    expect(await written(id)).toBe(0);
   });
 
-  test('a failed write keeps its units: they reach the record with the next write, once', async ({ database, onTestFinished }) => {
-    const { db } = database;
-    const { ledger, warnings } = openLedger(db, onTestFinished);
+  test('a failed write keeps its units: they reach the record with the next write, once', async ({
+    opened: { db, ledger, warnings, written },
+  }) => {
     const id = await insertCustomerBalance(db, 10);
     const writes = await failSpentWrites(db, id);
     for (let i = 0; i < 4; i++) ledger.spend('customer:1', id, 1, 1);
@@ -74,25 +72,19 @@ describe('the ledger on a store of its own', () => {
     // Spent meanwhile too: the kept units and the new ones in the next batch.
     ledger.spend('customer:1', id, 1, 1);
     await writes.heal();
-    await ledger.write();
-    expect(await spentOf(db, id)).toBe(5);
-    await ledger.write();
-    expect(await spentOf(db, id)).toBe(5);
+    expect(await written(id)).toBe(5);
+    expect(await written(id)).toBe(5);
   });
 
   test("record() is the record and this instance's unwritten units of its version, each unit counted once", async ({
-    database,
-    onTestFinished,
+    opened: { db, ledger, written },
   }) => {
-    const { db } = database;
-    const { ledger } = openLedger(db, onTestFinished);
     const id = await insertCustomerBalance(db, 100, { spent: 20, version: 3 });
     ledger.spend('customer:1', id, 3, 5);
     // Another version's unwritten units are not this version's spending.
     ledger.spend('customer:1', id, 2, 7);
     expect(await ledger.record(id, 3)).toEqual({ spent: 25, version: 3 });
-    await ledger.write();
-    expect(await spentOf(db, id)).toBe(25);
+    expect(await written(id)).toBe(25);
     expect(await ledger.record(id, 3)).toEqual({ spent: 25, version: 3 });
     // Read while a write is under way: in the record or in memory, not both.
     ledger.spend('customer:1', id, 3, 2);
@@ -104,9 +96,8 @@ describe('the ledger on a store of its own', () => {
     expect(await ledger.record(id, 4)).toEqual({ spent: 1, version: 4 });
   });
 
-  test('close writes what remains unwritten', async ({ database }) => {
-    const { db } = database;
-    const ledger = new CreditLedger(createLedgerRepository(db), pino({ level: 'silent' }));
+  test('close writes what remains unwritten', async ({ database: { db } }) => {
+    const ledger = new CreditLedger(createLedgerRepository(db), capturingLogger().log);
     const id = await insertCustomerBalance(db, 10);
     ledger.spend('customer:1', id, 1, 3);
     await ledger.close();
@@ -114,10 +105,9 @@ describe('the ledger on a store of its own', () => {
   });
 
   test('exhaustedOnce is true for one call of one ledger per balance and version, across two ledgers', async ({
-    database,
+    database: { db },
     onTestFinished,
   }) => {
-    const { db } = database;
     const [a, b] = [openLedger(db, onTestFinished).ledger, openLedger(db, onTestFinished).ledger];
     const id = await insertCustomerBalance(db, 1);
     const told = await Promise.all([a.exhaustedOnce(id, 1), b.exhaustedOnce(id, 1), a.exhaustedOnce(id, 1), b.exhaustedOnce(id, 1)]);
@@ -130,9 +120,7 @@ describe('the ledger on a store of its own', () => {
     expect(await b.exhaustedOnce(id, 2)).toBe(false);
   });
 
-  test('exhaustedOnce that failed to mark may be asked again', async ({ database, onTestFinished }) => {
-    const { db } = database;
-    const { ledger } = openLedger(db, onTestFinished);
+  test('exhaustedOnce that failed to mark may be asked again', async ({ opened: { db, ledger } }) => {
     const id = await insertCustomerBalance(db, 1);
     await db.query('ALTER TABLE credit_balances RENAME COLUMN exhausted_version TO exhausted_version_hidden');
     try {

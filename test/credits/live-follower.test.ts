@@ -1,4 +1,3 @@
-import pino from 'pino';
 import { describe, expect } from 'vitest';
 import { deleteKeys } from '../../harness/redis.js';
 import { freePort } from '../../harness/free-port.js';
@@ -10,7 +9,7 @@ import type { CreditClaim } from '../../src/rate-limit/store.js';
 import { balanceRecord, insertCustomerBalance } from '../support/credit-balances.js';
 import { eventually } from '../support/eventually.js';
 import { databaseTest } from '../support/fixtures.js';
-import { captureLogs } from '../support/logs.js';
+import { capturingLogger } from '../support/logs.js';
 import { REDIS_URL, redisStoreAt, redisStoreEnv } from '../support/redis.js';
 
 // Issue 55, item 5: the record of credits on Redis (shared by every instance) follows the live
@@ -39,17 +38,10 @@ async function openStore(prefix: string, onTestFinished: OnFinished) {
 
 /** A follower of the store's balances writing to the database's record, its warnings captured; closed after the test. */
 function follow(store: RedisStore, db: Database, onTestFinished: OnFinished) {
-  const logs = captureLogs();
-  const follower = new LiveFollower(store.live, createLedgerRepository(db), pino(logs.stream));
+  const { log, warnings } = capturingLogger();
+  const follower = new LiveFollower(store.live, createLedgerRepository(db), log);
   onTestFinished(() => follower.close());
-  return {
-    follower,
-    warnings: () =>
-      logs
-        .entries()
-        .filter((entry) => entry.level === 40)
-        .map((entry) => entry.msg),
-  };
+  return { follower, warnings };
 }
 
 /** A claim of a balance of 100 in version 1, seeded from an empty record. */
@@ -73,23 +65,34 @@ async function spendLive(store: RedisStore, id: number, units: number, follower?
 
 const spentOf = async (db: Database, id: number) => (await balanceRecord(db, id)).spent;
 
+/** The follower's write; the balance's spent in the record then. */
+async function writtenSpent(follower: LiveFollower, db: Database, id: number) {
+  await follower.write();
+  return spentOf(db, id);
+}
+
+/** A balance this instance spent 3 of on the store, told its follower, and wrote: the record at 3. */
+async function threeWritten(prefix: string, db: Database, onTestFinished: OnFinished) {
+  const store = await openStore(prefix, onTestFinished);
+  const { follower } = follow(store, db, onTestFinished);
+  const id = await insertCustomerBalance(db, BASE);
+  const decision = await spendLive(store, id, 3, follower);
+  await follower.write();
+  expect(await spentOf(db, id)).toBe(3);
+  return { store, follower, id, decision };
+}
+
 describe.skipIf(!REDIS_URL)('the record following the live balance on Redis', () => {
   test('writes the live spent, what other instances spent and never told this one included', async ({
     database: { db },
     prefix,
     onTestFinished,
   }) => {
-    const store = await openStore(prefix, onTestFinished);
+    const { follower, id } = await threeWritten(prefix, db, onTestFinished);
     const other = await openStore(prefix, onTestFinished);
-    const { follower } = follow(store, db, onTestFinished);
-    const id = await insertCustomerBalance(db, BASE);
-    await spendLive(store, id, 3, follower);
-    await follower.write();
-    expect(await spentOf(db, id)).toBe(3);
     // Another instance spends 4 (and is killed before its own write): this one's next write reads them.
     await spendLive(other, id, 4);
-    await follower.write();
-    expect(await spentOf(db, id)).toBe(7);
+    expect(await writtenSpent(follower, db, id)).toBe(7);
   });
 
   test('never lowers the record below it (GREATEST): spending the record has beyond Redis stays', async ({
@@ -97,16 +100,11 @@ describe.skipIf(!REDIS_URL)('the record following the live balance on Redis', ()
     prefix,
     onTestFinished,
   }) => {
-    const store = await openStore(prefix, onTestFinished);
-    const { follower } = follow(store, db, onTestFinished);
-    const id = await insertCustomerBalance(db, BASE);
-    await spendLive(store, id, 3, follower);
-    await follower.write();
+    const { store, follower, id } = await threeWritten(prefix, db, onTestFinished);
     // Spent in the record itself meanwhile (another instance's fallback while Redis was unreachable to it).
     await db.query('UPDATE credit_balances SET spent = spent + 5 WHERE id = $1', [id]);
     await spendLive(store, id, 1, follower);
-    await follower.write();
-    expect(await spentOf(db, id)).toBe(8);
+    expect(await writtenSpent(follower, db, id)).toBe(8);
   });
 
   test('a refund (a free 304) after its spending was written lowers the record by what was given back', async ({
@@ -114,20 +112,13 @@ describe.skipIf(!REDIS_URL)('the record following the live balance on Redis', ()
     prefix,
     onTestFinished,
   }) => {
-    const store = await openStore(prefix, onTestFinished);
-    const { follower } = follow(store, db, onTestFinished);
-    const id = await insertCustomerBalance(db, BASE);
-    const decision = await spendLive(store, id, 3, follower);
-    await follower.write();
-    expect(await spentOf(db, id)).toBe(3);
+    const { store, follower, id, decision } = await threeWritten(prefix, db, onTestFinished);
     // Given back on Redis and told the ledger, as the limiter does: no live spent with it.
     await store.refund(claimOf(id).subject, decision, 1, [claimOf(id)]);
     follower.spend(claimOf(id).subject, id, 1, -1);
-    await follower.write();
-    expect(await spentOf(db, id)).toBe(2);
+    expect(await writtenSpent(follower, db, id)).toBe(2);
     // Given back once: the next write does not lower it again.
-    await follower.write();
-    expect(await spentOf(db, id)).toBe(2);
+    expect(await writtenSpent(follower, db, id)).toBe(2);
   });
 
   test("a new follower's start reads every balance Redis holds under its prefix, spent from or not", async ({

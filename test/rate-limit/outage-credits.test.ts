@@ -17,16 +17,12 @@ import { T0 } from '../support/time.js';
 const LIMITS = { perMinute: 100, perDay: 1_000 };
 const BAN = { threshold: 30, durationMs: 60_000 };
 
-const test = databaseTest();
-
-type OnFinished = (cleanup: () => Promise<void>) => void;
-
-/** The fallback's credits on this instance's memory and the database's record; the memory closed after the test. */
-function outageOn(db: Database, onTestFinished: OnFinished) {
+/** `outage`: the fallback's credits on this instance's memory (closed after the test) and the file's database's record. */
+const test = databaseTest().extend('outage', ({ database: { db } }, { onCleanup }) => {
   const memory = new MemoryStore(BAN, { now: () => T0 });
-  onTestFinished(() => memory.close());
-  return { memory, credits: new OutageCredits(memory, createLedgerRepository(db)) };
-}
+  onCleanup(() => memory.close());
+  return { db, memory, credits: new OutageCredits(memory, createLedgerRepository(db)) };
+});
 
 /** A claim of the balance as a key's identity holds it (version 1). */
 const claimOf = (id: number, base: number): CreditClaim => ({ subject: `customer:${id}`, id, version: 1, base });
@@ -35,10 +31,8 @@ const spentOf = async (db: Database, id: number) => (await balanceRecord(db, id)
 
 describe('the fallback deciding balances of credits in their record', () => {
   test('spends in the record while the balance lasts, then refuses for credits with nothing counted in the windows', async ({
-    database: { db },
-    onTestFinished,
+    outage: { db, credits },
   }) => {
-    const { credits } = outageOn(db, onTestFinished);
     const id = await insertCustomerBalance(db, 2);
     const claims = [claimOf(id, 2)];
     const consume = () => credits.consume('key:1', LIMITS, T0, 1, true, claims);
@@ -59,10 +53,8 @@ describe('the fallback deciding balances of credits in their record', () => {
   });
 
   test("a key's two balances are spent all or none: one short refuses the request, the other keeps its units", async ({
-    database: { db },
-    onTestFinished,
+    outage: { db, credits },
   }) => {
-    const { credits } = outageOn(db, onTestFinished);
     const [own, shared] = [await insertCustomerBalance(db, 1), await insertCustomerBalance(db, 10)];
     const claims = [claimOf(own, 1), claimOf(shared, 10)];
     expect((await credits.consume('key:1', LIMITS, T0, 1, true, claims)).outcome).toBe('allowed');
@@ -74,10 +66,8 @@ describe('the fallback deciding balances of credits in their record', () => {
   });
 
   test('gives back in the record what a free 304 spent there, in the version it was spent in; nothing of what the ledger spent', async ({
-    database: { db },
-    onTestFinished,
+    outage: { db, credits },
   }) => {
-    const { credits } = outageOn(db, onTestFinished);
     const id = await insertCustomerBalance(db, 5);
     const claims = [claimOf(id, 5)];
     const decisions = [];
@@ -94,27 +84,23 @@ describe('the fallback deciding balances of credits in their record', () => {
     expect(await balanceRecord(db, id)).toMatchObject({ spent: 1, version: 2 });
   });
 
-  test('the record unreachable too: the request fails, having counted nothing in the windows', async ({ database: { db } }) => {
-    const memory = new MemoryStore(BAN, { now: () => T0 });
+  test('the record unreachable too: the request fails, having counted nothing in the windows', async ({
+    outage: { db, memory, credits },
+  }) => {
+    const id = await insertCustomerBalance(db, 5);
+    await db.query('ALTER TABLE credit_balances RENAME TO credit_balances_hidden');
     try {
-      const id = await insertCustomerBalance(db, 5);
-      await db.query('ALTER TABLE credit_balances RENAME TO credit_balances_hidden');
-      try {
-        const credits = new OutageCredits(memory, createLedgerRepository(db));
-        await expect(credits.consume('key:1', LIMITS, T0, 1, true, [claimOf(id, 5)])).rejects.toThrow();
-      } finally {
-        await db.query('ALTER TABLE credit_balances_hidden RENAME TO credit_balances');
-      }
-      expect(await memory.check('key:1', LIMITS, T0, 1)).toMatchObject({ minute: { used: 0 } });
+      await expect(credits.consume('key:1', LIMITS, T0, 1, true, [claimOf(id, 5)])).rejects.toThrow();
     } finally {
-      await memory.close();
+      await db.query('ALTER TABLE credit_balances_hidden RENAME TO credit_balances');
     }
+    expect(await memory.check('key:1', LIMITS, T0, 1)).toMatchObject({ minute: { used: 0 } });
   });
 });
 
 describe.skipIf(!REDIS_URL)("the balances touched while Redis was unreachable, dropped from Redis's copy once it is back", () => {
   test('forgetIn drops each balance spent from or given back to meanwhile, and keeps them should the drop fail', async ({
-    database: { db },
+    outage: { db, credits },
     onTestFinished,
   }) => {
     const { REDIS_KEY_PREFIX: prefix } = redisStoreEnv();
@@ -125,7 +111,6 @@ describe.skipIf(!REDIS_URL)("the balances touched while Redis was unreachable, d
       await deleteKeys(REDIS_URL!, prefix);
     });
     await redis.connect(5_000);
-    const { credits } = outageOn(db, onTestFinished);
     const [spent, untouched] = [await insertCustomerBalance(db, 10), await insertCustomerBalance(db, 10)];
     // Both held by Redis before the outage, one unit spent of each there.
     for (const id of [spent, untouched])

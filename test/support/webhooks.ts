@@ -2,8 +2,9 @@ import { createHmac, timingSafeEqual } from 'node:crypto';
 import { createServer, type Server } from 'node:http';
 import { afterEach, expect } from 'vitest';
 import type { FastifyInstance } from 'fastify';
+import type { ApiKeyIdentity } from '../../src/api-keys/identity.js';
 import { buildTestApp } from './app.js';
-import type { TestClock } from './time.js';
+import { DAY, T0, type TestClock } from './time.js';
 
 // What the webhooks' tests share: a receiver of the events, the settings, and what the outbox holds.
 
@@ -95,3 +96,13 @@ export function closedAfterEach() {
   };
   return { closing, open };
 }
+
+/** A usage crossing of a day's 80% of a key's quota (a key the outbox needs nothing else of): to record an event without requests. */
+export const DAY_CROSSING = {
+  key: { id: 7, quotaId: 7, plan: 'pro' } as ApiKeyIdentity,
+  window: 'day',
+  limit: 100,
+  used: 80,
+  threshold: 80,
+  resetAt: T0 + DAY,
+} as const;

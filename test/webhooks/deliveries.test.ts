@@ -2,7 +2,6 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import type { ApiKeyIdentity } from '../../src/api-keys/identity.js';
 import { usageThreshold } from '../../src/webhooks/events.js';
 import { createWebhookDeliveriesRepository } from '../../src/webhooks/repository.js';
 import { FIRST_RETRY_MS } from '../../src/webhooks/sender.js';
@@ -12,7 +11,7 @@ import { POSTGRES_URL } from '../support/databases.js';
 import { eventually } from '../support/eventually.js';
 import { freePort } from '../../harness/free-port.js';
 import { keyInFreshWindows } from '../support/keys.js';
-import { DAY, T0, testClock } from '../support/time.js';
+import { T0, testClock } from '../support/time.js';
 import {
   closedAfterEach,
   crossMinute,
@@ -22,12 +21,23 @@ import {
   startReceiver,
   verified,
   webhookEnv,
+  DAY_CROSSING,
 } from '../support/webhooks.js';
 
 // Delivery attempts: kept across a restart, retried with backoff, and put back by an operator.
 
 describe('webhook deliveries', () => {
   const { closing, open } = closedAfterEach();
+  /** An app delivering to a receiver that answers `answer`, with its admin API and the outbox's repository; closed after the test. */
+  const withAdmin = async (answer: () => number | Promise<number>) => {
+    const receiver = await startReceiver(answer);
+    closing.push(receiver.close);
+    const clock = testClock(T0);
+    const t = await open(webhookEnv(receiver.url), clock);
+    const admin = await openAdmin(t.app);
+    closing.push(admin.close);
+    return { receiver, clock, t, admin, deliveries: createWebhookDeliveriesRepository(t.app.db) };
+  };
 
   it('a restart between the crossing and the delivery loses nothing: the next instance on the database delivers it', async () => {
     const port = await freePort();
@@ -99,16 +109,8 @@ describe('webhook deliveries', () => {
 
   it('a retry brings a pending delivery waiting out a long backoff forward, and leaves an attempt in flight alone', async () => {
     let answer: Promise<number> | number = 500;
-    const receiver = await startReceiver(() => answer);
-    closing.push(receiver.close);
-    const clock = testClock(T0);
-    const t = await open(webhookEnv(receiver.url), clock);
-    const admin = await openAdmin(t.app);
-    closing.push(admin.close);
-    const deliveries = createWebhookDeliveriesRepository(t.app.db);
-    const key = { id: 7, quotaId: 7, plan: 'pro' } as ApiKeyIdentity;
-    const crossing = { key, window: 'day', limit: 100, used: 80, threshold: 80, resetAt: T0 + DAY } as const;
-    expect(await deliveries.record(usageThreshold(crossing, clock.now()))).toBe(true);
+    const { receiver, clock, t, admin, deliveries } = await withAdmin(() => answer);
+    expect(await deliveries.record(usageThreshold(DAY_CROSSING, clock.now()))).toBe(true);
     await eventually(async () => (await deliveriesOf(t.app))[0]?.last_error === 'HTTP 500');
     // As if many attempts had failed: the next one an hour away.
     await t.app.db.query("UPDATE webhook_deliveries SET next_attempt_at = now() + interval '1 hour'");
@@ -126,7 +128,7 @@ describe('webhook deliveries', () => {
     // The receiver holds the next event's attempt: a retry meanwhile keeps its claim, so no second attempt starts.
     let release!: (status: number) => void;
     answer = new Promise((resolve) => (release = resolve));
-    expect(await deliveries.record(usageThreshold({ ...crossing, threshold: 100, used: 100 }, clock.now()))).toBe(true);
+    expect(await deliveries.record(usageThreshold({ ...DAY_CROSSING, threshold: 100, used: 100 }, clock.now()))).toBe(true);
     await receiver.arrived(attempted + 2);
     const inFlight = (await deliveriesOf(t.app))[1]!;
     const whileInFlight = await admin.request('POST', `/admin/v1/webhook-deliveries/${inFlight.id}/retry`);
@@ -145,10 +147,7 @@ describe('webhook deliveries', () => {
     const t = await buildTestApp(webhookEnv(receiver.url), { now: clock.now });
     closing.push(() => t.close());
     const deliveries = createWebhookDeliveriesRepository(t.app.db);
-    const key = { id: 7, quotaId: 7, plan: 'pro' } as ApiKeyIdentity;
-    expect(
-      await deliveries.record(usageThreshold({ key, window: 'day', limit: 100, used: 80, threshold: 80, resetAt: T0 + DAY }, clock.now())),
-    ).toBe(true);
+    expect(await deliveries.record(usageThreshold(DAY_CROSSING, clock.now()))).toBe(true);
     const { id } = (await deliveriesOf(t.app))[0]!;
 
     /**
@@ -177,17 +176,8 @@ describe('webhook deliveries', () => {
   });
 
   it("an operator's retry gives a failed delivery 24 hours more: failing again, it is tried again, not left failed", async () => {
-    const receiver = await startReceiver(() => 500);
-    closing.push(receiver.close);
-    const clock = testClock(T0);
-    const t = await open(webhookEnv(receiver.url), clock);
-    const admin = await openAdmin(t.app);
-    closing.push(admin.close);
-    const deliveries = createWebhookDeliveriesRepository(t.app.db);
-    const key = { id: 7, quotaId: 7, plan: 'pro' } as ApiKeyIdentity;
-    expect(
-      await deliveries.record(usageThreshold({ key, window: 'day', limit: 100, used: 80, threshold: 80, resetAt: T0 + DAY }, clock.now())),
-    ).toBe(true);
+    const { clock, t, admin, deliveries } = await withAdmin(() => 500);
+    expect(await deliveries.record(usageThreshold(DAY_CROSSING, clock.now()))).toBe(true);
     await eventually(async () => (await outcomesOf(t.app)).retried === 1);
     // Its 24 hours over: the next attempt fails it for good.
     await t.app.db.query('UPDATE webhook_deliveries SET retry_until = now()');

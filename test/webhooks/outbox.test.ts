@@ -1,6 +1,5 @@
 import { describe, expect, it } from 'vitest';
 import type { FastifyInstance } from 'fastify';
-import type { ApiKeyIdentity } from '../../src/api-keys/identity.js';
 import { usageThreshold } from '../../src/webhooks/events.js';
 import { createWebhookDeliveriesRepository } from '../../src/webhooks/repository.js';
 import type { TestApp } from '../support/app.js';
@@ -8,7 +7,7 @@ import { POSTGRES_URL } from '../support/databases.js';
 import { eventually } from '../support/eventually.js';
 import { freePort } from '../../harness/free-port.js';
 import { DAY, MINUTE, T0, testClock } from '../support/time.js';
-import { closedAfterEach, webhookEnv } from '../support/webhooks.js';
+import { closedAfterEach, DAY_CROSSING, webhookEnv } from '../support/webhooks.js';
 
 // The outbox's upkeep: deliveries past their retention deleted, and the pending count.
 
@@ -79,14 +78,7 @@ describe('the webhook outbox', () => {
     const url = `http://127.0.0.1:${await freePort()}/hooks`;
     const clock = testClock(T0);
     const t = await open(webhookEnv(url), clock);
-    const crossing = {
-      key: { id: 7, quotaId: 7, plan: 'pro' } as ApiKeyIdentity,
-      window: 'day' as const,
-      limit: 100,
-      used: 80,
-      threshold: 80,
-    };
-    await createWebhookDeliveriesRepository(t.app.db).record(usageThreshold({ ...crossing, resetAt: T0 + DAY }, clock.now()));
+    await createWebhookDeliveriesRepository(t.app.db).record(usageThreshold(DAY_CROSSING, clock.now()));
     expect(await t.app.metricsRegistry.metrics()).toContain('webhook_deliveries_pending 1');
 
     await t.app.db.query('DROP TABLE webhook_deliveries');
