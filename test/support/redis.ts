@@ -1,8 +1,8 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { assertRedisUp } from '../../harness/redis.js';
-import { createRedisClient } from '../../src/rate-limit/redis-connection.js';
-import { RedisStore } from '../../src/rate-limit/redis-store.js';
+import { createRedisClient } from '../../src/rate-limit/stores/redis-connection.js';
+import { RedisStore } from '../../src/rate-limit/stores/redis-store.js';
 import { eventually } from './eventually.js';
 import { freePort } from '../../harness/free-port.js';
 
