@@ -6,7 +6,7 @@ import type { NewApiKey } from '../../src/api-keys/repository.js';
 import { createCustomersRepository } from '../../src/customers/repository.js';
 import { KEYS_COMMAND } from '../support/admin.js';
 import { buildTestApp } from '../support/app.js';
-import { balanceRecord, insertBalance, type BalanceOwner } from '../support/credit-balances.js';
+import { balanceRecord, failSpentWrites, insertBalance, type BalanceOwner } from '../support/credit-balances.js';
 import { eventually } from '../support/eventually.js';
 import { describeAppTest } from '../support/fixtures.js';
 import { bearer, waitForKey, waitForKeyOnApp } from '../support/keys.js';
@@ -66,31 +66,6 @@ const NO_REFILL =
 /** Webhooks to a port where nothing listens (discard): deliveries fail, and the outbox keeps the events this file counts. */
 const WEBHOOKS = { WEBHOOK_URL: 'http://127.0.0.1:9/hooks', WEBHOOK_SECRET: 'a-webhook-secret-of-32-characters-or-more' };
 
-/**
- * Makes the ledger's writes of the balance's spending fail for real (a trigger raising on an update
- * of `spent` within its version; a set or refill passes), each attempt counted by a sequence, which
- * a failed transaction does not roll back. Returns the count of failed attempts and the way to let writes through.
- */
-async function failLedgerWrites(app: FastifyInstance, id: number) {
-  const name = `refuse_spent_${id}`;
-  await app.db.query(`CREATE SEQUENCE ${name}_attempts`);
-  await app.db.query(
-    `CREATE FUNCTION ${name}() RETURNS trigger LANGUAGE plpgsql AS $$
-     BEGIN PERFORM nextval('${name}_attempts'); RAISE EXCEPTION 'the ledger write refused by the test'; END $$`,
-  );
-  await app.db.query(
-    `CREATE TRIGGER ${name} BEFORE UPDATE OF spent ON credit_balances FOR EACH ROW
-     WHEN (NEW.id = ${id} AND NEW.version = OLD.version) EXECUTE FUNCTION ${name}()`,
-  );
-  return {
-    failed: async () => {
-      const [row] = await app.db.query<{ failed: boolean }>(`SELECT is_called AS failed FROM ${name}_attempts`);
-      return row!.failed;
-    },
-    heal: () => app.db.query(`DROP TRIGGER ${name} ON credit_balances`),
-  };
-}
-
 /** The credits.exhausted events recorded of a balance. */
 const exhaustedEvents = (app: FastifyInstance, id: number) =>
   app.db.query<{ body: string }>(
@@ -110,7 +85,7 @@ describe.each(RATE_LIMIT_STORES)('prepaid credits with the $name store', (store)
     }),
   });
 
-  describe.skipIf(store.usesRedis && !REDIS_URL)('', () => {
+  describe.skipIf(store.usesRedis && !REDIS_URL)("requests spending a key's and its customer's balances", () => {
     test("a key's balance of 3 serves exactly 3 units, then 429 credits_exhausted without Retry-After; the record catches up", async ({
       t,
       clock,
@@ -229,15 +204,21 @@ describe.each(RATE_LIMIT_STORES)('prepaid credits with the $name store', (store)
       clock,
     }) => {
       const shadow = await knownKey(t.app, clock, { plan: 'business' });
-      const off = await knownKey(t.app, clock, { plan: 'pro', enforceLimits: false });
       await withBalance(t.app, { quotaId: shadow.record.quotaId }, 1);
-      await withBalance(t.app, { quotaId: off.record.quotaId }, 1);
-      for (const { headers } of [shadow, off]) {
-        expect((await get(t.app, headers)).statusCode).toBe(200);
-        const refused = await get(t.app, headers);
-        expect(refused.statusCode).toBe(429);
-        expect(refused.json().code).toBe('credits_exhausted');
-      }
+      expect((await get(t.app, shadow.headers)).statusCode).toBe(200);
+      const refused = await get(t.app, shadow.headers);
+      expect(refused.statusCode).toBe(429);
+      expect(refused.json().code).toBe('credits_exhausted');
+      // A key not enforcing its minute of 2: the 3rd and 4th requests are past it, served, and spend a unit each.
+      const off = await knownKey(t.app, clock, { plan: 'enterprise', limits: { perMinute: 2, perDay: 100 }, enforceLimits: false });
+      const id = await withBalance(t.app, { quotaId: off.record.quotaId }, 4);
+      const answers = [];
+      for (let i = 0; i < 5; i++) answers.push(await get(t.app, off.headers));
+      expect(answers.map((answer) => answer.statusCode)).toEqual([200, 200, 200, 200, 429]);
+      expect(answers.slice(2, 4).map((answer) => answer.headers['x-ratelimit-remaining'])).toEqual(['0', '0']);
+      expect(answers[4]!.json().code).toBe('credits_exhausted');
+      expect(await quotaCredits(t.app, off.headers)).toEqual({ remaining: 0, refillAt: null });
+      await recorded(t.app, id, 4);
     });
 
     test('credits.exhausted is recorded once per balance and version, and again after a set (a new version)', async ({ t, clock }) => {
@@ -263,7 +244,7 @@ describe.each(RATE_LIMIT_STORES)('prepaid credits with the $name store', (store)
     test('a failed write of the ledger keeps its units: they reach the record with the next write', async ({ t, clock }) => {
       const { headers, record } = await knownKey(t.app, clock, { plan: 'pro' });
       const id = await withBalance(t.app, { quotaId: record.quotaId }, 10);
-      const writes = await failLedgerWrites(t.app, id);
+      const writes = await failSpentWrites(t.app.db, id);
       expect(await statusesOf(t.app, headers, 4)).toEqual([200, 200, 200, 200]);
       await eventually(writes.failed);
       expect((await balanceRecord(t.app.db, id)).spent).toBe(0);
@@ -274,7 +255,7 @@ describe.each(RATE_LIMIT_STORES)('prepaid credits with the $name store', (store)
     test('spending of a version written after a set (a new version) does not reduce the new balance', async ({ t, clock }) => {
       const { headers, record } = await knownKey(t.app, clock, { plan: 'pro' });
       const id = await withBalance(t.app, { quotaId: record.quotaId }, 10);
-      const writes = await failLedgerWrites(t.app, id);
+      const writes = await failSpentWrites(t.app.db, id);
       // 4 spent in version 1 and kept unwritten (its writes fail) until after the set of 10 (version 2).
       expect(await statusesOf(t.app, headers, 4)).toEqual([200, 200, 200, 200]);
       await eventually(writes.failed);

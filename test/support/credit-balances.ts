@@ -39,3 +39,38 @@ export async function balanceRecord(db: Queryable, id: number) {
   );
   return { base: Number(row!.base), spent: Number(row!.spent), version: row!.version, exhaustedVersion: row!.exhausted_version };
 }
+
+let customers = 0;
+
+/** A balance of a new customer (a row of its own, no keys), as insertBalance makes it: for tests of the record alone. */
+export async function insertCustomerBalance(db: Queryable, base: number, options?: Parameters<typeof insertBalance>[3]) {
+  const [customer] = await db.query<{ id: number }>('INSERT INTO customers (external_id) VALUES ($1) RETURNING id', [
+    `cus_balance_${++customers}_${Date.now()}`,
+  ]);
+  return insertBalance(db, { customerId: Number(customer!.id) }, base, options);
+}
+
+/**
+ * Makes the ledger's writes of the balance's spending fail for real (a trigger raising on an update
+ * of `spent` within its version; a set or refill passes), each attempt counted by a sequence, which
+ * a failed transaction does not roll back. Returns the count of failed attempts and the way to let writes through.
+ */
+export async function failSpentWrites(db: Queryable, id: number) {
+  const name = `refuse_spent_${id}`;
+  await db.query(`CREATE SEQUENCE ${name}_attempts`);
+  await db.query(
+    `CREATE FUNCTION ${name}() RETURNS trigger LANGUAGE plpgsql AS $$
+     BEGIN PERFORM nextval('${name}_attempts'); RAISE EXCEPTION 'the ledger write refused by the test'; END $$`,
+  );
+  await db.query(
+    `CREATE TRIGGER ${name} BEFORE UPDATE OF spent ON credit_balances FOR EACH ROW
+     WHEN (NEW.id = ${id} AND NEW.version = OLD.version) EXECUTE FUNCTION ${name}()`,
+  );
+  return {
+    failed: async () => {
+      const [row] = await db.query<{ failed: boolean }>(`SELECT is_called AS failed FROM ${name}_attempts`);
+      return row!.failed;
+    },
+    heal: () => db.query(`DROP TRIGGER ${name} ON credit_balances`),
+  };
+}

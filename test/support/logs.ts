@@ -1,3 +1,4 @@
+import pino from 'pino';
 import { Writable } from 'node:stream';
 
 /** Captures log lines so tests can read what the service logged. */
@@ -10,4 +11,17 @@ export function captureLogs() {
     },
   });
   return { stream, lines, entries: () => lines.map((line) => JSON.parse(line) as Record<string, unknown>) };
+}
+
+/** A logger whose lines are captured, for what is given a logger of its own; `warnings`: the messages it warned, in order. */
+export function capturingLogger() {
+  const logs = captureLogs();
+  return {
+    log: pino(logs.stream),
+    warnings: () =>
+      logs
+        .entries()
+        .filter((entry) => entry.level === 40)
+        .map((entry) => entry.msg),
+  };
 }

@@ -1,6 +1,8 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { assertRedisUp } from '../../harness/redis.js';
+import { createRedisClient } from '../../src/rate-limit/stores/redis-connection.js';
+import { RedisStore } from '../../src/rate-limit/stores/redis-store.js';
 import { eventually } from './eventually.js';
 import { freePort } from '../../harness/free-port.js';
 
@@ -44,3 +46,14 @@ export async function startRedis() {
   await start();
   return { url, start, stop };
 }
+
+/** The ban of the stores tests open themselves: far off, so that only what a test decides refuses. */
+const TEST_BAN = { threshold: 30, durationMs: 60_000 };
+
+/**
+ * A RedisStore as the service opens one (createRedisClient: failing fast, no queue) on the Redis at
+ * `url`, under a prefix of its own; not yet connected. A URL where nothing listens gives a store
+ * whose every command fails at once, as while Redis is unreachable.
+ */
+export const redisStoreAt = (url: string, prefix = redisStoreEnv().REDIS_KEY_PREFIX, now?: () => number) =>
+  new RedisStore(createRedisClient({ mode: 'single', url }, { tls: false }), TEST_BAN, prefix, now);
