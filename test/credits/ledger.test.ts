@@ -66,16 +66,16 @@ describe('the ledger on a store of its own', () => {
     await eventually(writes.failed);
     await eventually(async () => warnings().includes('credits: writing the spending failed; kept for the next write'));
     expect(await spentOf(db, id)).toBe(0);
-    // Kept meanwhile, and what is spent meanwhile added to them: record() counts both.
+    // Kept meanwhile, and what is spent meanwhile added to them: seed() counts both.
     ledger.spend('customer:1', id, 1, 1);
-    expect(await ledger.record(id, 1)).toEqual({ spent: 5, version: 1 });
+    expect(await ledger.seed(id, 1)).toEqual({ spent: 5, version: 1 });
     await writes.heal();
     await recorded(id, 5);
     await ledger.close();
     expect(await spentOf(db, id)).toBe(5);
   });
 
-  test("record() is the record and this instance's unwritten units of its version, each unit counted once", async ({
+  test("seed() is the record and this instance's unwritten units of its version, each unit counted once", async ({
     opened: { db, ledger, recorded },
   }) => {
     const id = await insertCustomerBalance(db, 100, { spent: 20, version: 3 });
@@ -83,13 +83,13 @@ describe('the ledger on a store of its own', () => {
     // Another version's unwritten units are not this version's spending.
     ledger.spend('customer:1', id, 2, 7);
     // Written or not yet, each unit is in the record or in memory, not both.
-    expect(await ledger.record(id, 3)).toEqual({ spent: 25, version: 3 });
+    expect(await ledger.seed(id, 3)).toEqual({ spent: 25, version: 3 });
     await recorded(id, 25);
-    expect(await ledger.record(id, 3)).toEqual({ spent: 25, version: 3 });
+    expect(await ledger.seed(id, 3)).toEqual({ spent: 25, version: 3 });
     // A balance removed meanwhile counts as nothing spent, but what this instance spent of the claim's version.
     await db.query('DELETE FROM credit_balances WHERE id = $1', [id]);
     ledger.spend('customer:1', id, 4, 1);
-    expect(await ledger.record(id, 4)).toEqual({ spent: 1, version: 4 });
+    expect(await ledger.seed(id, 4)).toEqual({ spent: 1, version: 4 });
   });
 
   test('close writes what remains unwritten', async ({ database: { db } }) => {

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { MemoryCredits } from '../../src/rate-limit/stores/memory-credits.js';
-import { CREDITS_TTL_MS, MINUTE_MS, type CreditClaim } from '../../src/rate-limit/stores/store.js';
+import { MINUTE_MS } from '../../src/platform/time.js';
+import { CREDITS_TTL_MS, type CreditClaim } from '../../src/rate-limit/stores/store.js';
 import { T0, testClock } from '../support/time.js';
 
 // Issue 55, item 5: the memory store's balances of credits, decided by MemoryCredits directly.
