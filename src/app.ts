@@ -153,7 +153,6 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
   await app.register(v1, {
     prefix: API_PREFIX,
     idempotencyKeyRetentionHours: config.IDEMPOTENCY_KEY_RETENTION_HOURS,
-    ipv6Prefix: config.RATE_LIMIT_IPV6_PREFIX,
   });
   return app;
 }

@@ -11,9 +11,11 @@ import adminAuth, { actorOf, ADMIN_SECURITY_SCHEME, TOKEN_IN_REQUEST_LOG } from 
 import { documentAdminOperation } from './contract.js';
 import adminKeys from '../api-keys/admin-routes.js';
 import adminCustomers from '../customers/admin-routes.js';
-import { adminCustomerCredits, adminKeyCredits, type AdminCreditsOptions } from '../credits/admin-routes.js';
+import { adminCustomerCredits, adminKeyCredits } from '../credits/admin-routes.js';
+import { createCreditsRules } from '../credits/rules.js';
 import { createCreditsRepository } from '../credits/repository.js';
 import { createCustomersRepository } from '../customers/repository.js';
+import { createCustomerRules } from '../customers/rules.js';
 import { adminAddressBans, adminKeyUsage } from '../rate-limit/admin/admin-routes.js';
 import adminWebhookDeliveries from '../webhooks/admin-routes.js';
 import adminAudit from '../audit/admin-routes.js';
@@ -89,13 +91,16 @@ export async function buildAdminServer(app: FastifyInstance): Promise<FastifyIns
     });
     const credits = createCreditsRepository(db);
     await operations.register(adminKeys, { keys: app.apiKeysRepository, rules: app.keyRules, credits, actorOf });
-    const creditsSpent: AdminCreditsOptions['creditsSpent'] = (holder, balance) => app.rateLimit.creditsSpent(holder, balance, app.now());
-    await operations.register(adminKeyCredits, { db, credits, actorOf, creditsSpent });
-    const customers = createCustomersRepository(db);
-    await operations.register(adminCustomers, { customers, actorOf, costs: config.rateLimitCosts });
-    await operations.register(adminCustomerCredits, { db, credits, actorOf, creditsSpent });
+    const creditsRules = createCreditsRules(db, (holder, balance) => app.rateLimit.creditsSpent(holder, balance, app.now()));
+    await operations.register(adminKeyCredits, { rules: creditsRules, actorOf });
+    await operations.register(adminCustomers, { customers: createCustomerRules(db), actorOf, costs: config.rateLimitCosts });
+    await operations.register(adminCustomerCredits, { rules: creditsRules, actorOf });
     await operations.register(adminKeyUsage, { keys: app.apiKeysRepository, rateLimit: app.rateLimit, audit, actorOf });
-    await operations.register(adminUsage, { usage: createUsageRepository(db), keys: app.apiKeysRepository, customers });
+    await operations.register(adminUsage, {
+      usage: createUsageRepository(db),
+      keys: app.apiKeysRepository,
+      customers: createCustomersRepository(db),
+    });
     await operations.register(adminAddressBans, { rateLimit: app.rateLimit, audit, actorOf });
     await operations.register(adminWebhookDeliveries, { deliveries: createWebhookDeliveriesRepository(db), audit, actorOf });
     await operations.register(adminAudit, { audit });

@@ -1,4 +1,4 @@
-import { recordAudit, type Actor } from '../audit/repository.js';
+import { recordAudit, type ChangeOptions } from '../audit/repository.js';
 import { createCreditsRepository, type CreditsChanged } from '../credits/repository.js';
 import type { CreditsSetting } from '../credits/refill.js';
 import { atomically, type Database, type Queryable } from '../platform/db/database.js';
@@ -31,12 +31,6 @@ export interface ApiKeyChange {
   concurrency?: number | null;
   /** A set of the quota's credits (a new version from remaining, with this refill), or null to remove them. */
   credits?: CreditsSetting | null;
-}
-
-/** How a change is made and recorded: in the caller's transaction (Idempotency-Key), and by whom (the audit trail). */
-export interface ChangeOptions {
-  tx?: Queryable;
-  actor?: Actor;
 }
 
 /** The credits before and after, in an audit entry, when a change set them. */

@@ -12,6 +12,12 @@ export interface Actor {
 /** Who a request's changes are recorded as: the listener that authenticated it knows (the admin API: its token and request id). */
 export type ActorOf = (request: FastifyRequest) => Actor;
 
+/** How a change is made and recorded: in the caller's transaction (Idempotency-Key), and by whom (the audit trail). */
+export interface ChangeOptions {
+  tx?: Queryable;
+  actor?: Actor;
+}
+
 export type AuditAction =
   | 'key.create'
   | 'key.update'

@@ -7,7 +7,6 @@ import { bearerToken } from '../platform/http/bearer.js';
 import type { RequestLogCaller } from '../platform/http/request-log.js';
 import { annotateRequestSpan } from '../platform/observability/tracing.js';
 import type { ApiKeyIdentity } from '../api-keys/identity.js';
-import { createLookupBudget } from './lookup-budget.js';
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -64,11 +63,6 @@ export interface Authenticator {
   keyOf(request: FastifyRequest): ApiKeyIdentity | undefined;
 }
 
-export interface AuthOptions {
-  /** Unknown keys are looked up per client: an IPv6 address counts by this many leading bits (as the limiter's clients). */
-  ipv6Prefix: number;
-}
-
 /** Set once authenticate has returned: a request decoration only this module can name. */
 const AUTHENTICATED = Symbol('authenticated');
 type Authenticated = FastifyRequest & { [AUTHENTICATED]?: true };
@@ -76,14 +70,12 @@ type Authenticated = FastifyRequest & { [AUTHENTICATED]?: true };
 export const SECURITY_SCHEME = 'bearerAuth';
 
 /**
- * Bearer API keys, checked against the key cache and, on a miss, the database, within a budget of
- * lookups per client that auth keeps itself. The pipeline under /v1 (v1/pipeline.ts)
+ * Bearer API keys, checked against the key cache and, on a miss, the database, within the budget of
+ * lookups per client the limiter keeps (app.rateLimit.spendLookup). The pipeline under /v1 (v1/pipeline.ts)
  * authenticates, lets the limiter count the request, and only then refuses.
  */
-export default fp<AuthOptions>(
-  async function auth(app, { ipv6Prefix }) {
-    const budget = createLookupBudget({ ipv6Prefix, now: app.now });
-    app.addHook('onClose', () => budget.close());
+export default fp(
+  async function auth(app) {
     const lookups = new Counter({
       name: 'api_key_lookups_total',
       help: 'API keys looked up in the database on first use, by outcome: found, or unknown (no usable key)',
@@ -124,12 +116,6 @@ export default fp<AuthOptions>(
       return verified;
     }
 
-    /** Spends a lookup unless the client is banned: its request is then refused as banned, and spends nothing here. */
-    async function spendLookup(address: string, now: number): Promise<{ lookUp: true } | { lookUp: false; refusal?: ApiError }> {
-      if (await app.rateLimit.addressBanned(address, now)) return { lookUp: false };
-      return budget.spend(address, now);
-    }
-
     app.decorateRequest('apiKey', undefined);
     app.decorateRequest(AUTHENTICATED, undefined);
     const recordIdentity = <A extends Authentication>(request: FastifyRequest, authentication: A): A => {
@@ -151,7 +137,7 @@ export default fp<AuthOptions>(
         // A key stored as far as the filter knows is looked up whatever its address did; any other
         // spends the address's budget (a key made a moment ago elsewhere, whose notice is on its way).
         if (app.keyFilter.mayHold(credential.hash)) return recordIdentity(request, await verifyListed(request, credential));
-        const spent = await spendLookup(request.ip, now);
+        const spent = await app.rateLimit.spendLookup(request.ip, now);
         if (spent.lookUp) return recordIdentity(request, await verify(request, credential));
         // About to be refused: the notice of a key made a moment ago elsewhere may still be on its
         // way. Once every notice sent before now is applied here, the filter tells.

@@ -7,6 +7,8 @@ export const CREDITS_CODES = {
   noCredits: 'PETSTORE_NO_CREDITS',
   /** An increment past MAX_BALANCE (repository.ts). */
   balanceLimit: 'PETSTORE_CREDITS_LIMIT',
+  /** An increment or decrement of nothing. */
+  amount: 'PETSTORE_CREDITS_AMOUNT',
 } as const;
 
 const conflict: ApiAnswer = { error: ({ message }) => errors.conflict(message) };
@@ -18,3 +20,7 @@ export const BalanceLimitError = domainError(
   'the increment would take the balance of %s past %s units; set it instead',
   conflict,
 );
+/** An increment or decrement of less than 1 (a set may be 0: the schema alone cannot say so). */
+export const AmountTooSmallError = domainError(CREDITS_CODES.amount, 'must be a whole number from 1 to %s for %s', {
+  error: ({ message }) => errors.badRequest(`body/amount ${message}`),
+});

@@ -1,6 +1,4 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
-import { LimitBelowCostError } from '../api-keys/errors.js';
-import { limitBelowCost } from '../api-keys/plans.js';
 import type { ActorOf } from '../audit/repository.js';
 import { creditsSetting } from '../credits/refill.js';
 import { errors } from '../platform/errors.js';
@@ -9,12 +7,12 @@ import { decodeCursor, encodeCursor, filterDigest, nextLink } from '../platform/
 import { DEFAULT_PAGE_SIZE } from '../platform/schemas/common.js';
 import { ErrorBody } from '../platform/schemas/error.js';
 import { Customer, CustomerParams, CustomerPatch, Customers, ListCustomersQuery, NewCustomer } from './admin-schemas.js';
-import type { CustomerRecord, CustomersRepository } from './repository.js';
+import { checkLimitsFit, type CustomerRecord, type CustomerRules } from './rules.js';
 
 export const CUSTOMERS_PATH = '/admin/v1/customers';
 
 export interface AdminCustomersOptions {
-  customers: CustomersRepository;
+  customers: CustomerRules;
   /** Who the admin request's change is recorded as, in the audit trail. */
   actorOf: ActorOf;
   /** RATE_LIMIT_COSTS, which the customer's limits must fit, as a key's own limits must. */
@@ -31,12 +29,6 @@ const foundCustomer = (customer: CustomerRecord | undefined, id: number): Custom
   if (!customer) throw errors.notFound(`No customer with id ${id}`);
   return customer;
 };
-
-/** A 400 naming the limit, for shared limits below an operation's cost: they would refuse it to every key of the customer, for good. */
-function checkCostsFit(limits: { perMinute: number; perDay: number } | null | undefined, costs: Record<string, number>) {
-  const below = limits && limitBelowCost(limits, costs);
-  if (below) throw Object.assign(new LimitBelowCostError(below.limit, below.cost, below.operation), { field: `limits/${below.field}` });
-}
 
 /** The listing's filter, so that a cursor is used only with the filter it was made for (a digest, short as the keys' is). */
 const filterOf = (externalId: string | undefined) => (externalId === undefined ? undefined : filterDigest([externalId]));
@@ -55,11 +47,11 @@ function createCustomer(admin: Admin, { customers, actorOf, costs }: AdminCustom
       config: { writes: true, idempotent: true },
     },
     async (request, reply) => {
-      checkCostsFit(request.body.limits, costs);
+      checkLimitsFit(request.body.limits, costs);
       const { credits, ...fields } = request.body;
       const setting = credits && creditsSetting(credits, admin.now());
       const { status, location, body } = await admin.idempotently(request, reply, async (tx) => {
-        const customer = await customers.create({ ...fields, credits: setting }, actorOf(request), tx);
+        const customer = await customers.create({ ...fields, credits: setting }, { tx, actor: actorOf(request) });
         return { status: 201 as const, location: `${CUSTOMERS_PATH}/${customer.id}`, body: customer };
       });
       return reply.code(status).header('location', location).send(body);
@@ -131,9 +123,9 @@ function changeCustomer(admin: Admin, { customers, actorOf, costs }: AdminCustom
     async (request) => {
       const { id } = request.params;
       const { credits, ...fields } = request.body;
-      checkCostsFit(fields.limits, costs);
+      checkLimitsFit(fields.limits, costs);
       const change = credits === undefined ? fields : { ...fields, credits: credits && creditsSetting(credits, admin.now()) };
-      return foundCustomer(await customers.update(id, change, actorOf(request)), id);
+      return foundCustomer(await customers.update(id, change, { actor: actorOf(request) }), id);
     },
   );
 }

@@ -1,13 +1,9 @@
 import type { CustomerLimits } from '../api-keys/identity.js';
-import { recordAudit, type Actor } from '../audit/repository.js';
-import { createCreditsRepository, type CreditsChanged } from '../credits/repository.js';
-import type { CreditsSetting } from '../credits/refill.js';
-import type { Credits } from '../credits/schemas.js';
-import { atomically, type Database, type Queryable } from '../platform/db/database.js';
+import type { Database, Queryable } from '../platform/db/database.js';
 import { ExternalIdTakenError } from './errors.js';
 
-/** A customer's own row, as the admin API shows it. */
-interface CustomerFields {
+/** A customer's own row, as the admin API shows it (without its credits: rules.ts adds them). */
+export interface CustomerFields {
   id: number;
   externalId: string;
   name: string;
@@ -16,9 +12,6 @@ interface CustomerFields {
   createdAt: string;
   updatedAt: string;
 }
-
-/** A customer as the admin API shows it: with its credits, which all its keys spend (null for none). */
-export type CustomerRecord = CustomerFields & { credits: Credits | null };
 
 interface CustomerRow {
   id: number;
@@ -76,101 +69,47 @@ async function claiming<T>(externalId: string, write: () => Promise<T>): Promise
 }
 
 /** The limits as a body gives them: concurrency absent for none. */
-type LimitsInput = { perMinute: number; perDay: number; concurrency?: number | null } | null;
+export type LimitsInput = { perMinute: number; perDay: number; concurrency?: number | null } | null;
 
 /** The limits' columns: per_minute, per_day, concurrency. */
 const limitColumns = (limits: LimitsInput) => [limits?.perMinute ?? null, limits?.perDay ?? null, limits?.concurrency ?? null];
 
-/** The limits as stored and shown: concurrency null for none. */
-const limitsOf = (limits: LimitsInput): CustomerLimits | null => limits && { ...limits, concurrency: limits.concurrency ?? null };
-
-const sameLimits = (a: CustomerLimits | null, b: CustomerLimits | null) =>
-  a === b || (a !== null && b !== null && a.perMinute === b.perMinute && a.perDay === b.perDay && a.concurrency === b.concurrency);
-
-/** The fields of a customer a change may set; absent ones keep their value (limits null removes them, credits null its balance). */
-export interface CustomerChange {
-  externalId?: string;
-  name?: string;
-  limits?: LimitsInput;
-  /** A set of its credits (a new version from remaining, with this refill), or null to remove them. */
-  credits?: CreditsSetting | null;
+/** A customer's own fields as a create or change writes them. */
+export interface CustomerFieldsInput {
+  externalId: string;
+  name: string;
+  limits: LimitsInput;
 }
 
-/** The credits before and after, in an audit entry, when a change set them. */
-const creditsAudit = (changed: CreditsChanged | undefined, side: keyof CreditsChanged) => (changed ? { credits: changed[side] } : {});
-
 /**
- * The customers table, and the audit entry of each change, written in the change's transaction
- * (the caller's, for an Idempotency-Key, or one of its own).
+ * The customers table: each method runs on the caller's transaction (`target`) when given, so that a
+ * change, its credits and its audit entry (rules.ts) commit together.
  */
 export function createCustomersRepository(db: Database) {
-  const credits = createCreditsRepository(db);
-  const withCredits = async (fields: CustomerFields, target: Queryable = db) => (await credits.ofCustomers([fields], target))[0]!;
-
   return {
-    /** Stores a customer, with its credits if given; an ExternalIdTakenError when another has its externalId. */
-    create: (
-      {
-        externalId,
-        name = '',
-        limits = null,
-        credits: setting,
-      }: { externalId: string; name?: string; limits?: LimitsInput; credits?: CreditsSetting },
-      actor: Actor,
-      tx?: Queryable,
-    ): Promise<CustomerRecord> =>
-      atomically(db, tx, (target) =>
-        claiming(externalId, async () => {
-          const [row] = await target.query<CustomerRow>(statements.insert, [externalId, name, ...limitColumns(limits)]);
-          const customer = recordOf(row!);
-          const { after = null } = setting ? await credits.replace(target, { customerId: customer.id }, setting) : {};
-          await recordAudit(target, actor, 'customer.create', null, {
-            customerId: customer.id,
-            externalId,
-            name,
-            limits: customer.limits,
-            ...(after && { credits: after }),
-          });
-          return { ...customer, credits: after };
-        }),
-      ),
+    /** Stores a customer; an ExternalIdTakenError when another has its externalId. */
+    insert: (target: Queryable, { externalId, name, limits }: CustomerFieldsInput): Promise<CustomerFields> =>
+      claiming(externalId, async () => {
+        const [row] = await target.query<CustomerRow>(statements.insert, [externalId, name, ...limitColumns(limits)]);
+        return recordOf(row!);
+      }),
 
-    async get(id: number): Promise<CustomerRecord | undefined> {
-      const [row] = await db.query<CustomerRow>(statements.get, [id]);
-      return row && withCredits(recordOf(row));
+    async get(id: number, target: Queryable = db): Promise<CustomerFields | undefined> {
+      const [row] = await target.query<CustomerRow>(statements.get, [id]);
+      return row && recordOf(row);
     },
 
-    /**
-     * Changes a customer's externalId, name, limits or credits, with its audit entry (the values before and
-     * after); a change to what it already is changes and records nothing (credits given are always a
-     * set). A change of the limits or credits reaches every instance's key cache as a change of the
-     * customer's keys (migrations/015, 016).
-     * Undefined when there is no such customer; an ExternalIdTakenError when another has the externalId.
-     */
-    update: (id: number, change: CustomerChange, actor: Actor): Promise<CustomerRecord | undefined> =>
-      db.transaction(async (tx) => {
-        const [row] = await tx.query<CustomerRow>(statements.forChange, [id]);
-        if (!row) return undefined;
-        const before = recordOf(row);
-        const after = {
-          externalId: change.externalId ?? before.externalId,
-          name: change.name ?? before.name,
-          limits: change.limits === undefined ? before.limits : limitsOf(change.limits),
-        };
-        const same = after.externalId === before.externalId && after.name === before.name && sameLimits(after.limits, before.limits);
-        if (same && change.credits === undefined) return withCredits(before, tx);
-        return claiming(after.externalId, async () => {
-          const [updated] = same
-            ? [row]
-            : await tx.query<CustomerRow>(statements.update, [id, after.externalId, after.name, ...limitColumns(after.limits)]);
-          const changed = change.credits === undefined ? undefined : await credits.replace(tx, { customerId: id }, change.credits);
-          await recordAudit(tx, actor, 'customer.update', null, {
-            customerId: id,
-            before: { externalId: before.externalId, name: before.name, limits: before.limits, ...creditsAudit(changed, 'before') },
-            after: { ...after, ...creditsAudit(changed, 'after') },
-          });
-          return withCredits(recordOf(updated!), tx);
-        });
+    /** The customer, locked against concurrent changes until the transaction ends; undefined for none. */
+    async lockForChange(tx: Queryable, id: number): Promise<CustomerFields | undefined> {
+      const [row] = await tx.query<CustomerRow>(statements.forChange, [id]);
+      return row && recordOf(row);
+    },
+
+    /** Writes a customer's externalId, name and limits; an ExternalIdTakenError when another has the externalId. */
+    update: (tx: Queryable, id: number, { externalId, name, limits }: CustomerFieldsInput): Promise<CustomerFields> =>
+      claiming(externalId, async () => {
+        const [row] = await tx.query<CustomerRow>(statements.update, [id, externalId, name, ...limitColumns(limits)]);
+        return recordOf(row!);
       }),
 
     /** A page of customers in id order after `afterId`, filtered by externalId; `nextAfterId` when more follow. */
@@ -179,7 +118,7 @@ export function createCustomersRepository(db: Database) {
         externalId === undefined
           ? await db.query<CustomerRow>(statements.page, [afterId, limit + 1])
           : await db.query<CustomerRow>(statements.pageByExternalId, [afterId, limit + 1, externalId]);
-      const customers = await credits.ofCustomers(rows.slice(0, limit).map(recordOf));
+      const customers = rows.slice(0, limit).map(recordOf);
       return { customers, nextAfterId: rows.length > limit ? customers.at(-1)!.id : undefined };
     },
   };

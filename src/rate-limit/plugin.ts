@@ -6,6 +6,7 @@ import { clientOf } from './address.js';
 import { adminOperations, type AdminOperations } from './admin/admin-operations.js';
 import { concurrencyLimit, createAdmission, keyStanding, type RequestAdmission } from './admission.js';
 import { BALANCE_GONE, bindingBalance, creditClaims, decideSeeded, parseBalanceGone } from './credits.js';
+import { createLookupBudget, type LookupSpent } from './lookup-budget.js';
 import { rateLimitMetrics } from './metrics.js';
 import { checkPlanSettings } from './settings.js';
 import { chooseStore, type StoreOptions } from './stores/store-choice.js';
@@ -48,8 +49,11 @@ export interface RateLimiter extends RequestAdmission, AdminOperations {
   costOf(operationId: string | undefined): number;
   /** The operations RATE_LIMIT_COSTS prices (the API's routes refuse to start with one they do not serve). */
   pricedOperations(): string[];
-  /** Whether the client an address counts as is banned now (auth then spends no lookup on its key). */
-  addressBanned(address: string, now: number): Promise<boolean>;
+  /**
+   * Spends one of the lookups in the database the client an address counts as may make of keys this instance does not
+   * know (LOOKUPS, this instance's count); none while the client is banned, whose request is then refused as banned.
+   */
+  spendLookup(address: string, now: number): Promise<LookupSpent>;
   /**
    * The key's windows (each the lesser of its own and its customer's: keyStanding) and its
    * requests in flight now, counting nothing of them: one of its quota lookups, which have a
@@ -79,6 +83,8 @@ export default fp<RateLimitOptions>(
     const { store, live } = await chooseStore(app, options, app.creditsLedger.records);
     const { concurrency, ipv6Prefix } = options;
     const ledger = app.creditsLedger.open(live);
+    const lookups = createLookupBudget({ ipv6Prefix, now: app.now });
+    app.addHook('onClose', () => lookups.close());
     /** What remains of the key's binding balance of credits, seeding the store from the record if it has none. */
     const creditsOf = async (key: ApiKeyIdentity, now: number): Promise<Standing['credits']> => {
       const claims = creditClaims(key);
@@ -108,8 +114,10 @@ export default fp<RateLimitOptions>(
       costOf: (operationId) => (operationId === undefined ? 1 : (options.costs[operationId] ?? 1)),
       pricedOperations: () => Object.keys(options.costs),
 
-      async addressBanned(address, now) {
-        return (await store.check(addressSubject(clientOf(address, ipv6Prefix)), ANONYMOUS, now, 1)).outcome === 'banned';
+      async spendLookup(address, now) {
+        if ((await store.check(addressSubject(clientOf(address, ipv6Prefix)), ANONYMOUS, now, 1)).outcome === 'banned')
+          return { lookUp: false };
+        return lookups.spend(address, now);
       },
 
       async standing(key, now) {

@@ -14,8 +14,6 @@ export const API_PREFIX = '/v1';
 
 export interface V1Options {
   idempotencyKeyRetentionHours: number;
-  /** How auth counts an IPv6 caller's key lookups: by this many leading bits, as the limiter counts its requests. */
-  ipv6Prefix: number;
 }
 
 /**
@@ -48,7 +46,7 @@ declare module 'fastify' {
 }
 
 const v1: FastifyPluginAsync<V1Options> = async (app, options) => {
-  await app.register(auth, { ipv6Prefix: options.ipv6Prefix });
+  await app.register(auth);
   await app.register(idempotency, {
     retentionHours: options.idempotencyKeyRetentionHours,
     keys: createIdempotencyKeysRepository(app.db, 'api'),

@@ -1,7 +1,7 @@
 import { describe, expect } from 'vitest';
 import type { FastifyInstance } from 'fastify';
 import { generateKey, hashKey } from '../../src/api-keys/format.js';
-import { createCustomersRepository } from '../../src/customers/repository.js';
+import { createCustomerRules } from '../../src/customers/rules.js';
 import { KEYS_COMMAND } from '../support/admin.js';
 import { insertBalance } from '../support/credit-balances.js';
 import { describeAppTest } from '../support/fixtures.js';
@@ -25,7 +25,7 @@ describe("a customer's balance topped up", () => {
   const test = describeAppTest();
 
   test('with 101 keys: 200 unrelated keys in use stay cached (no lookup); its own key cached is looked up again', async ({ t }) => {
-    const customer = await createCustomersRepository(t.app.db).create({ externalId: 'cus_many_keys', limits: null }, KEYS_COMMAND);
+    const customer = await createCustomerRules(t.app.db).create({ externalId: 'cus_many_keys', limits: null }, { actor: KEYS_COMMAND });
     const [ownKey] = await storeKeys(t.app, 101, customer.id);
     const unrelated = await storeKeys(t.app, 200, null);
     // Their notices ('*': over 100 keys each) applied before any is cached.

@@ -2,7 +2,7 @@ import { describe, expect, it, onTestFinished } from 'vitest';
 import { Redis } from 'ioredis';
 import { startServer, type ServerProcess } from '../../harness/processes.js';
 import { createApiKeysRepository } from '../../src/api-keys/repository.js';
-import { createCustomersRepository } from '../../src/customers/repository.js';
+import { createCustomerRules } from '../../src/customers/rules.js';
 import { migrate } from '../../src/platform/db/migrate.js';
 import { KEYS_COMMAND } from '../support/admin.js';
 import { balanceRecord, insertBalance } from '../support/credit-balances.js';
@@ -56,7 +56,10 @@ async function twoServersSpending() {
       await migrate(database.db);
       const redis = await startRedis();
       defer(() => redis.stop());
-      const customer = await createCustomersRepository(database.db).create({ externalId: 'cus_instances', limits: null }, KEYS_COMMAND);
+      const customer = await createCustomerRules(database.db).create(
+        { externalId: 'cus_instances', limits: null },
+        { actor: KEYS_COMMAND },
+      );
       const keys = createApiKeysRepository(database.db);
       // Limits far above the balance: only the credits refuse.
       const settings = { plan: 'enterprise', limits: { perMinute: 100_000, perDay: 1_000_000 }, customerId: customer.id } as const;

@@ -3,7 +3,7 @@ import { describe, expect, it, onTestFinished } from 'vitest';
 import { Redis } from 'ioredis';
 import { startServer } from '../../harness/processes.js';
 import { createApiKeysRepository } from '../../src/api-keys/repository.js';
-import { createCustomersRepository } from '../../src/customers/repository.js';
+import { createCustomerRules } from '../../src/customers/rules.js';
 import { migrate } from '../../src/platform/db/migrate.js';
 import { KEYS_COMMAND } from '../support/admin.js';
 import { balanceRecord, insertBalance } from '../support/credit-balances.js';
@@ -58,12 +58,12 @@ async function serverOfThreeCustomers() {
       defer(() => redis.stop());
       const admin = new Redis(redis.url);
       defer(() => admin.disconnect());
-      const customers = createCustomersRepository(database.db);
+      const customers = createCustomerRules(database.db);
       const keys = createApiKeysRepository(database.db);
       // Limits and slots far above the load: only the credits, or shedding, could refuse.
       const settings = { plan: 'enterprise', limits: { perMinute: 1e9, perDay: 2e9 }, concurrency: 100_000 } as const;
-      const hot = await customers.create({ externalId: 'cus_hot', limits: null }, KEYS_COMMAND);
-      const other = await customers.create({ externalId: 'cus_other', limits: null }, KEYS_COMMAND);
+      const hot = await customers.create({ externalId: 'cus_hot', limits: null }, { actor: KEYS_COMMAND });
+      const other = await customers.create({ externalId: 'cus_other', limits: null }, { actor: KEYS_COMMAND });
       const hotKey = await keys.create({ ...settings, customerId: hot.id });
       const otherKey = await keys.create({ ...settings, customerId: other.id });
       const plainKey = await keys.create(settings);

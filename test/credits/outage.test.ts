@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import type { FastifyInstance } from 'fastify';
 import { Redis } from 'ioredis';
-import { createCustomersRepository } from '../../src/customers/repository.js';
+import { createCustomerRules } from '../../src/customers/rules.js';
 import { KEYS_COMMAND } from '../support/admin.js';
 import { buildTestApp, type TestApp } from '../support/app.js';
 import { balanceRecord, insertBalance } from '../support/credit-balances.js';
@@ -115,7 +115,7 @@ describe.skipIf(!POSTGRES_URL || !REDIS_URL)('credits while Redis is unreachable
     try {
       // With limits of its own, its keys' requests are decided with the customer's windows and slots (decideShared).
       const limits = { perMinute: 1_000, perDay: 10_000, concurrency: 1_000 };
-      const customer = await createCustomersRepository(a.db).create({ externalId: 'cus_outage', limits }, KEYS_COMMAND);
+      const customer = await createCustomerRules(a.db).create({ externalId: 'cus_outage', limits }, { actor: KEYS_COMMAND });
       const [one, two, alone] = await Promise.all(
         [customer.id, customer.id, undefined].map((customerId) => a.app.apiKeysRepository.create({ plan: 'pro', customerId })),
       );

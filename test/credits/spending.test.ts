@@ -3,7 +3,7 @@ import type { FastifyInstance } from 'fastify';
 import { Redis } from 'ioredis';
 import { commandCalls } from '../../harness/redis.js';
 import type { NewApiKey } from '../../src/api-keys/repository.js';
-import { createCustomersRepository } from '../../src/customers/repository.js';
+import { createCustomerRules } from '../../src/customers/rules.js';
 import { KEYS_COMMAND } from '../support/admin.js';
 import { buildTestApp } from '../support/app.js';
 import { balanceRecord, failSpentWrites, insertBalance, type BalanceOwner } from '../support/credit-balances.js';
@@ -42,7 +42,7 @@ async function withBalance(app: FastifyInstance, owner: BalanceOwner, base: numb
 }
 
 const newCustomer = (app: FastifyInstance, clock: TestClock) =>
-  createCustomersRepository(app.db).create({ externalId: `cus_credits_${++customers}_${clock.now()}`, limits: null }, KEYS_COMMAND);
+  createCustomerRules(app.db).create({ externalId: `cus_credits_${++customers}_${clock.now()}`, limits: null }, { actor: KEYS_COMMAND });
 
 const get = (app: FastifyInstance, headers: Headers, extra: Record<string, string> = {}) =>
   app.inject({ url: '/v1/pets?limit=1', headers: { ...headers, ...extra } });
@@ -295,7 +295,7 @@ describe.skipIf(!REDIS_URL)('the Redis commands of requests spending credits (a 
     const t = await buildTestApp({ REDIS_URL: redis.url, REDIS_KEY_PREFIX: 'credit-calls:', RATE_LIMIT_CONCURRENCY: 'pro=100' });
     try {
       const limits = { perMinute: 1_000, perDay: 10_000, concurrency: 100 };
-      const customer = await createCustomersRepository(t.app.db).create({ externalId: 'cus_credit_calls', limits }, KEYS_COMMAND);
+      const customer = await createCustomerRules(t.app.db).create({ externalId: 'cus_credit_calls', limits }, { actor: KEYS_COMMAND });
       const { key, record } = await t.app.apiKeysRepository.create({ plan: 'pro', customerId: customer.id });
       await waitForKeyOnApp(t.app, bearer(key));
       await withBalance(t.app, { quotaId: record.quotaId }, 1_000);

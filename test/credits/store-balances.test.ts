@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import type { FastifyInstance } from 'fastify';
 import { Redis } from 'ioredis';
 import { deleteKeys } from '../../harness/redis.js';
-import { createCustomersRepository } from '../../src/customers/repository.js';
+import { createCustomerRules } from '../../src/customers/rules.js';
 import { MemoryStore } from '../../src/rate-limit/stores/memory-store.js';
 import { RedisStore } from '../../src/rate-limit/stores/redis-store.js';
 import { MINUTE_MS } from '../../src/platform/time.js';
@@ -122,9 +122,9 @@ describe("the memory store's balances", () => {
 
 /** A key of a new customer, known to the app, with a balance of its own quota's and its customer's, each of 100. */
 async function keyWithBalances(app: FastifyInstance, n: number) {
-  const customer = await createCustomersRepository(app.db).create(
+  const customer = await createCustomerRules(app.db).create(
     { externalId: `cus_store_${n}_${Date.now()}`, limits: null },
-    KEYS_COMMAND,
+    { actor: KEYS_COMMAND },
   );
   const { key, record } = await app.apiKeysRepository.create({ plan: 'pro', customerId: customer.id });
   const headers = bearer(key);

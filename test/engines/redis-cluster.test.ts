@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { expect } from 'vitest';
-import { createCustomersRepository } from '../../src/customers/repository.js';
+import { createCustomerRules } from '../../src/customers/rules.js';
 import { KEYS_COMMAND } from '../support/admin.js';
 import { insertBalance } from '../support/credit-balances.js';
 import { eventually } from '../support/eventually.js';
@@ -70,9 +70,9 @@ describeNeeding(NEEDS.postgresUrl, NEEDS.redisServer)('a Redis Cluster (REDIS_CL
     clock,
   }) => {
     const [a, b] = instances;
-    const customer = await createCustomersRepository(a.app.db).create(
+    const customer = await createCustomerRules(a.app.db).create(
       { externalId: `cus_cluster_${randomUUID()}`, limits: { perMinute: 10, perDay: 1_000 } },
-      KEYS_COMMAND,
+      { actor: KEYS_COMMAND },
     );
     const keys = await Promise.all([1, 2].map(() => a.app.apiKeysRepository.create({ plan: 'free', customerId: customer.id })));
     for (const { key } of keys) await Promise.all([a, b].map((instance) => waitForKeyOnApp(instance.app, bearer(key))));
@@ -92,9 +92,9 @@ describeNeeding(NEEDS.postgresUrl, NEEDS.redisServer)('a Redis Cluster (REDIS_CL
     clock,
   }) => {
     const [a, b] = instances;
-    const customer = await createCustomersRepository(a.app.db).create(
+    const customer = await createCustomerRules(a.app.db).create(
       { externalId: `cus_cluster_credits_${randomUUID()}`, limits: { perMinute: 100, perDay: 1_000 } },
-      KEYS_COMMAND,
+      { actor: KEYS_COMMAND },
     );
     const [own, sibling, alone] = await Promise.all([
       a.app.apiKeysRepository.create({ plan: 'pro', customerId: customer.id }),

@@ -13,7 +13,7 @@ import {
   RotatedKeyError,
   UnknownCustomerError,
 } from '../../src/api-keys/errors.js';
-import { BalanceLimitError, CREDITS_CODES, NoCreditsError } from '../../src/credits/errors.js';
+import { AmountTooSmallError, BalanceLimitError, CREDITS_CODES, NoCreditsError } from '../../src/credits/errors.js';
 import { CUSTOMER_CODES, ExternalIdTakenError } from '../../src/customers/errors.js';
 import { DATABASE_CODES, DatabaseUnavailableError, DataDirInUseError } from '../../src/platform/db/errors.js';
 import { InvalidSettingError } from '../../src/platform/config/errors.js';
@@ -61,6 +61,7 @@ const CATALOGUE: Array<[Error & { code: string }, string]> = [
     new BalanceLimitError('API key 12', 1e15),
     'the increment would take the balance of API key 12 past 1000000000000000 units; set it instead',
   ],
+  [new AmountTooSmallError(1e12, 'increment'), 'must be a whole number from 1 to 1000000000000 for increment'],
   [new DatabaseUnavailableError({ cause: new Error('down') }), 'The database is unreachable'],
   [
     new DataDirInUseError('/var/lib/pets', 4242),
@@ -141,6 +142,13 @@ describe('each domain error a request can raise, as the API answers it', () => {
     ],
     ['unknown customer', () => new UnknownCustomerError(42), 400, 'bad_request', 'body/customerId is 42, which names no customer'],
     ['externalId taken', () => new ExternalIdTakenError('cus_4711'), 409, 'conflict', 'externalId cus_4711 is taken by another customer'],
+    [
+      'credits amount',
+      () => new AmountTooSmallError(1e12, 'decrement'),
+      400,
+      'bad_request',
+      'body/amount must be a whole number from 1 to 1000000000000 for decrement',
+    ],
   ])("%s: %i %s with the rule's message", async (_kind, fail, status, code, message) => {
     const { response, body, logs } = await answerTo(fail);
     expect(response.statusCode).toBe(status);

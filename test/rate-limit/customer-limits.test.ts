@@ -4,7 +4,7 @@ import { Redis } from 'ioredis';
 import { commandCalls } from '../../harness/redis.js';
 import type { CustomerLimits } from '../../src/api-keys/identity.js';
 import type { NewApiKey } from '../../src/api-keys/repository.js';
-import { createCustomersRepository } from '../../src/customers/repository.js';
+import { createCustomerRules } from '../../src/customers/rules.js';
 import { KEYS_COMMAND, openAdmin } from '../support/admin.js';
 import { buildTestApp } from '../support/app.js';
 import { POSTGRES_URL } from '../support/databases.js';
@@ -23,9 +23,9 @@ let customers = 0;
 
 /** A customer with these limits (null: none) and a key of it for each of `keys`, known to the app; the clock then at the start of a fresh day's minute. */
 async function customerWithKeys(app: FastifyInstance, clock: TestClock, limits: CustomerLimits | null, keys: NewApiKey[]) {
-  const customer = await createCustomersRepository(app.db).create(
+  const customer = await createCustomerRules(app.db).create(
     { externalId: `cus_${++customers}_${clock.now()}`, limits },
-    KEYS_COMMAND,
+    { actor: KEYS_COMMAND },
   );
   const created = [];
   for (const settings of keys) {
@@ -240,7 +240,7 @@ describe.skipIf(!POSTGRES_URL || !REDIS_URL)('two instances on PostgreSQL and Re
     expect(statuses.filter((status) => status === 429)).toHaveLength(10);
 
     // Changed on a (as its admin API would): b's key cache hears of it from the database.
-    await createCustomersRepository(a.app.db).update(customer.id, { limits: { perMinute: 4, perDay: 1_000 } }, KEYS_COMMAND);
+    await createCustomerRules(a.app.db).update(customer.id, { limits: { perMinute: 4, perDay: 1_000 } }, { actor: KEYS_COMMAND });
     expect(await b.app.keyNotices.catchUp()).toBe(true);
     expect(await a.app.keyNotices.catchUp()).toBe(true);
     clock.advance(MINUTE);
@@ -255,7 +255,7 @@ describe.skipIf(!REDIS_URL)("the Redis commands of a customer's key's requests (
     const t = await buildTestApp({ REDIS_URL: redis.url, REDIS_KEY_PREFIX: 'calls:', RATE_LIMIT_CONCURRENCY: 'pro=100' });
     try {
       const limits = { perMinute: 1_000, perDay: 10_000, concurrency: 100 };
-      const customer = await createCustomersRepository(t.app.db).create({ externalId: 'cus_calls', limits }, KEYS_COMMAND);
+      const customer = await createCustomerRules(t.app.db).create({ externalId: 'cus_calls', limits }, { actor: KEYS_COMMAND });
       const { key } = await t.app.apiKeysRepository.create({ plan: 'pro', customerId: customer.id });
       // The scripts loaded and the key known: what follows is the requests' own.
       await waitForKeyOnApp(t.app, bearer(key));

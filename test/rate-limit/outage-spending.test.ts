@@ -1,7 +1,7 @@
 import { expect } from 'vitest';
 import { createApiKeysRepository } from '../../src/api-keys/repository.js';
 import { createLedgerRepository } from '../../src/credits/ledger-repository.js';
-import { createCustomersRepository } from '../../src/customers/repository.js';
+import { createCustomerRules } from '../../src/customers/rules.js';
 import type { Database } from '../../src/platform/db/database.js';
 import type { BalanceRecords } from '../../src/credits/ports.js';
 import { OutageSpending } from '../../src/rate-limit/stores/outage-spending.js';
@@ -36,7 +36,10 @@ function countedRecord(db: Database) {
 let customers = 0;
 /** A key with a balance of its own (`own`) and its customer's (`shared`), and another key of the customer without one. */
 async function keyAndCustomer(db: Database, own: number, shared: number) {
-  const customer = await createCustomersRepository(db).create({ externalId: `cus_spending_${++customers}`, limits: null }, KEYS_COMMAND);
+  const customer = await createCustomerRules(db).create(
+    { externalId: `cus_spending_${++customers}`, limits: null },
+    { actor: KEYS_COMMAND },
+  );
   const { record } = await createApiKeysRepository(db).create({ plan: 'pro', customerId: customer.id });
   const keyBalance = await insertBalance(db, { quotaId: record.quotaId }, own);
   const customerBalance = await insertBalance(db, { customerId: customer.id }, shared);

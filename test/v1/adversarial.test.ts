@@ -5,7 +5,7 @@ import { describe, expect } from 'vitest';
 import type { FastifyInstance } from 'fastify';
 import { generateKey, hashKey } from '../../src/api-keys/format.js';
 import { MAX_OVERLAP_SECONDS } from '../../src/api-keys/lifecycle.js';
-import { LOOKUPS } from '../../src/auth/lookup-budget.js';
+import { LOOKUPS } from '../../src/rate-limit/lookup-budget.js';
 import { buildTestApp } from '../support/app.js';
 import { createScratchDatabase } from '../../harness/databases.js';
 import { POSTGRES_URL } from '../support/databases.js';

@@ -1,7 +1,7 @@
 import { errors, secondsUntil, type ApiError } from '../platform/errors.js';
 import type { Limits } from '../api-keys/plans.js';
-import { clientOf } from '../rate-limit/address.js';
-import { MemoryStore } from '../rate-limit/stores/memory-store.js';
+import { clientOf } from './address.js';
+import { MemoryStore } from './stores/memory-store.js';
 
 /**
  * Keys an instance has not seen are looked up in the database at most this often per address, so
@@ -10,7 +10,8 @@ import { MemoryStore } from '../rate-limit/stores/memory-store.js';
  */
 export const LOOKUPS: Limits = { perMinute: 60, perDay: 10_000 };
 
-export type LookupSpent = { lookUp: true } | { lookUp: false; refusal: ApiError };
+/** Whether a key may be looked up: not when its client is banned (its request is refused as banned), nor past the budget (the 429). */
+export type LookupSpent = { lookUp: true } | { lookUp: false; refusal?: ApiError };
 
 export interface LookupBudget {
   /** Spends one lookup of the client an address counts as, or says when the next one may be made (the 429). */
