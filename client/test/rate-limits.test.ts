@@ -196,6 +196,10 @@ test('getRateLimit answers at once on a spent window, spending nothing, and a 42
   const standing = await client.getRateLimit();
   expect(standing).toMatchObject({
     plan: 'enterprise',
+    windows: [
+      { name: 'minute', limit: PER_MINUTE, remaining: 0, windowSeconds: 60 },
+      { name: 'day', limit: 1_000, remaining: 1_000 - PER_MINUTE - 1, windowSeconds: 86_400 },
+    ],
     minute: { limit: PER_MINUTE, remaining: 0, used: PER_MINUTE },
     day: { limit: 1_000, used: PER_MINUTE + 1 }, // and the request that waited for the key
     concurrency: { limit: 100, inFlight: 0 },
