@@ -3,6 +3,7 @@ import ipaddr from 'ipaddr.js';
 import { describe, expect, it } from 'vitest';
 import { clientOf } from '../../src/rate-limit/address.js';
 import { MemoryStore } from '../../src/rate-limit/stores/memory-store.js';
+import { ANONYMOUS } from '../../src/rate-limit/subjects.js';
 import { POSTGRES_URL } from '../support/databases.js';
 import { eventually } from '../support/eventually.js';
 import { databaseTest as databaseFixtures, describeAppTest } from '../support/fixtures.js';
@@ -292,7 +293,7 @@ describe('a request answered before the limiter decides it', () => {
 describe('memory stays bounded', () => {
   it('forgets the least recently seen subjects past the cap, and expired ones on a sweep', async () => {
     const store = new MemoryStore({ threshold: 30, durationMs: 900_000 }, { maxSubjects: 1_000 });
-    for (let i = 0; i < 50_000; i++) await store.consume(`ip:flood-${i}`, { perMinute: 60, perDay: 1000 }, T0, 1, true);
+    for (let i = 0; i < 50_000; i++) await store.consume(`ip:flood-${i}`, ANONYMOUS, T0, 1, true);
     expect(store.size).toBe(1_000);
     store.sweep(T0 + DAY);
     expect(store.size).toBe(0);
