@@ -11,11 +11,12 @@ CREATE TABLE plans (
   updated_at  timestamptz NOT NULL DEFAULT now()
 );
 
-INSERT INTO plans (name, limits) VALUES
-  ('free', '[{"name": "minute", "limit": 60, "windowSeconds": 60, "algorithm": "fixed"}, {"name": "day", "limit": 1000, "windowSeconds": 86400, "algorithm": "fixed"}]'),
-  ('pro', '[{"name": "minute", "limit": 300, "windowSeconds": 60, "algorithm": "fixed"}, {"name": "day", "limit": 10000, "windowSeconds": 86400, "algorithm": "fixed"}]'),
-  ('business', '[{"name": "minute", "limit": 1000, "windowSeconds": 60, "algorithm": "fixed"}, {"name": "day", "limit": 100000, "windowSeconds": 86400, "algorithm": "fixed"}]'),
-  ('enterprise', NULL);
+-- Their concurrency is what RATE_LIMIT_CONCURRENCY defaulted to; a deployment that sets it keeps its values (the setting wins).
+INSERT INTO plans (name, limits, concurrency) VALUES
+  ('free', '[{"name": "minute", "limit": 60, "windowSeconds": 60, "algorithm": "fixed"}, {"name": "day", "limit": 1000, "windowSeconds": 86400, "algorithm": "fixed"}]', 5),
+  ('pro', '[{"name": "minute", "limit": 300, "windowSeconds": 60, "algorithm": "fixed"}, {"name": "day", "limit": 10000, "windowSeconds": 86400, "algorithm": "fixed"}]', 20),
+  ('business', '[{"name": "minute", "limit": 1000, "windowSeconds": 60, "algorithm": "fixed"}, {"name": "day", "limit": 100000, "windowSeconds": 86400, "algorithm": "fixed"}]', 50),
+  ('enterprise', NULL, 100);
 
 -- Every instance holds the plans in memory: a change is told on this channel (its name), so that
 -- each reads the plans again, within a second of the change.

@@ -51,7 +51,8 @@ export type LimitWindow = Static<typeof LimitWindow>;
 export const Limits = Type.Array(LimitWindow, {
   minItems: 1,
   maxItems: MAX_WINDOWS,
-  description: '1 to 5 named windows, names unique: a request is served only when every window has room for its cost, and counts in all of them',
+  description:
+    '1 to 5 named windows, names unique: a request is served only when every window has room for its cost, and counts in all of them',
   'x-error-message': 'must be a list of 1 to 5 windows',
 });
 

@@ -15,4 +15,6 @@ export interface PlanPolicy {
 export interface PlanBook {
   /** The plan so named; undefined for none (deleted, or never made). */
   get(name: string): PlanPolicy | undefined;
+  /** Every plan, by name. */
+  all(): PlanPolicy[];
 }

@@ -1,4 +1,4 @@
-import { PLAN_LIMITS, type Limits } from '../api-keys/plans.js';
+import { minuteAndDay, type Limits } from '../plans/limits.js';
 import type { ApiKeyIdentity } from '../api-keys/identity.js';
 
 /** The subject a customer's limits count in, shared by all its keys. */
@@ -19,5 +19,8 @@ export const addressSubject = (client: string) => `ip:${client}`;
 /** The subject a key's quota lookups count as. */
 export const lookupSubject = (quotaId: number) => `lookups:${quotaId}`;
 
-/** Callers without a valid key are limited by address, as the Free plan, so keys cannot be guessed at speed. */
-export const ANONYMOUS: Limits = PLAN_LIMITS.free;
+/**
+ * Callers without a valid key are limited by address, as the seed's Free plan (fixed here, not
+ * its row: an operator's change of a plan moves no address's limits), so keys cannot be guessed at speed.
+ */
+export const ANONYMOUS: Limits = minuteAndDay(60, 1_000);
