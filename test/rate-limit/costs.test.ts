@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
 import { loadConfig } from '../../src/config/load.js';
+import { minuteAndDay } from '../../src/plans/limits.js';
 import { MemoryStore } from '../../src/rate-limit/stores/memory-store.js';
 import { RedisStore } from '../../src/rate-limit/stores/redis-store.js';
 import { describeAppTest } from '../support/fixtures.js';
@@ -58,7 +59,7 @@ describe.skipIf(!REDIS_URL)('the Redis store, spending a cost', () => {
     const redis = new Redis(REDIS_URL!);
     try {
       await store.connect(5_000);
-      const limits = { perMinute: 6, perDay: 100 };
+      const limits = minuteAndDay(6, 100);
       expect((await store.consume('key:1', limits, T0, 5, true)).outcome).toBe('allowed');
       expect((await store.consume('key:1', limits, T0, 5, true)).outcome).toBe('limited');
       // The minute's count, the day's and the minute's refusals: none may stay in Redis for good.
