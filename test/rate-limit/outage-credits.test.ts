@@ -102,7 +102,7 @@ describe('the fallback deciding balances of credits in their record', () => {
     } finally {
       await db.query('ALTER TABLE credit_balances_hidden RENAME TO credit_balances');
     }
-    expect(await memory.check('key:1', LIMITS, T0, 1)).toMatchObject({ minute: { used: 0 } });
+    expect(await memory.check('key:1', LIMITS, T0, 1)).toMatchObject({ windows: [{ used: 0 }, { used: 0 }] });
   });
 });
 
