@@ -278,10 +278,10 @@ declare module 'ioredis' {
  */
 export type DecideResult = [number, number, number, ...Array<number | null>];
 
-/** Where the windows' counters start in the answer (from 0); the balances' standings follow them (see creditsAt). */
+/** Where the windows' counters start in the answer (from 0). */
 export const COUNTS_AT = 3;
-/** Where the balances' standings start in an answer of this many windows (the subject's and the customer's). */
-export const creditsAt = (windows: number) => COUNTS_AT + 2 * windows;
+/** Where the counters of this many windows end in an answer: the customer's windows' counters follow the subject's there, the balances' standings all of them. */
+export const afterCounts = (windows: number) => COUNTS_AT + 2 * windows;
 
 /** The counts of `windows` windows in an answer, from `from` on: each one's current and previous counter. */
 export const countsAt = (decided: readonly (number | null)[], from: number, windows: number): WindowCount[] =>

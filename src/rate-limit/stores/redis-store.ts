@@ -11,7 +11,7 @@ import {
   COUNTS_AT,
   countsAt,
   CREDITS_EXHAUSTED,
-  creditsAt,
+  afterCounts,
   decisionArgs,
   defineScripts,
   scriptArgs,
@@ -214,7 +214,7 @@ export class RedisStore implements RateLimitStore {
   }
 
   /** The decision of a script's answer for a request of this cost: the subject's windows first, the balances' standings from `credits` on. */
-  #decision(limits: Limits, now: number, decided: DecideResult, cost: number, credits = creditsAt(limits.length)): Decision {
+  #decision(limits: Limits, now: number, decided: DecideResult, cost: number, credits = afterCounts(limits.length)): Decision {
     const [code, last] = decided;
     const windows = usage(limits, now, countsAt(decided, COUNTS_AT, limits.length), cost);
     const standings = decided.length > credits ? { credits: creditStandings(decided, credits) } : {};
@@ -250,7 +250,7 @@ export class RedisStore implements RateLimitStore {
   async decideShared(subject: string, limits: Limits, now: number, claim: Claim, shared: Shared): Promise<SharedAdmission> {
     const decided = await this.#decide(subject, limits, now, claim, shared);
     const [code, last, taken] = decided;
-    const customerWindows = usage(shared.limits, now, countsAt(decided, creditsAt(limits.length), shared.limits.length), claim.cost);
+    const customerWindows = usage(shared.limits, now, countsAt(decided, afterCounts(limits.length), shared.limits.length), claim.cost);
     if (code === BUSY) {
       const standing = decideWithout(limits, now, countsAt(decided, COUNTS_AT, limits.length), last, claim.cost);
       return { admission: { outcome: 'busy', standing, customerBusy: taken === 1 }, customer: customerWindows };
@@ -259,7 +259,7 @@ export class RedisStore implements RateLimitStore {
       if (claim.slot.limit > 0) this.#holdLease(`${this.#base(subject)}:c`, claim.slot.lease);
       if (shared.slots > 0) this.#holdLease(`${this.#base(shared.subject)}:c`, claim.slot.lease);
     }
-    const admission = this.#decision(limits, now, decided, claim.cost, creditsAt(limits.length + shared.limits.length));
+    const admission = this.#decision(limits, now, decided, claim.cost, afterCounts(limits.length + shared.limits.length));
     return { admission, customer: customerWindows };
   }
 
