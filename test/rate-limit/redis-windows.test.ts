@@ -112,6 +112,19 @@ describe.skipIf(!REDIS_URL)('the Redis store, several windows in one call', () =
     });
   });
 
+  it('two instances share a sliding 10-second window of 5 exactly: 20 requests at once, 5 served; a check reads the previous window too', async () => {
+    const prefix = redisStoreEnv().REDIS_KEY_PREFIX;
+    const limits = [windowOf('burst', 5, 10, 'sliding')];
+    await withStore(REDIS_URL!, prefix, async (a) => {
+      await withStore(REDIS_URL!, prefix, async (b) => {
+        const decisions = await Promise.all(Array.from({ length: 20 }, (_, i) => consume(i % 2 ? a : b, limits, T0 + 9_000 + i)));
+        expect(decisions.filter(({ outcome }) => outcome === 'allowed')).toHaveLength(5);
+        expect(await a.check('key:1', limits, T0 + 10_000, 1)).toMatchObject({ outcome: 'limited', windows: [{ used: 5 }] });
+        expect(await b.check('key:1', limits, T0 + 12_000, 1)).toMatchObject({ outcome: 'allowed', windows: [{ used: 4 }] });
+      });
+    });
+  });
+
   it('counts two windows of the same length once: they share their counter, a fixed one and a sliding one alike', async () => {
     const prefix = redisStoreEnv().REDIS_KEY_PREFIX;
     const limits: Limits = [windowOf('fixed', 10, 60), windowOf('sliding', 3, 60, 'sliding')];
