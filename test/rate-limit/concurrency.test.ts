@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
 import type { FastifyInstance } from 'fastify';
 import { loadConfig } from '../../src/config/load.js';
+import { minuteAndDay } from '../../src/plans/limits.js';
 import { RedisStore } from '../../src/rate-limit/stores/redis-store.js';
 import type { Slot } from '../../src/rate-limit/stores/store.js';
 import { buildTestApp, type TestApp } from '../support/app.js';
@@ -32,7 +33,7 @@ async function slowCreate(port: number, headers: { authorization: string }): Pro
 
 /** A request of cost 1 that counts, asking for the slot given. */
 const claim = (slot: Slot) => ({ cost: 1, bans: true, count: true, slot });
-const LIMITS = { perMinute: 60, perDay: 1_000 };
+const LIMITS = minuteAndDay(60, 1_000);
 
 const get = (app: FastifyInstance, headers: { authorization: string }) => app.inject({ url: '/v1/pets?limit=1', headers });
 

@@ -1,6 +1,6 @@
 import type { FastifyBaseLogger } from 'fastify';
 import type { BalanceRecords, LiveBalances } from '../../credits/ports.js';
-import type { Limits } from '../../api-keys/plans.js';
+import type { Limits } from '../../plans/limits.js';
 import type { MemoryStore } from './memory-store.js';
 import { OutageCredits } from './outage-credits.js';
 import { pingAll } from './redis-connection.js';
@@ -16,6 +16,7 @@ import type {
   Shared,
   SharedAdmission,
   StoreKind,
+  Windows,
 } from './store.js';
 
 /** While on memory, how often Redis is asked whether it answers again: the bound on how long counting stays local after it does. */
@@ -150,11 +151,19 @@ export class FallbackStore implements RateLimitStore {
     await this.#redis.refund(subject, decision, cost, credits).catch((error: unknown) => this.#switchToMemory(error));
   }
 
-  async refundShared(subject: string, customerSubject: string, decision: Decision, cost: number, credits?: readonly CreditClaim[]) {
+  /** `customer`: the customer's windows decideShared left (see RedisStore.refundShared). */
+  async refundShared(
+    subject: string,
+    customerSubject: string,
+    decision: Decision,
+    cost: number,
+    credits?: readonly CreditClaim[],
+    customer?: Windows,
+  ) {
     await this.#refundCredits(decision, cost, credits);
     if (this.degraded) return this.#memory.refundShared(subject, customerSubject, decision, cost);
     await this.#redis
-      .refundShared(subject, customerSubject, decision, cost, credits)
+      .refundShared(subject, customerSubject, decision, cost, credits, customer)
       .catch((error: unknown) => this.#switchToMemory(error));
   }
 
