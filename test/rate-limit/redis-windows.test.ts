@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
 import type { Limits, RateWindow } from '../../src/plans/limits.js';
 import { counterKey, RedisStore } from '../../src/rate-limit/stores/redis-store.js';
-import { NO_SLOT, type Decision } from '../../src/rate-limit/stores/store.js';
+import { lesserWindows, NO_SLOT, type Decision } from '../../src/rate-limit/stores/store.js';
 import { commandCalls, deleteKeys } from '../../harness/redis.js';
 import { REDIS_URL, redisStoreEnv, startRedis } from '../support/redis.js';
 import { DAY, MINUTE, T0 } from '../support/time.js';
@@ -154,7 +154,12 @@ describe.skipIf(!REDIS_URL)('the Redis store, several windows in one call', () =
         outcome: 'limited',
         windows: [{ used: 0 }, { used: 4 }, { used: 4 }],
       });
-      await store.refundShared(subject, customer, second.admission as Decision, 2, undefined, second.customer);
+      // As admission keeps it: the key's windows and its customer's together (lesserWindows).
+      const bound = {
+        ...(second.admission as Decision),
+        windows: lesserWindows((second.admission as Decision).windows, second.customer.windows),
+      };
+      await store.refundShared(subject, customer, bound, 2);
       expect([await own(1, T0 + 1_000), await own(60, T0), await own(86_400, DAY0)]).toEqual([0, 2, 2]);
       expect([await theirs(10, T0), await theirs(86_400, DAY0)]).toEqual([2, 2]);
       await store.refund('key:2', await consume(store, THREE, T0, 'key:2'), 1);

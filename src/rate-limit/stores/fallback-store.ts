@@ -151,19 +151,11 @@ export class FallbackStore implements RateLimitStore {
     await this.#redis.refund(subject, decision, cost, credits).catch((error: unknown) => this.#switchToMemory(error));
   }
 
-  /** `customer`: the customer's windows decideShared left (see RedisStore.refundShared). */
-  async refundShared(
-    subject: string,
-    customerSubject: string,
-    decision: Decision,
-    cost: number,
-    credits?: readonly CreditClaim[],
-    customer?: Windows,
-  ) {
+  async refundShared(subject: string, customerSubject: string, decision: Decision, cost: number, credits?: readonly CreditClaim[]) {
     await this.#refundCredits(decision, cost, credits);
     if (this.degraded) return this.#memory.refundShared(subject, customerSubject, decision, cost);
     await this.#redis
-      .refundShared(subject, customerSubject, decision, cost, credits, customer)
+      .refundShared(subject, customerSubject, decision, cost, credits)
       .catch((error: unknown) => this.#switchToMemory(error));
   }
 

@@ -37,7 +37,6 @@ import {
   type SharedAdmission,
   type StoreKind,
   type WindowUsage,
-  type Windows,
 } from './store.js';
 
 /** How long a lease holds a slot unless renewed: what a request of an instance that stops can hold on to. */
@@ -358,19 +357,9 @@ export class RedisStore implements RateLimitStore {
     await this.#refund(this.#countedIn(subject, decision.windows), decision, cost, credits);
   }
 
-  /**
-   * `customer`: the customer's windows as decideShared left them (SharedAdmission.customer), where
-   * its counters are; without them, the customer's counters of the key's windows' lengths and starts.
-   */
-  async refundShared(
-    subject: string,
-    customerSubject: string,
-    decision: Decision,
-    cost: number,
-    credits?: readonly CreditClaim[],
-    customer: Windows = decision,
-  ) {
-    const counters = [...this.#countedIn(subject, decision.windows), ...this.#countedIn(customerSubject, customer.windows)];
+  /** The decision's windows are its key's and its customer's (see lesserWindows): each subject's counters of them, where it has one. */
+  async refundShared(subject: string, customerSubject: string, decision: Decision, cost: number, credits?: readonly CreditClaim[]) {
+    const counters = [...this.#countedIn(subject, decision.windows), ...this.#countedIn(customerSubject, decision.windows)];
     await this.#refund(counters, decision, cost, credits);
   }
 
