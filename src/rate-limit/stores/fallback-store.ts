@@ -16,7 +16,6 @@ import type {
   Shared,
   SharedAdmission,
   StoreKind,
-  Windows,
 } from './store.js';
 
 /** While on memory, how often Redis is asked whether it answers again: the bound on how long counting stays local after it does. */
