@@ -13,11 +13,13 @@ import { KEY_IN_REQUEST_LOG, SECURITY_SCHEME } from './auth/plugin.js';
 import openapi from './platform/http/openapi.js';
 import rateLimit from './rate-limit/plugin.js';
 import pets from './pets/plugin.js';
+import plans from './plans/plugin.js';
 import shutdown from './platform/http/shutdown.js';
 import usage from './usage/plugin.js';
 import v1, { API_PREFIX } from './v1/pipeline.js';
 import webhooks, { recordRefills } from './webhooks/plugin.js';
 import credits from './credits/plugin.js';
+import { rateLimits } from './rate-limit/settings.js';
 import { logFormat, logOutput } from './platform/observability/log-output.js';
 import { stopTracing, traceLogMixin } from './platform/observability/tracing.js';
 
@@ -58,6 +60,9 @@ const MAX_PARAM_LENGTH = 16 * 1024;
 const KEEP_ALIVE_TIMEOUT_MS = 5_000;
 
 /** Builds the whole service from its configuration: the server and the tests build it alike. */
+/** `plan=number,...` pairs, as RATE_LIMIT_CONCURRENCY's default is written: the plans are not warned about for holding it. */
+const pairsOf = (pairs: string) => Object.fromEntries(pairs.split(',').map((pair) => [pair.split('=')[0]!, Number(pair.split('=')[1])]));
+
 export async function buildApp(config: Config, deps: AppDependencies = {}): Promise<FastifyInstance> {
   // JSON on stdout, in batches (or each line at once: LOG_SYNC), flushed on close; pretty on a terminal (platform/observability/log-output.ts).
   const stdout = deps.logStream
@@ -102,6 +107,11 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
   await app.register(database, config);
   await app.register(metrics);
   await app.register(pets, { cacheMaxBytes: config.PETS_CACHE_MAX_BYTES });
+  await app.register(plans, {
+    shadowPlans: config.rateLimitShadowPlans,
+    concurrency: config.rateLimitConcurrency,
+    defaultConcurrency: pairsOf(rateLimits.RATE_LIMIT_CONCURRENCY.default as string),
+  });
   await app.register(apiKeys, { cacheMaxEntries: config.KEY_CACHE_MAX_ENTRIES, costs: config.rateLimitCosts });
   await app.register(loadShedding, {
     maxEventLoopDelayMs: config.LOAD_SHED_EVENT_LOOP_DELAY_MS,
