@@ -1,4 +1,5 @@
 import { describe, expect } from 'vitest';
+import { lockPlan } from '../../src/plans/rules.js';
 import { adminTest, createKey, expectError, type TestAdmin } from '../support/admin.js';
 
 const test = adminTest();
@@ -219,6 +220,23 @@ describe('delete', () => {
     });
     expectError(await admin.request('GET', '/admin/v1/plans/lead'), 404, 'not_found');
     expectError(await admin.request('DELETE', '/admin/v1/plans/lead'), 404, 'not_found');
+  });
+
+  test('a delete waits for a key rule that locked the plan (lockPlan), then sees its key: never both', async ({ t, admin }) => {
+    await createPlan(admin, { name: 'zinc', limits: [MINUTE] });
+    const { id } = await createKey(admin, { plan: 'free' });
+    let deleting: Promise<{ status: number }> | undefined;
+    await t.db.transaction(async (tx) => {
+      expect(await lockPlan(tx, 'zinc')).toMatchObject({ name: 'zinc', limits: [{ ...MINUTE, algorithm: 'fixed' }] });
+      deleting = admin.request('DELETE', '/admin/v1/plans/zinc');
+      // The key is moved onto the plan while the delete waits for the lock (on PGlite, for the one connection).
+      await tx.query('UPDATE api_keys SET plan = $2 WHERE id = $1', [id, 'zinc']);
+    });
+    expect((await deleting!).status).toBe(409);
+    // A delete first: the key rules' lock finds no plan.
+    await t.db.query('UPDATE api_keys SET revoked_at = now() WHERE id = $1', [id]);
+    expect((await admin.request('DELETE', '/admin/v1/plans/zinc')).status).toBe(204);
+    expect(await t.db.transaction((tx) => lockPlan(tx, 'zinc'))).toBeUndefined();
   });
 
   test('405 for a method the paths do not have', async ({ admin }) => {
