@@ -35,14 +35,14 @@ export const rateLimits = {
     pattern: '^([a-z]+(,[a-z]+)*)?$',
     examples: ['free,pro'],
     description:
-      "Plans in shadow mode: past its limits a key of these plans is served, with the headers of a refusal, counted in `rate_limit_shadow_refusals_total` and logged once a minute; never refused or banned. The admin API's `enforceLimits: false` does the same for one key.",
+      "Plans in shadow mode: past its limits a key of these plans is served, with the headers of a refusal, counted in `rate_limit_shadow_refusals_total` and logged once a minute; never refused or banned. The admin API's `enforceLimits: false` does the same for one key. Where it names a plan it wins over the plan's row (`shadow`, see Plans below).",
   }),
   RATE_LIMIT_CONCURRENCY: Type.String({
     default: 'free=5,pro=20,business=50,enterprise=100',
     pattern: '^(off|[a-z]+=[0-9]+(,[a-z]+=[0-9]+)*)$',
     examples: ['free=2,pro=10', 'off'],
     description:
-      "Requests a key may have in flight at once, per plan, as `plan=requests` pairs (1 to 100000); a plan not named has no such limit, `off` none. The admin API's `concurrency` sets one key's own. Over it: 429 `concurrency_limited`, costing no quota.",
+      "Requests a key may have in flight at once, per plan, as `plan=requests` pairs (1 to 100000); a plan not named has no such limit, `off` none. The admin API's `concurrency` sets one key's own. Over it: 429 `concurrency_limited`, costing no quota. Where it names a plan it wins over the plan's row (`concurrency`, see Plans below).",
   }),
 };
 

@@ -138,6 +138,14 @@ describe('create', () => {
       expect(response.body.message, JSON.stringify(json)).toMatch(new RegExp(`^${field}( |$)`));
     }
     expect(await t.db.query("SELECT name FROM plans WHERE name IN ('p', 'Gold')")).toEqual([]);
+    // As docs/admin-api.md quotes them.
+    const message = async (json: unknown) => (await admin.request('POST', '/admin/v1/plans', { json })).body.message as string;
+    expect(await message({ name: 'p', limits: [{ ...MINUTE, windowSeconds: 0 }] })).toBe(
+      'body/limits/0/windowSeconds must be an integer from 1 to 2678400',
+    );
+    expect(await message({ name: 'p', limits: [{ ...MINUTE, algorithm: 'leaky' }] })).toBe(
+      'body/limits/0/algorithm must be fixed or sliding',
+    );
     // 31 days is the bound, and a repeated name is refused with an Idempotency-Key too, before it is claimed.
     await createPlan(admin, { name: 'monthly', limits: [{ ...MINUTE, windowSeconds: 2_678_400 }] });
     const repeated = await admin.request('POST', '/admin/v1/plans', {
