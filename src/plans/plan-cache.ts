@@ -40,11 +40,6 @@ export class PlanCache implements PlanBook {
     return this.#plans.get(name);
   }
 
-  /** Every plan held, by name. */
-  get size(): number {
-    return this.#plans.size;
-  }
-
   /** Reads every plan again; a failed read keeps the plans held (and is told to onError) until the next notice. */
   async reload(): Promise<void> {
     await this.start().catch(this.onError);

@@ -51,7 +51,8 @@ const statements = {
     text: `UPDATE plans SET limits = $2::jsonb, concurrency = $3, shadow = $4, updated_at = now() WHERE name = $1 RETURNING ${COLUMNS}`,
   },
   delete: { name: 'plans_delete', text: 'DELETE FROM plans WHERE name = $1' },
-  // Every working key of the plan counts, since api_keys has no limits of its own yet (see rules.ts).
+  // Every working key of the plan. For the check of limits removed (rules.ts), only the keys without limits of their own
+  // should count, once api_keys carries them (issue 56): that check's statement then adds `AND limits IS NULL`.
   workingKeys: { name: 'plans_working_keys', text: `SELECT count(*)::int AS count FROM api_keys WHERE plan = $1 AND ${WORKING}` },
 } as const;
 
