@@ -23,8 +23,8 @@ export interface PlansOptions extends PlanOverrides {
 const HOW_TO_MOVE = {
   RATE_LIMIT_SHADOW_PLANS: (name: string) =>
     `PATCH /admin/v1/plans/${name} {"shadow": true} (the admin API), then take ${name} out of RATE_LIMIT_SHADOW_PLANS`,
-  RATE_LIMIT_CONCURRENCY: (name: string) =>
-    `PATCH /admin/v1/plans/${name} {"concurrency": ...} (the admin API), then take ${name} out of RATE_LIMIT_CONCURRENCY (off when it names no plan)`,
+  RATE_LIMIT_CONCURRENCY: (name: string, value: number | boolean) =>
+    `PATCH /admin/v1/plans/${name} {"concurrency": ${String(value)}} (the admin API), then take ${name} out of RATE_LIMIT_CONCURRENCY (off when it names no plan)`,
 };
 
 /** The warnings of the plans a setting overrides, one per plan and setting. */
@@ -64,7 +64,7 @@ export default fp<PlansOptions>(
       app.log.warn(
         { setting, plan: name, value, row: row ?? null },
         `${setting} sets the ${name} plan's ${setting === 'RATE_LIMIT_SHADOW_PLANS' ? 'shadow mode' : 'concurrency'} to ${value}, ` +
-          `overriding its row (${row === undefined ? 'no such plan' : String(row)}); to move it: ${HOW_TO_MOVE[setting](name)}`,
+          `overriding its row (${row === undefined ? 'no such plan' : String(row)}); to move it: ${HOW_TO_MOVE[setting](name, value)}`,
       );
     }
     app.decorate('plans', book);

@@ -47,7 +47,7 @@ describe('RATE_LIMIT_SHADOW_PLANS and RATE_LIMIT_CONCURRENCY set', () => {
         /^RATE_LIMIT_SHADOW_PLANS sets the pro plan's shadow mode to true, overriding its row \(false\); to move it: PATCH \/admin\/v1\/plans\/pro \{"shadow": true\}.*then take pro out of RATE_LIMIT_SHADOW_PLANS$/,
       ),
       expect.stringMatching(
-        /^RATE_LIMIT_CONCURRENCY sets the free plan's concurrency to 2, overriding its row \(null\); to move it: PATCH \/admin\/v1\/plans\/free/,
+        /^RATE_LIMIT_CONCURRENCY sets the free plan's concurrency to 2, overriding its row \(null\); to move it: PATCH \/admin\/v1\/plans\/free \{"concurrency": 2\}.*then take free out of RATE_LIMIT_CONCURRENCY/,
       ),
     ]);
     // A row changed under a setting: the setting still wins; the rest of the row applies.
