@@ -19,7 +19,6 @@ import usage from './usage/plugin.js';
 import v1, { API_PREFIX } from './v1/pipeline.js';
 import webhooks, { recordRefills } from './webhooks/plugin.js';
 import credits from './credits/plugin.js';
-import { rateLimits } from './rate-limit/settings.js';
 import { logFormat, logOutput } from './platform/observability/log-output.js';
 import { stopTracing, traceLogMixin } from './platform/observability/tracing.js';
 
