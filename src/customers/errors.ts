@@ -1,4 +1,5 @@
-import { domainError } from '../platform/domain-errors.js';
+import { API_KEY_CODES } from '../api-keys/errors.js';
+import { domainError, fieldOf } from '../platform/domain-errors.js';
 import { errors } from '../platform/errors.js';
 
 /** The codes of the customers' refusals. */
@@ -10,3 +11,10 @@ export const CUSTOMER_CODES = {
 export const ExternalIdTakenError = domainError(CUSTOMER_CODES.externalIdTaken, 'externalId %s is taken by another customer', {
   error: ({ message }) => errors.conflict(message),
 });
+
+/** Thrown with its `field`, the short form's limit missing: limits without windows take both. */
+export const IncompleteLimitsError = domainError(
+  API_KEY_CODES.limits,
+  'is required: limits without windows take both perMinute and perDay',
+  { error: (domain) => errors.badRequest(`body/${fieldOf(domain)} ${domain.message}`) },
+);

@@ -17,6 +17,11 @@ describe('create', () => {
       id: expect.any(Number),
       name: 'acme corp',
       plan: 'enterprise',
+      // The short form makes windows of its own, named minute and day.
+      limits: [
+        { name: 'minute', limit: 500, windowSeconds: 60, algorithm: 'fixed' },
+        { name: 'day', limit: 50_000, windowSeconds: 86_400, algorithm: 'fixed' },
+      ],
       perMinute: 500,
       perDay: 50_000,
       readOnly: false,
@@ -74,16 +79,16 @@ describe('create', () => {
     }
   });
 
-  test('400 for limits that do not go with the plan, unknown fields, a past expiry and bad values; nothing is created', async ({
+  test('400 for a plan without limits and none given, a plan not in the table, unknown fields, a past expiry and bad values; nothing is created', async ({
     t,
     admin,
   }) => {
     const before = (await t.app.apiKeysRepository.list()).length;
     for (const [json, field] of [
-      [{ plan: 'enterprise' }, 'enterprise'],
-      [{ plan: 'enterprise', perMinute: 5 }, 'enterprise'],
-      [{ plan: 'free', perMinute: 5 }, 'free'],
-      [{ plan: 'gold' }, 'body/plan'],
+      [{ plan: 'enterprise' }, 'body the enterprise plan has no limits of its own'],
+      [{ plan: 'enterprise', limits: null }, 'body the enterprise plan has no limits of its own'],
+      [{ plan: 'gold' }, 'body/plan is gold, which names no plan'],
+      [{ plan: 'Gold' }, 'body/plan must be a lower-case letter'],
       [{ plan: 'free', colour: 'red' }, 'body'],
       [{ plan: 'free', expiresAt: '2020-01-01T00:00:00Z' }, 'body/expiresAt'],
       [{ plan: 'free', expiresAt: 'tomorrow' }, 'body/expiresAt'],
@@ -313,7 +318,7 @@ describe('list and get', () => {
   });
 
   test('400 for a bad filter, limit or cursor, and for a cursor made for other filters', async ({ admin }) => {
-    for (const query of ['state=lost', 'plan=gold', 'limit=0', 'limit=101', 'cursor=garbage!']) {
+    for (const query of ['state=lost', 'plan=Gold', 'limit=0', 'limit=101', 'cursor=garbage!']) {
       expectError(await admin.request('GET', `/admin/v1/keys?${query}`), 400, 'bad_request');
     }
     await createKey(admin, { plan: 'free', name: 'cursor a' });

@@ -117,6 +117,7 @@ const USAGE_REFUSALS: Record<string, (message: string, field: string | undefined
   [API_KEY_CODES.limits]: (message, field) => (field ? `--${optionOf(field)} ${message}` : message),
   [API_KEY_CODES.expiry]: (message) => `--expires-at ${message}`,
   [API_KEY_CODES.unknownCustomer]: (message) => `--customer ${message}`,
+  [API_KEY_CODES.unknownPlan]: (message) => `--plan ${message}`,
 };
 
 /** A refusal of the rules shared with the admin API as the UsageError of bad arguments; undefined for any other error. */
@@ -125,7 +126,7 @@ export function usageRefusalOf(error: unknown): InstanceType<typeof UsageError> 
   return usage && new UsageError(usage((error as Error).message, fieldOf(error)));
 }
 
-/** The refusals of the rules shared with the admin API, as bad arguments: limits that do not go with the plan, an expiry that is no future date. */
+/** The refusals of the rules shared with the admin API, as bad arguments: an expiry that is no future date (those of the plan and limits need the database: see runKeysCommand). */
 export function sharedRule<T>(work: () => T): T {
   try {
     return work();
