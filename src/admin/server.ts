@@ -98,7 +98,7 @@ export async function buildAdminServer(app: FastifyInstance): Promise<FastifyIns
     await operations.register(adminKeyCredits, { rules: creditsRules, actorOf });
     await operations.register(adminCustomers, { customers: createCustomerRules(db), actorOf, costs: config.rateLimitCosts });
     await operations.register(adminCustomerCredits, { rules: creditsRules, actorOf });
-    await operations.register(adminPlans, { plans: createPlanRules(db), actorOf });
+    await operations.register(adminPlans, { plans: createPlanRules(db, config.rateLimitCosts), actorOf });
     await operations.register(adminKeyUsage, { keys: app.apiKeysRepository, rateLimit: app.rateLimit, audit, actorOf });
     await operations.register(adminUsage, {
       usage: createUsageRepository(db),

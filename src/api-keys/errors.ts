@@ -1,10 +1,9 @@
 import { domainError, fieldOf, type ApiAnswer } from '../platform/domain-errors.js';
 import { errors } from '../platform/errors.js';
+import { PLAN_CODES } from '../plans/errors.js';
 
 /** The codes of the key rules' refusals: the admin API answers them, the keys command gives them as usage errors or refusals. */
 export const API_KEY_CODES = {
-  /** Limits a key's plan needs and it lacks, a list of windows that repeats a name or has too many, or one below an operation's cost; `field`, when set, names the limit (plans.ts). */
-  limits: 'PETSTORE_LIMITS',
   /** An expiry that is no date-time on the calendar, not in the future, or too far in it (expiry.ts). */
   expiry: 'PETSTORE_EXPIRY',
   /** A change a key's state does not allow: changing or rotating a revoked or rotated key (rules.ts). */
@@ -25,18 +24,8 @@ const unknownPlan: ApiAnswer = { error: ({ message }) => errors.badRequest(`body
 const conflictingState: ApiAnswer = { error: ({ message }) => errors.conflict(message) };
 
 export const MissingLimitsError = domainError(
-  API_KEY_CODES.limits,
+  PLAN_CODES.limits,
   'the %s plan has no limits of its own: a key of it needs limits (or perMinute and perDay)',
-  badLimits,
-);
-/** Thrown with its `field`, the second window of the name. */
-export const RepeatedWindowError = domainError(API_KEY_CODES.limits, 'repeats the window name %s: names are unique in a list', badLimits);
-/** Thrown with its `field`, the short form's limit that added the window. */
-export const TooManyWindowsError = domainError(API_KEY_CODES.limits, 'would make %s windows; a list has 5 at most', badLimits);
-/** Thrown with its `field`, the limit below the cost. */
-export const LimitBelowCostError = domainError(
-  API_KEY_CODES.limits,
-  'is %s, less than the %s units %s costs (RATE_LIMIT_COSTS): the key could never call it',
   badLimits,
 );
 

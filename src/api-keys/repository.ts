@@ -3,7 +3,7 @@ import type { ApiKeyIdentity, CreditBalance } from './identity.js';
 import type { KeyState } from './lifecycle.js';
 import type { Database, Queryable } from '../platform/db/database.js';
 import { normalizeLimits, type LimitWindow, type Limits } from '../plans/limits.js';
-import { limitOf } from './plans.js';
+import { limitOf } from '../plans/windows.js';
 import { pageStatement, statements } from './statements.js';
 import { UnknownCustomerError } from './errors.js';
 

@@ -6,7 +6,7 @@ import type { LimitWindow, Limits } from '../plans/limits.js';
 import { MissingLimitsError, RevokedKeyError, RotatedKeyError, UnknownPlanError } from './errors.js';
 import { parseExpiry } from './expiry.js';
 import { DEFAULT_OVERLAP_SECONDS } from './lifecycle.js';
-import { checkedWindows, limitOf, sameWindows, withShortForm } from './plans.js';
+import { checkedWindows, limitOf, sameWindows, withShortForm } from '../plans/windows.js';
 import type { ApiKeyRecord, ApiKeysRepository, IssuedApiKey, KeyPlan, NewApiKey } from './repository.js';
 
 /** The limits a create or a change gives: a list of windows (null: the plan's), and the short form of a minute and a day. */

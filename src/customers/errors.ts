@@ -1,4 +1,4 @@
-import { API_KEY_CODES } from '../api-keys/errors.js';
+import { PLAN_CODES } from '../plans/errors.js';
 import { domainError, fieldOf } from '../platform/domain-errors.js';
 import { errors } from '../platform/errors.js';
 
@@ -13,8 +13,6 @@ export const ExternalIdTakenError = domainError(CUSTOMER_CODES.externalIdTaken, 
 });
 
 /** Thrown with its `field`, the short form's limit missing: limits without windows take both. */
-export const IncompleteLimitsError = domainError(
-  API_KEY_CODES.limits,
-  'is required: limits without windows take both perMinute and perDay',
-  { error: (domain) => errors.badRequest(`body/${fieldOf(domain)} ${domain.message}`) },
-);
+export const IncompleteLimitsError = domainError(PLAN_CODES.limits, 'is required: limits without windows take both perMinute and perDay', {
+  error: (domain) => errors.badRequest(`body/${fieldOf(domain)} ${domain.message}`),
+});

@@ -1,5 +1,5 @@
 import type { CustomerLimits } from '../api-keys/identity.js';
-import { limitOf } from '../api-keys/plans.js';
+import { limitOf } from '../plans/windows.js';
 import { storedWindows } from '../api-keys/repository.js';
 import { normalizeLimits, type LimitWindow, type Limits } from '../plans/limits.js';
 import type { Database, Queryable } from '../platform/db/database.js';

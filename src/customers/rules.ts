@@ -1,5 +1,5 @@
 import type { CustomerLimits } from '../api-keys/identity.js';
-import { checkedWindows, sameWindows, withShortForm } from '../api-keys/plans.js';
+import { checkedWindows, sameWindows, withShortForm } from '../plans/windows.js';
 import type { LimitWindow } from '../plans/limits.js';
 import { recordAudit, type Actor, type ChangeOptions } from '../audit/repository.js';
 import { createCreditsRepository, type CreditsChanged } from '../credits/repository.js';

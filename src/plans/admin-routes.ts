@@ -5,7 +5,7 @@ import { refuseOtherMethods } from '../platform/http/method-not-allowed.js';
 import { ErrorBody } from '../platform/schemas/error.js';
 import { NewPlan, Plan, PlanParams, PlanPatch, Plans } from './admin-schemas.js';
 import type { PlanRecord } from './repository.js';
-import { checkWindows, type PlanRules } from './rules.js';
+import type { PlanRules } from './rules.js';
 
 export const PLANS_PATH = '/admin/v1/plans';
 
@@ -43,7 +43,7 @@ function createPlan(admin: Admin, { plans, actorOf }: AdminPlansOptions) {
       config: { writes: true, idempotent: true },
     },
     async (request, reply) => {
-      checkWindows(request.body.limits);
+      plans.checkLimits(request.body.limits);
       const { status, location, body } = await admin.idempotently(request, reply, async (tx) => {
         const plan = await plans.create(request.body, { tx, actor: actorOf(request) });
         return { status: 201 as const, location: `${PLANS_PATH}/${plan.name}`, body: shown(plan) };
@@ -100,7 +100,7 @@ function changePlan(admin: Admin, { plans, actorOf }: AdminPlansOptions) {
     },
     async (request) => {
       const { name } = request.params;
-      checkWindows(request.body.limits);
+      plans.checkLimits(request.body.limits);
       return foundPlan(await plans.update(name, request.body, { actor: actorOf(request) }), name);
     },
   );

@@ -7,7 +7,10 @@ export const PLAN_CODES = {
   nameTaken: 'PETSTORE_PLAN_NAME_TAKEN',
   /** A change working keys of the plan forbid: its delete, or its limits removed while its keys carry none of their own. */
   inUse: 'PETSTORE_PLAN_IN_USE',
-  /** A list of windows the schema cannot refuse: a repeated name (shared with the keys' limits refusals). */
+  /**
+   * Windows refused for what the schema cannot state (a repeated name, too many after the short
+   * form, one below an operation's cost), or missing where a key's plan has none; `field`, when set, names them.
+   */
   limits: 'PETSTORE_LIMITS',
 } as const;
 
@@ -26,5 +29,13 @@ export const PlanInUseError = domainError(PLAN_CODES.inUse, 'plan %s has working
 export const RepeatedWindowError = domainError(
   PLAN_CODES.limits,
   'repeats the window name %s: each window of a list has a name of its own',
+  badWindows,
+);
+/** Thrown with its `field`, the short form's limit that added the window. */
+export const TooManyWindowsError = domainError(PLAN_CODES.limits, 'would make %s windows; a list has 5 at most', badWindows);
+/** Thrown with its `field`, the limit below the cost. */
+export const LimitBelowCostError = domainError(
+  PLAN_CODES.limits,
+  'is %s, less than the %s units %s costs (RATE_LIMIT_COSTS): a key with it could never call it',
   badWindows,
 );

@@ -54,6 +54,11 @@ const statements = {
   // Every working key of the plan. For the check of limits removed (rules.ts), only the keys without limits of their own
   // should count, once api_keys carries them (issue 56): that check's statement then adds `AND limits IS NULL`.
   workingKeys: { name: 'plans_working_keys', text: `SELECT count(*)::int AS count FROM api_keys WHERE plan = $1 AND ${WORKING}` },
+  /** Those of them that follow the plan's windows, having none of their own. */
+  workingKeysOnItsWindows: {
+    name: 'plans_working_keys_on_its_windows',
+    text: `SELECT count(*)::int AS count FROM api_keys WHERE plan = $1 AND limits IS NULL AND ${WORKING}`,
+  },
 } as const;
 
 const recordOf = (row: PlanRow): PlanRecord => ({
@@ -119,8 +124,9 @@ export function createPlansRepository(db: Database) {
     },
 
     /** How many keys of the plan work (not revoked, not expired). */
-    async workingKeys(tx: Queryable, name: string): Promise<number> {
-      const [row] = await tx.query<{ count: number }>(statements.workingKeys, [name]);
+    /** The working keys of the plan; `onItsWindows`: only those without windows of their own. */
+    async workingKeys(tx: Queryable, name: string, { onItsWindows = false } = {}): Promise<number> {
+      const [row] = await tx.query<{ count: number }>(onItsWindows ? statements.workingKeysOnItsWindows : statements.workingKeys, [name]);
       return row!.count;
     },
   };

@@ -1,7 +1,8 @@
 import { recordAudit, type Actor, type ChangeOptions } from '../audit/repository.js';
 import { atomically, type Database, type Queryable } from '../platform/db/database.js';
-import { PlanInUseError, RepeatedWindowError } from './errors.js';
-import { normalizeLimits, repeatedName, type LimitWindow } from './limits.js';
+import { PlanInUseError } from './errors.js';
+import { checkedWindows } from './windows.js';
+import { normalizeLimits, type LimitWindow } from './limits.js';
 import { createPlansRepository, lockPlanRow, type PlanRecord, type PlanSettings } from './repository.js';
 
 /** A plan as a create takes it: its name and windows (null: its keys carry their own), by default no concurrency limit and no shadow mode. */
@@ -22,19 +23,6 @@ export interface PlanChange {
 /** A change with its audit entry: made by someone, always recorded. */
 type RecordedChange = Pick<ChangeOptions, 'tx'> & { actor: Actor };
 
-/**
- * A RepeatedWindowError naming the second window of a repeated name (`limits/1/name`), a rule the
- * schema cannot state. Touches no database, so a request is refused before its Idempotency-Key is claimed.
- * `field` is where the list is in the body.
- */
-export function checkWindows(windows: readonly LimitWindow[] | null | undefined, field = 'limits') {
-  const repeated = windows ? repeatedName(windows) : undefined;
-  if (!windows || repeated === undefined) return;
-  const first = windows.findIndex(({ name }) => name === repeated);
-  const index = windows.findIndex(({ name }, i) => name === repeated && i > first);
-  throw Object.assign(new RepeatedWindowError(repeated), { field: `${field}/${index}/name` });
-}
-
 /** The settings as an audit entry records them. */
 const settingsOf = ({ limits, concurrency, shadow }: PlanSettings): PlanSettings => ({ limits, concurrency, shadow });
 
@@ -53,17 +41,25 @@ export const lockPlan = (tx: Queryable, name: string): Promise<PlanRecord | unde
  * caller's, for an Idempotency-Key, or one of its own). Each change reaches every instance's plan
  * book through the plan_changed notices (migrations/019).
  */
-export function createPlanRules(db: Database) {
+export function createPlanRules(db: Database, costs: Record<string, number>) {
   const plans = createPlansRepository(db);
 
-  /** A PlanInUseError when working keys have the plan (what: the refusal's end). */
-  async function refuseInUse(tx: Queryable, name: string, what: string) {
-    // api_keys carries no limits of its own yet: every working key of the plan counts (keys with their own would not).
-    const keys = await plans.workingKeys(tx, name);
+  /** A PlanInUseError when working keys have the plan (those on its windows only, for a change of them; what: the refusal's end). */
+  async function refuseInUse(tx: Queryable, name: string, what: string, options?: { onItsWindows: boolean }) {
+    const keys = await plans.workingKeys(tx, name, options);
     if (keys > 0) throw new PlanInUseError(name, keys, what);
   }
 
   return {
+    /**
+     * Windows as a body gives them, checked where the schema cannot (checkedWindows: names unique,
+     * each the dearest operation's cost): touches no database, so a request is refused before its
+     * Idempotency-Key is claimed.
+     */
+    checkLimits(windows: readonly LimitWindow[] | null | undefined): void {
+      if (windows) checkedWindows(windows, costs);
+    },
+
     /** Stores a plan; a PlanNameTakenError when one has its name. */
     create: ({ name, limits, concurrency = null, shadow = false }: PlanToCreate, { tx, actor }: RecordedChange): Promise<PlanRecord> =>
       atomically(db, tx, async (target) => {
@@ -93,7 +89,7 @@ export function createPlanRules(db: Database) {
         };
         if (same(before, after)) return before;
         if (after.limits === null && before.limits !== null) {
-          await refuseInUse(tx, name, 'its limits stay until none works without limits of its own');
+          await refuseInUse(tx, name, 'its limits stay until none works without limits of its own', { onItsWindows: true });
         }
         const updated = await plans.update(tx, name, after);
         await recordAudit(tx, actor, 'plan.update', null, { plan: name, before: settingsOf(before), after: settingsOf(updated) });

@@ -31,7 +31,7 @@ import {
   type WindowUsage,
 } from './stores/store.js';
 import { CHARGE, createSettle, SETTLED, SLOT, slotKeeper, type Charged } from './settle.js';
-import { addressSubject, ANONYMOUS, customerSubject, keySubject } from './subjects.js';
+import { addressSubject, ANONYMOUS, customerSubject, keyPolicy, keySubject, type KeyPolicy } from './subjects.js';
 
 /** A key's request took one of its windows (by name; `windowStart`: the fixed window it counted in) to `threshold` percent of its limit, or past it. */
 export interface UsageCrossing {
@@ -102,28 +102,6 @@ export interface AdmissionSettings {
   plans: PlanBook;
   /** Callers without a key count per IPv6 network of this many leading bits (see clientOf). */
   ipv6Prefix: number;
-}
-
-/** What the limiter applies to a key: its windows, whether past them it is served (shadow mode), its limit of requests in flight. */
-export interface KeyPolicy {
-  limits: Limits;
-  shadow: boolean;
-  /** Undefined for none. */
-  concurrency: number | undefined;
-}
-
-/**
- * A key's own windows, else its plan's; shadow mode when the key enforces none or its plan is in
- * shadow; its own concurrency limit, else its plan's. A key whose plan is gone (deleted once no
- * working key had it) or has no windows, and which has none of its own, counts as an address does.
- */
-export function keyPolicy(plans: PlanBook, key: Pick<ApiKeyIdentity, 'plan' | 'limits' | 'enforceLimits' | 'concurrency'>): KeyPolicy {
-  const plan = plans.get(key.plan);
-  return {
-    limits: key.limits ?? plan?.limits ?? ANONYMOUS,
-    shadow: !key.enforceLimits || plan?.shadow === true,
-    concurrency: key.concurrency ?? plan?.concurrency ?? undefined,
-  };
 }
 
 /** The customer's side of a request of one of its keys: a slot of its concurrency limit only for an operation that takes one (costs above 0). */

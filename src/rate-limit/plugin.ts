@@ -4,7 +4,7 @@ import { minuteAndDay } from '../plans/limits.js';
 import type { ApiKeyIdentity } from '../api-keys/identity.js';
 import { clientOf } from './address.js';
 import { adminOperations, type AdminOperations } from './admin/admin-operations.js';
-import { createAdmission, keyPolicy, keyStanding, type RequestAdmission } from './admission.js';
+import { createAdmission, keyStanding, type RequestAdmission } from './admission.js';
 import { BALANCE_GONE, bindingBalance, creditClaims, decideSeeded, parseBalanceGone } from './credits.js';
 import { createLookupBudget, type LookupSpent } from './lookup-budget.js';
 import { rateLimitMetrics } from './metrics.js';
@@ -12,7 +12,7 @@ import { checkCostsFitPlans } from './settings.js';
 import { bindingWindow } from './headers.js';
 import { chooseStore, type StoreOptions } from './stores/store-choice.js';
 import type { CreditClaim, WindowUsage } from './stores/store.js';
-import { addressSubject, ANONYMOUS, customerSubject, keySubject, lookupSubject, type KeyQuota } from './subjects.js';
+import { addressSubject, ANONYMOUS, customerSubject, keyPolicy, keySubject, lookupSubject, type KeyQuota } from './subjects.js';
 
 export interface RateLimitOptions extends StoreOptions {
   /** Callers without a key count per IPv6 network of this many leading bits (see clientOf). */

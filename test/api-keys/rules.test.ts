@@ -1,6 +1,7 @@
 import { expect } from 'vitest';
 import { createAdminAuditRepository, type Actor } from '../../src/audit/repository.js';
 import { API_KEY_CODES } from '../../src/api-keys/errors.js';
+import { PLAN_CODES } from '../../src/plans/errors.js';
 import { DEFAULT_OVERLAP_SECONDS } from '../../src/api-keys/lifecycle.js';
 import { createApiKeysRepository } from '../../src/api-keys/repository.js';
 import { createKeyRules, newKey } from '../../src/api-keys/rules.js';
@@ -44,7 +45,7 @@ test('create checks the plan (in the table) and the limits (a plan without limit
     message: 'is gold, which names no plan',
   });
   await expect(rules.create({ plan: 'enterprise' })).rejects.toMatchObject({
-    code: API_KEY_CODES.limits,
+    code: PLAN_CODES.limits,
     message: 'the enterprise plan has no limits of its own: a key of it needs limits (or perMinute and perDay)',
   });
   const windows = [
@@ -52,7 +53,7 @@ test('create checks the plan (in the table) and the limits (a plan without limit
     { name: 'day', limit: 5, windowSeconds: 60 },
   ];
   await expect(rules.create({ plan: 'pro', limits: windows })).rejects.toMatchObject({
-    code: API_KEY_CODES.limits,
+    code: PLAN_CODES.limits,
     field: 'limits/1/name',
   });
   expect((await keys.list()).length).toBe(before);
@@ -155,7 +156,7 @@ test('update changes the quota of every key still in its overlap, records before
 
   expect(await rules.update(second, { perMinute: 9 }, { actor: OPERATOR })).toEqual(updated);
   expect(await trailOf(second)).toHaveLength(1);
-  await expect(rules.update(second, { limits: null })).rejects.toMatchObject({ code: API_KEY_CODES.limits });
+  await expect(rules.update(second, { limits: null })).rejects.toMatchObject({ code: PLAN_CODES.limits });
   await expect(rules.update(second, { plan: 'gold' })).rejects.toMatchObject({ code: API_KEY_CODES.unknownPlan });
   // A move to a plan with limits takes its windows; the short form then changes them for the key alone.
   expect(await rules.update(second, { plan: 'free', perDay: 5 })).toMatchObject({

@@ -11,6 +11,7 @@ import { eventually } from '../support/eventually.js';
 import { cleanupStack } from '../support/fixtures.js';
 import { bearer, waitForKeyAt } from '../support/keys.js';
 import { REDIS_URL, startRedis } from '../support/redis.js';
+import { minuteAndDay } from '../../src/plans/limits.js';
 
 // Issue 48: credits are money. Two server processes on one PostgreSQL and one Redis (a private
 // server, flushed and left behind by these tests) spend one customer's 1,000 units: exactly 1,000
@@ -62,7 +63,7 @@ async function twoServersSpending() {
       );
       const keys = createApiKeysRepository(database.db);
       // Limits far above the balance: only the credits refuse.
-      const settings = { plan: 'enterprise', limits: { perMinute: 100_000, perDay: 1_000_000 }, customerId: customer.id } as const;
+      const settings = { plan: 'enterprise', limits: minuteAndDay(100_000, 1_000_000), customerId: customer.id } as const;
       const issued = [await keys.create(settings), await keys.create(settings)];
       const balanceId = await insertBalance(database.db, { customerId: customer.id }, BALANCE);
       const env = { DATABASE_URL: database.url!, REDIS_URL: redis.url, REDIS_KEY_PREFIX: 'credits:' };

@@ -12,6 +12,7 @@ import { eventually } from '../support/eventually.js';
 import { cleanupStack } from '../support/fixtures.js';
 import { bearer, waitForKeyAt } from '../support/keys.js';
 import { REDIS_URL, startRedis } from '../support/redis.js';
+import { minuteAndDay } from '../../src/plans/limits.js';
 
 // Issue 54, finding 3: while Redis is unreachable, credits are decided in their record in
 // PostgreSQL. One customer's load must not take the instance down (shed by the pool's waiting
@@ -61,7 +62,7 @@ async function serverOfThreeCustomers() {
       const customers = createCustomerRules(database.db);
       const keys = createApiKeysRepository(database.db);
       // Limits and slots far above the load: only the credits, or shedding, could refuse.
-      const settings = { plan: 'enterprise', limits: { perMinute: 1e9, perDay: 2e9 }, concurrency: 100_000 } as const;
+      const settings = { plan: 'enterprise', limits: minuteAndDay(1e9, 2e9), concurrency: 100_000 } as const;
       const hot = await customers.create({ externalId: 'cus_hot', limits: null }, { actor: KEYS_COMMAND });
       const other = await customers.create({ externalId: 'cus_other', limits: null }, { actor: KEYS_COMMAND });
       const hotKey = await keys.create({ ...settings, customerId: hot.id });

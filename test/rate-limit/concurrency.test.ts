@@ -183,7 +183,7 @@ describe.skipIf(!REDIS_URL || !POSTGRES_URL)('concurrency limits across two inst
     try {
       const { key, record } = await b.app.apiKeysRepository.create({
         plan: 'enterprise',
-        limits: { perMinute: 1e6, perDay: 1e7 },
+        limits: minuteAndDay(1e6, 1e7),
         concurrency: 1,
       });
       const headers = bearer(key);

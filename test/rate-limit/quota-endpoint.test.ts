@@ -3,6 +3,7 @@ import { describeAppTest } from '../support/fixtures.js';
 import { keyInFreshWindows } from '../support/keys.js';
 import { RATE_LIMIT_STORES, REDIS_URL } from '../support/redis.js';
 import { DAY, MINUTE, T0 } from '../support/time.js';
+import { minuteAndDay } from '../../src/plans/limits.js';
 
 describe.each(RATE_LIMIT_STORES)('GET /v1/rate_limit with the $name store', (store) => {
   const test = describeAppTest({
@@ -55,12 +56,7 @@ describe.each(RATE_LIMIT_STORES)('GET /v1/rate_limit with the $name store', (sto
       t,
       clock,
     }) => {
-      const { headers } = await keyInFreshWindows(
-        t.app,
-        clock,
-        { plan: 'enterprise', limits: { perMinute: 2, perDay: 100 } },
-        10 * MINUTE + 30_000,
-      );
+      const { headers } = await keyInFreshWindows(t.app, clock, { plan: 'enterprise', limits: minuteAndDay(2, 100) }, 10 * MINUTE + 30_000);
       const lookup = () => t.app.inject({ url: '/v1/rate_limit', headers });
       for (let i = 0; i < 2; i++) expect((await t.app.inject({ url: '/v1/pets?limit=1', headers })).statusCode).toBe(200);
       const spent = await lookup();

@@ -4,6 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { clientOf } from '../../src/rate-limit/address.js';
 import { MemoryStore } from '../../src/rate-limit/stores/memory-store.js';
 import { ANONYMOUS } from '../../src/rate-limit/subjects.js';
+import { minuteAndDay } from '../../src/plans/limits.js';
 import { POSTGRES_URL } from '../support/databases.js';
 import { eventually } from '../support/eventually.js';
 import { databaseTest as databaseFixtures, describeAppTest } from '../support/fixtures.js';
@@ -21,7 +22,7 @@ describe.each(RATE_LIMIT_STORES)('rate limiting with the $name store', (store) =
   const test = describeAppTest({ clock: T0, envAtBuild: store.env })
     /** A key with the limits given, usable, and the clock at 10:00 on the next day. */
     .extend('keyOf', ({ t, clock }) => async (perMinute: number, perDay: number) => {
-      const { key } = await t.app.apiKeysRepository.create({ plan: 'enterprise', limits: { perMinute, perDay } });
+      const { key } = await t.app.apiKeysRepository.create({ plan: 'enterprise', limits: minuteAndDay(perMinute, perDay) });
       const headers = bearer(key);
       // Each try a day later, so that waiting spends none of the quota the test then counts.
       await waitForKey(async () => {

@@ -33,7 +33,7 @@ async function keyOnPlan(app: FastifyInstance, admin: Awaited<ReturnType<typeof 
   return { id, headers };
 }
 
-const pets = (app: FastifyInstance, headers: object) => app.inject({ url: '/v1/pets?limit=1', headers });
+const pets = (app: FastifyInstance, headers: Record<string, string>) => app.inject({ url: '/v1/pets?limit=1', headers });
 
 describe.each(RATE_LIMIT_STORES)('named windows with the $name store', (store) => {
   const test = describeAppTest({ clock: T0, envAtBuild: () => ({ ...store.env(), RATE_LIMIT_BAN_THRESHOLD: '1000' }) });
@@ -146,7 +146,9 @@ describe.each(RATE_LIMIT_STORES)('named windows with the $name store', (store) =
         expect((await pets(t.app, headers)).statusCode).toBe(429);
 
         expect((await admin.request('PATCH', `/admin/v1/keys/${id}`, { json: { limits: null } })).status).toBe(200);
-        await eventually(async () => (await pets(t.app, headers)).headers['ratelimit-policy'] === '"minute";q=300;w=60, "day";q=10000;w=86400');
+        await eventually(
+          async () => (await pets(t.app, headers)).headers['ratelimit-policy'] === '"minute";q=300;w=60, "day";q=10000;w=86400',
+        );
       } finally {
         await admin.close();
       }

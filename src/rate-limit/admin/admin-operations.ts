@@ -1,14 +1,16 @@
 import type { ApiKeyIdentity } from '../../api-keys/identity.js';
+import type { Limits } from '../../plans/limits.js';
 import type { PlanBook } from '../../plans/ports.js';
 import { clientOf } from '../address.js';
-import { keyPolicy } from '../admission.js';
 import type { Inspection, RateLimitStore, StoreKind } from '../stores/store.js';
-import { addressSubject, ANONYMOUS, keySubject, type KeyQuota } from '../subjects.js';
+import { addressSubject, ANONYMOUS, keyPolicy, keySubject, type KeyPolicy, type KeyQuota } from '../subjects.js';
 
 /** What the admin API reads of the limiter and changes in it: a key's usage, the bans. */
 export interface AdminOperations {
+  /** What the limiter applies to a key: its own windows, else its plan's; its shadow mode and concurrency limit (keyPolicy). */
+  policyOf(key: Pick<ApiKeyIdentity, 'plan' | 'limits' | 'enforceLimits' | 'concurrency'>): KeyPolicy;
   /** What a key's quota holds now (each of its windows, a ban), counting nothing, and which store answered (the admin API). */
-  usage(key: KeyQuota & Pick<ApiKeyIdentity, 'plan' | 'limits' | 'enforceLimits' | 'concurrency'>, now: number): Promise<Inspection>;
+  usage(key: KeyQuota, limits: Limits, now: number): Promise<Inspection>;
   /** Lifts a key's ban in the store decisions go to now (the admin API); says which. */
   liftBan(key: KeyQuota, now: number): Promise<StoreKind>;
   /** The clients (see clientOf) banned now, and which store answered (the admin API). */
@@ -23,7 +25,8 @@ export interface AdminOperations {
 /** The admin API's operations on the store; `ipv6Prefix` as the limiter counts addresses (see clientOf). */
 export function adminOperations(store: RateLimitStore, plans: PlanBook, ipv6Prefix: number): AdminOperations {
   return {
-    usage: (key, now) => store.inspect(keySubject(key), keyPolicy(plans, key).limits, now),
+    policyOf: (key) => keyPolicy(plans, key),
+    usage: (key, limits, now) => store.inspect(keySubject(key), limits, now),
     liftBan: (key, now) => store.liftBan(keySubject(key), now),
 
     async addressBans(now) {

@@ -41,7 +41,7 @@ export const adminKeyUsage: FastifyPluginAsyncTypebox<AdminBansOptions & { keys:
     },
     async (request) => {
       const key = foundKey(await keys.get(request.params.id), request.params.id);
-      const { decision, source } = await rateLimit.usage(key, admin.now());
+      const { decision, source } = await rateLimit.usage(key, rateLimit.policyOf(key).limits, admin.now());
       const windows = decision.windows.map(({ name, windowSeconds, limit, used, resetAt }) => ({
         name,
         windowSeconds,
@@ -78,7 +78,7 @@ export const adminKeyUsage: FastifyPluginAsyncTypebox<AdminBansOptions & { keys:
     async (request, reply) => {
       const key = foundKey(await keys.get(request.params.id), request.params.id);
       const now = admin.now();
-      const { decision } = await rateLimit.usage(key, now);
+      const { decision } = await rateLimit.usage(key, rateLimit.policyOf(key).limits, now);
       const source = await rateLimit.liftBan(key, now);
       if (decision.outcome === 'banned') {
         await audit.record(actorOf(request), 'key.ban_lift', key.id, { bannedUntil: new Date(decision.bannedUntil).toISOString(), source });

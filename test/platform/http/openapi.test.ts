@@ -371,7 +371,15 @@ describe('the admin OpenAPI document at /admin/v1/openapi.json, on the admin lis
     check(schemaOf('/usage', 'get', 200), usage.body);
     check(schemaOf('/usage', 'get', 400), (await admin.request('GET', `/admin/v1/usage?${window}`)).body);
     // A usage event recorded as the rate limiter's watcher would (this app has no WEBHOOK_URL, so it stays pending).
-    const crossing = { key: created.body, window: 'minute', limit: 5, used: 4, threshold: 80, resetAt: t.app.now() } as const;
+    const crossing = {
+      key: created.body,
+      window: 'minute',
+      windowStart: t.app.now() - 60_000,
+      limit: 5,
+      used: 4,
+      threshold: 80,
+      resetAt: t.app.now(),
+    } as const;
     await createWebhookDeliveriesRepository(t.app.db).record(usageThreshold(crossing, t.app.now()));
     const deliveries = await admin.request('GET', '/admin/v1/webhook-deliveries?state=pending');
     expect(deliveries.body).toHaveLength(1);

@@ -1,4 +1,4 @@
-import { MAX_WINDOWS, normalizeLimits, repeatedName, type LimitWindow, type Limits, type RateWindow } from '../plans/limits.js';
+import { MAX_WINDOWS, normalizeLimits, repeatedName, type LimitWindow, type Limits, type RateWindow } from './limits.js';
 import { LimitBelowCostError, RepeatedWindowError, TooManyWindowsError } from './errors.js';
 
 /**
