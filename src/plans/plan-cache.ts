@@ -5,8 +5,8 @@ import type { PlanRecord } from './repository.js';
 export interface PlanOverrides {
   /** RATE_LIMIT_SHADOW_PLANS: these plans are in shadow mode whatever their rows say. */
   shadowPlans: readonly string[];
-  /** RATE_LIMIT_CONCURRENCY: requests in flight by plan, for the plans it names, over their rows' concurrency; 'off': none for any plan. */
-  concurrency: Readonly<Record<string, number>> | 'off';
+  /** RATE_LIMIT_CONCURRENCY: requests in flight by plan, a plan not named without a limit, over every row; null when unset (the rows decide). */
+  concurrency: Readonly<Record<string, number>> | null;
 }
 
 /** A plan's row as the limiter applies it: the settings merged over it. */
@@ -14,7 +14,7 @@ export function policyOf({ name, limits, concurrency, shadow }: PlanRecord, over
   return {
     name,
     limits,
-    concurrency: overrides.concurrency === 'off' ? null : (overrides.concurrency[name] ?? concurrency),
+    concurrency: overrides.concurrency ? (overrides.concurrency[name] ?? null) : concurrency,
     shadow: shadow || overrides.shadowPlans.includes(name),
   };
 }

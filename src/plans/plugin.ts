@@ -19,22 +19,22 @@ const HOW_TO_MOVE = {
   RATE_LIMIT_SHADOW_PLANS: (name: string) =>
     `PATCH /admin/v1/plans/${name} {"shadow": true} (the admin API), then take ${name} out of RATE_LIMIT_SHADOW_PLANS`,
   RATE_LIMIT_CONCURRENCY: (name: string, value: number | boolean | null) =>
-    `PATCH /admin/v1/plans/${name} {"concurrency": ${String(value)}} (the admin API), then take ${name} out of RATE_LIMIT_CONCURRENCY (unset it once it names no plan)`,
+    `PATCH /admin/v1/plans/${name} {"concurrency": ${String(value)}} (the admin API), then unset RATE_LIMIT_CONCURRENCY once every plan's row holds what it says`,
 };
 
 /** The warnings of the plans a setting overrides, one per plan and setting. */
 function overridden(rows: PlanRecord[], { shadowPlans, concurrency }: PlansOptions) {
   const rowOf = (name: string) => rows.find((row) => row.name === name);
   const shadow = shadowPlans.map((name) => ({ setting: 'RATE_LIMIT_SHADOW_PLANS' as const, name, value: true, row: rowOf(name)?.shadow }));
-  // off: no plan has a limit, so each row that holds one is overridden.
-  const named: Array<[string, number | null]> =
-    concurrency === 'off' ? rows.filter((row) => row.concurrency !== null).map((row) => [row.name, null]) : Object.entries(concurrency);
-  const inFlight = named.map(([name, value]) => ({
-    setting: 'RATE_LIMIT_CONCURRENCY' as const,
-    name,
-    value,
-    row: rowOf(name)?.concurrency,
-  }));
+  // Set, it decides every plan (one it does not name has none): each row it differs from is overridden.
+  const inFlight = rows
+    .map((row) => ({
+      setting: 'RATE_LIMIT_CONCURRENCY' as const,
+      name: row.name,
+      value: concurrency?.[row.name] ?? null,
+      row: row.concurrency,
+    }))
+    .filter(({ value, row }) => concurrency !== null && value !== row);
   return [...shadow, ...inFlight];
 }
 
@@ -43,7 +43,7 @@ function checkNamedPlans(rows: PlanRecord[], { shadowPlans, concurrency }: Plans
   const names = new Set(rows.map((row) => row.name));
   for (const [setting, named] of [
     ['RATE_LIMIT_SHADOW_PLANS', shadowPlans],
-    ['RATE_LIMIT_CONCURRENCY', concurrency === 'off' ? [] : Object.keys(concurrency)],
+    ['RATE_LIMIT_CONCURRENCY', Object.keys(concurrency ?? {})],
   ] as const) {
     const unknown = named.filter((name) => !names.has(name));
     if (unknown.length > 0) throw new InvalidSettingError(setting, `no plan ${unknown.join(', ')}; the plans are ${[...names].join(', ')}`);
@@ -53,8 +53,9 @@ function checkNamedPlans(rows: PlanRecord[], { shadowPlans, concurrency }: Plans
 /**
  * The plan book (`app.plans`): every plan read at start, then again on every plan_changed notice
  * (migrations/019) and whenever the listening connection is back (notices sent meanwhile are lost).
- * RATE_LIMIT_SHADOW_PLANS and RATE_LIMIT_CONCURRENCY keep working: where they name a plan they win
- * over its row, and the start warns of each such plan, saying how to move the setting into the row.
+ * RATE_LIMIT_SHADOW_PLANS and RATE_LIMIT_CONCURRENCY keep working as they did: a plan the first names
+ * is in shadow mode whatever its row says; the second, set, decides every plan's concurrency (none
+ * for a plan it does not name). The start warns of each plan whose row they override, saying how to move.
  */
 export default fp<PlansOptions>(
   async function plans(app, options) {

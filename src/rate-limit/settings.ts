@@ -42,7 +42,7 @@ export const rateLimits = {
     pattern: '^(off|([a-z][a-z0-9_-]*=[0-9]+(,[a-z][a-z0-9_-]*=[0-9]+)*)?)$',
     examples: ['free=2,pro=10', 'off'],
     description:
-      "Requests a key may have in flight at once, per plan, as `plan=requests` pairs (1 to 100000), winning over the plans' rows (a plan's `concurrency` in the admin API is the place to set it now); unset, the rows decide (the seed's: free 5, pro 20, business 50, enterprise 100); `off`: no plan has such a limit. The admin API's `concurrency` sets one key's own. Over it: 429 `concurrency_limited`, costing no quota.",
+      "Requests a key may have in flight at once, per plan, as `plan=requests` pairs (1 to 100000), deciding every plan's as it did before plans were rows (a plan not named has none; `off`: none has one), over the rows; unset (the default), the plans' rows decide (the seed's: free 5, pro 20, business 50, enterprise 100; a plan's `concurrency` in the admin API is the place to set it now). The admin API's `concurrency` sets one key's own. Over it: 429 `concurrency_limited`, costing no quota.",
   }),
 };
 
@@ -53,17 +53,18 @@ const MAX_CONCURRENCY = 100_000;
 
 /**
  * The RATE_LIMIT_* settings that name operations and plans, as values; the rate limiter checks the names
- * against its plans and operations (checkPlanSettings, checkCostsServed below).
+ * against its plans (src/plans/plugin.ts) and operations (checkCostsFitPlans, checkCostsServed below).
  */
 export function rateLimitSettings(settings: SettingValues<typeof rateLimits>) {
   const concurrency = settings.RATE_LIMIT_CONCURRENCY;
   return {
     rateLimitCosts: namedNumbers('RATE_LIMIT_COSTS', settings.RATE_LIMIT_COSTS, { max: MAX_OPERATION_COST, what: 'a cost' }),
     rateLimitShadowPlans: settings.RATE_LIMIT_SHADOW_PLANS.split(',').filter(Boolean),
+    // Unset: the plans' rows decide. Set, it decides every plan, as before plans were rows: off or unnamed, none.
     rateLimitConcurrency:
-      concurrency === 'off'
-        ? ('off' as const)
-        : namedNumbers('RATE_LIMIT_CONCURRENCY', concurrency, { max: MAX_CONCURRENCY, what: 'a limit' }),
+      concurrency === ''
+        ? null
+        : namedNumbers('RATE_LIMIT_CONCURRENCY', concurrency === 'off' ? '' : concurrency, { max: MAX_CONCURRENCY, what: 'a limit' }),
   };
 }
 

@@ -216,7 +216,7 @@ describe('limits below an operation’s cost', () => {
       const refused = await admin.request('POST', '/admin/v1/keys', { json });
       expectError(refused, 400, 'bad_request');
       expect(refused.body.message).toBe(
-        `body/${field} is ${limit}, less than the 5 units createPet costs (RATE_LIMIT_COSTS): the key could never call it`,
+        `body/${field} is ${limit}, less than the 5 units createPet costs (RATE_LIMIT_COSTS): a key with it could never call it`,
       );
     }
     expect((await t.app.apiKeysRepository.list()).length).toBe(before);

@@ -323,7 +323,7 @@ describe('npm run --silent keys', () => {
       for (const [args, message] of [
         [
           ['create', '--plan', 'enterprise', '--per-minute', '4', '--per-day', '100'],
-          '--per-minute is 4, less than the 5 units createPet costs (RATE_LIMIT_COSTS): the key could never call it',
+          '--per-minute is 4, less than the 5 units createPet costs (RATE_LIMIT_COSTS): a key with it could never call it',
         ],
         // The admin API's words: body/plan there, --plan here.
         [['create', '--plan', 'gold'], '--plan is gold, which names no plan'],

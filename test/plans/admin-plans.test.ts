@@ -28,24 +28,24 @@ async function keyOfPlan(
 }
 
 describe('list and get', () => {
-  test('the seed plans, by name, with the limits the code held', async ({ admin }) => {
+  test('the seed plans, by name, with the limits the code held and the concurrency RATE_LIMIT_CONCURRENCY defaulted to', async ({ admin }) => {
     const response = await admin.request('GET', '/admin/v1/plans');
     expect(response.status).toBe(200);
     const seed = (response.body as { name: string }[]).filter(({ name }) => ['business', 'enterprise', 'free', 'pro'].includes(name));
     const window = (name: string, limit: number, windowSeconds: number) => ({ name, limit, windowSeconds, algorithm: 'fixed' });
-    const plan = (name: string, limits: unknown) => ({
+    const plan = (name: string, limits: unknown, concurrency: number) => ({
       name,
       limits,
-      concurrency: null,
+      concurrency,
       shadow: false,
       createdAt: expect.any(String),
       updatedAt: expect.any(String),
     });
     expect(seed).toEqual([
-      plan('business', [window('minute', 1000, 60), window('day', 100_000, 86_400)]),
-      plan('enterprise', null),
-      plan('free', [window('minute', 60, 60), window('day', 1000, 86_400)]),
-      plan('pro', [window('minute', 300, 60), window('day', 10_000, 86_400)]),
+      plan('business', [window('minute', 1000, 60), window('day', 100_000, 86_400)], 50),
+      plan('enterprise', null, 100),
+      plan('free', [window('minute', 60, 60), window('day', 1000, 86_400)], 5),
+      plan('pro', [window('minute', 300, 60), window('day', 10_000, 86_400)], 20),
     ]);
     expect((await admin.request('GET', '/admin/v1/plans/free', { headers: { authorization: `Bearer ${admin.read.token}` } })).body).toEqual(
       seed[2],

@@ -42,8 +42,8 @@ const inFlight = (app: FastifyInstance, quotaId: number, count: number) =>
   eventually(async () => (await app.rateLimit.inFlight({ quotaId, customerId: null }, app.now())) === count);
 
 describe('RATE_LIMIT_CONCURRENCY', () => {
-  it('per plan by default, off, or plan=requests pairs; a plan there is not stops the start', async () => {
-    expect(loadConfig({}).rateLimitConcurrency).toEqual({ free: 5, pro: 20, business: 50, enterprise: 100 });
+  it('unset by default (the plans’ rows decide), off, or plan=requests pairs; a plan there is not stops the start', async () => {
+    expect(loadConfig({}).rateLimitConcurrency).toBeNull();
     expect(loadConfig({ RATE_LIMIT_CONCURRENCY: 'off' }).rateLimitConcurrency).toEqual({});
     expect(loadConfig({ RATE_LIMIT_CONCURRENCY: 'free=2' }).rateLimitConcurrency).toEqual({ free: 2 });
     expect(() => loadConfig({ RATE_LIMIT_CONCURRENCY: 'free=0' })).toThrow('a limit is from 1 to 100000');
