@@ -28,7 +28,9 @@ async function keyOfPlan(
 }
 
 describe('list and get', () => {
-  test('the seed plans, by name, with the limits the code held and the concurrency RATE_LIMIT_CONCURRENCY defaulted to', async ({ admin }) => {
+  test('the seed plans, by name, with the limits the code held and the concurrency RATE_LIMIT_CONCURRENCY defaulted to', async ({
+    admin,
+  }) => {
     const response = await admin.request('GET', '/admin/v1/plans');
     expect(response.status).toBe(200);
     const seed = (response.body as { name: string }[]).filter(({ name }) => ['business', 'enterprise', 'free', 'pro'].includes(name));

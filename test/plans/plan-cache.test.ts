@@ -21,7 +21,7 @@ function controlledLoad() {
   return { load, pending };
 }
 
-const NO_OVERRIDES = { shadowPlans: [], concurrency: {} };
+const NO_OVERRIDES = { shadowPlans: [], concurrency: null };
 
 test('a read that started before another never replaces what the later one read', async () => {
   const { load, pending } = controlledLoad();
@@ -53,7 +53,7 @@ test('a failed read keeps the plans held, and is told; a plan gone from the tabl
   expect(book.get('gold')).toBeUndefined();
 });
 
-test('RATE_LIMIT_SHADOW_PLANS and RATE_LIMIT_CONCURRENCY win over the rows they name, and only those', async () => {
+test('RATE_LIMIT_SHADOW_PLANS wins over the rows it names, and only those; RATE_LIMIT_CONCURRENCY, set, over every row', async () => {
   const rows = [row('free', { concurrency: 9 }), row('pro', { shadow: false, concurrency: 4 }), row('gold', { shadow: true })];
   const book = new PlanCache(
     async () => rows,
@@ -62,6 +62,14 @@ test('RATE_LIMIT_SHADOW_PLANS and RATE_LIMIT_CONCURRENCY win over the rows they 
   );
   await book.start();
   expect(book.get('free')).toEqual({ name: 'free', limits: minuteAndDay(60, 1000), concurrency: 2, shadow: false });
-  expect(book.get('pro')).toMatchObject({ concurrency: 4, shadow: true });
+  // Not named: no limit, as before plans were rows.
+  expect(book.get('pro')).toMatchObject({ concurrency: null, shadow: true });
   expect(book.get('gold')).toMatchObject({ concurrency: null, shadow: true });
+  const unset = new PlanCache(
+    async () => rows,
+    { shadowPlans: [], concurrency: null },
+    () => {},
+  );
+  await unset.start();
+  expect(unset.get('pro')).toMatchObject({ concurrency: 4, shadow: false });
 });

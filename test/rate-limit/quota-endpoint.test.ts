@@ -32,6 +32,10 @@ describe.each(RATE_LIMIT_STORES)('GET /v1/rate_limit with the $name store', (sto
         expect(answer.statusCode).toBe(200);
         expect(answer.json()).toEqual({
           plan: 'free',
+          windows: [
+            { name: 'minute', limit: 60, remaining: 54, windowSeconds: 60, resetAt: new Date(minuteReset * 1000).toISOString() },
+            { name: 'day', limit: 1_000, remaining: 994, windowSeconds: 86_400, resetAt: new Date(dayReset * 1000).toISOString() },
+          ],
           minute: { limit: 60, remaining: 54, used: 6, reset: minuteReset },
           day: { limit: 1_000, remaining: 994, used: 6, reset: dayReset },
           concurrency: { limit: 3, inFlight: 0 },
