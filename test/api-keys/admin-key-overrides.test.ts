@@ -101,7 +101,10 @@ describe('overrides: a key of any plan with windows of its own', () => {
       ],
       [six, 'body/limits must be a list of 1 to 5 windows'],
       [[], 'body/limits must be a list of 1 to 5 windows'],
-      [[window, { ...window, windowSeconds: 3_600 }], 'body/limits/1/name repeats the window name minute: each window of a list has a name of its own'],
+      [
+        [window, { ...window, windowSeconds: 3_600 }],
+        'body/limits/1/name repeats the window name minute: each window of a list has a name of its own',
+      ],
       [[{ ...window, limit: 0 }], 'body/limits/0/limit must be an integer from 1 to 2147483647'],
       [[{ ...window, algorithm: 'leaky' }], 'body/limits/0/algorithm must be fixed or sliding'],
       [[{ ...window, name: 'Minute' }], 'body/limits/0/name must be a lower-case letter'],

@@ -1,12 +1,11 @@
-import { describe, expect, it, onTestFinished } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { startServer, type ServerProcess } from '../../harness/processes.js';
 import { createApiKeysRepository } from '../../src/api-keys/repository.js';
-import { migrate } from '../../src/platform/db/migrate.js';
-import { createTestDatabase, POSTGRES_URL } from '../support/databases.js';
+import { POSTGRES_URL } from '../support/databases.js';
 import { eventually } from '../support/eventually.js';
-import { cleanupStack } from '../support/fixtures.js';
+import { withDatabaseAndRedis } from '../support/fixtures.js';
 import { bearer, waitForKeyAt } from '../support/keys.js';
-import { REDIS_URL, startRedis } from '../support/redis.js';
+import { REDIS_URL } from '../support/redis.js';
 import { sleep } from '../support/time.js';
 
 // Issue 56: plans are rows. Two server processes on one PostgreSQL and one Redis share a plan's
@@ -17,28 +16,20 @@ const burst = (limit: number) => JSON.stringify([{ name: 'burst', limit, windowS
 
 /** Two servers, a plan `burst` of one 10-second window of 5, and a key of it. */
 async function twoServersOnAPlan() {
-  return cleanupStack(
-    (undo) => onTestFinished(undo),
-    async (defer) => {
-      const database = await createTestDatabase();
-      defer(() => database.drop());
-      await migrate(database.db);
-      const redis = await startRedis();
-      defer(() => redis.stop());
-      await database.db.query('INSERT INTO plans (name, limits) VALUES ($1, $2)', ['burst', burst(5)]);
-      const { key } = await createApiKeysRepository(database.db).create({ plan: 'burst', name: 'instances' });
-      const env = { DATABASE_URL: database.url!, REDIS_URL: redis.url, REDIS_KEY_PREFIX: 'plans:', RATE_LIMIT_BAN_THRESHOLD: '10000' };
-      const servers: ServerProcess[] = [];
-      for (const name of ['a', 'b']) {
-        const server = await startServer({ name: `plans-${name}`, env });
-        defer(() => server.stop('SIGKILL'));
-        servers.push(server);
-      }
-      const headers = bearer(key);
-      for (const server of servers) await waitForKeyAt(server.origin, headers);
-      return { db: database.db, servers: servers as [ServerProcess, ServerProcess], headers };
-    },
-  );
+  return withDatabaseAndRedis(async ({ database, redis }, defer) => {
+    await database.db.query('INSERT INTO plans (name, limits) VALUES ($1, $2)', ['burst', burst(5)]);
+    const { key } = await createApiKeysRepository(database.db).create({ plan: 'burst', name: 'instances' });
+    const env = { DATABASE_URL: database.url!, REDIS_URL: redis.url, REDIS_KEY_PREFIX: 'plans:', RATE_LIMIT_BAN_THRESHOLD: '10000' };
+    const servers: ServerProcess[] = [];
+    for (const name of ['a', 'b']) {
+      const server = await startServer({ name: `plans-${name}`, env });
+      defer(() => server.stop('SIGKILL'));
+      servers.push(server);
+    }
+    const headers = bearer(key);
+    for (const server of servers) await waitForKeyAt(server.origin, headers);
+    return { db: database.db, servers: servers as [ServerProcess, ServerProcess], headers };
+  });
 }
 
 /** The key's windows as GET /v1/rate_limit shows them (it spends nothing of them). */

@@ -114,7 +114,9 @@ describe('usage events', () => {
     expect(await deliveries.record(usageThreshold(crossing, clock.now()))).toBe(true);
     expect(await deliveries.record(usageThreshold({ ...crossing, used: 81 }, clock.now()))).toBe(false);
     expect(await deliveries.record(usageThreshold({ ...crossing, threshold: 100, used: 100 }, clock.now()))).toBe(true);
-    expect(await deliveries.record(usageThreshold({ ...crossing, windowStart: T0 + MINUTE, resetAt: T0 + 2 * MINUTE }, clock.now()))).toBe(true);
+    expect(await deliveries.record(usageThreshold({ ...crossing, windowStart: T0 + MINUTE, resetAt: T0 + 2 * MINUTE }, clock.now()))).toBe(
+      true,
+    );
     expect(await deliveries.record(keyBanned({ key, bannedUntil: T0 + 900_000 }, clock.now()))).toBe(true);
     expect(await deliveries.record(keyBanned({ key, bannedUntil: T0 + 900_000 }, clock.now()))).toBe(false);
     expect(await deliveriesOf(t.app)).toHaveLength(4);
