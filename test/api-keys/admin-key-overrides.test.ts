@@ -1,15 +1,13 @@
 import { describe, expect } from 'vitest';
 import { adminTest, createKey, expectError, type TestAdmin } from '../support/admin.js';
+import { minuteAndDay } from '../../src/plans/limits.js';
 
 // A create costs 5 units: a key's own windows must each hold that much.
 const test = adminTest({ env: { RATE_LIMIT_COSTS: 'createPet=5' } });
 
 const newestAudit = async (admin: TestAdmin) => (await admin.request('GET', '/admin/v1/audit?limit=1')).body[0];
 
-const PRO = [
-  { name: 'minute', limit: 300, windowSeconds: 60, algorithm: 'fixed' },
-  { name: 'day', limit: 10_000, windowSeconds: 86_400, algorithm: 'fixed' },
-];
+const PRO = minuteAndDay(300, 10_000);
 
 describe('overrides: a key of any plan with windows of its own', () => {
   test('a pro key’s three windows (one sliding) replace its plan’s, shown by GET and audited; null takes the plan’s again', async ({
@@ -51,10 +49,7 @@ describe('overrides: a key of any plan with windows of its own', () => {
   }) => {
     const created = await createKey(admin, { plan: 'free', perMinute: 120 });
     expect(created).toMatchObject({
-      limits: [
-        { name: 'minute', limit: 120, windowSeconds: 60, algorithm: 'fixed' },
-        { name: 'day', limit: 1_000, windowSeconds: 86_400, algorithm: 'fixed' },
-      ],
+      limits: minuteAndDay(120, 1_000),
       perMinute: 120,
       perDay: 1_000,
     });

@@ -2,6 +2,7 @@ import { describe, expect } from 'vitest';
 import { createAdminTokensRepository } from '../../src/admin/tokens-repository.js';
 import { adminTest, createKey, expectError, KEYS_COMMAND } from '../support/admin.js';
 import { bearer, KEY, waitForKeyOnApp } from '../support/keys.js';
+import { minuteAndDay } from '../../src/plans/limits.js';
 
 // A create costs 5 units: a key's own limits must hold that much.
 const test = adminTest({ env: { RATE_LIMIT_COSTS: 'createPet=5' } });
@@ -18,10 +19,7 @@ describe('create', () => {
       name: 'acme corp',
       plan: 'enterprise',
       // The short form makes windows of its own, named minute and day.
-      limits: [
-        { name: 'minute', limit: 500, windowSeconds: 60, algorithm: 'fixed' },
-        { name: 'day', limit: 50_000, windowSeconds: 86_400, algorithm: 'fixed' },
-      ],
+      limits: minuteAndDay(500, 50_000),
       perMinute: 500,
       perDay: 50_000,
       readOnly: false,

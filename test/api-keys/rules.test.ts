@@ -7,6 +7,7 @@ import { createApiKeysRepository } from '../../src/api-keys/repository.js';
 import { createKeyRules, newKey } from '../../src/api-keys/rules.js';
 import type { Database } from '../../src/platform/db/database.js';
 import { databaseTest } from '../support/fixtures.js';
+import { minuteAndDay } from '../../src/plans/limits.js';
 
 const test = databaseTest();
 
@@ -141,10 +142,7 @@ test('update changes the quota of every key still in its overlap, records before
         before: { plan: 'pro', limits: null, perMinute: 300, perDay: 10_000, name: 'quota' },
         after: {
           plan: 'enterprise',
-          limits: [
-            { name: 'minute', limit: 9, windowSeconds: 60, algorithm: 'fixed' },
-            { name: 'day', limit: 90, windowSeconds: 86_400, algorithm: 'fixed' },
-          ],
+          limits: minuteAndDay(9, 90),
           perMinute: 9,
           perDay: 90,
           name: 'quota',
@@ -161,10 +159,7 @@ test('update changes the quota of every key still in its overlap, records before
   // A move to a plan with limits takes its windows; the short form then changes them for the key alone.
   expect(await rules.update(second, { plan: 'free', perDay: 5 })).toMatchObject({
     plan: 'free',
-    limits: [
-      { name: 'minute', limit: 60, windowSeconds: 60, algorithm: 'fixed' },
-      { name: 'day', limit: 5, windowSeconds: 86_400, algorithm: 'fixed' },
-    ],
+    limits: minuteAndDay(60, 5),
     perMinute: 60,
     perDay: 5,
   });

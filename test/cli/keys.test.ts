@@ -8,6 +8,7 @@ import { freePort } from '../../harness/free-port.js';
 import { parseCommandLine } from '../../src/cli/keys/commands.js';
 import { run, runCommand, startServer, type ServerProcess } from '../../harness/processes.js';
 import { bearer, KEY } from '../support/keys.js';
+import { minuteAndDay } from '../../src/plans/limits.js';
 
 /** The command as the npm script runs it once dist/ is current (the suite's global setup builds it), and as docs/api-keys.md shows it called in an image. */
 const keys = (args: string[], env: Record<string, string>) => run(['dist/cli/keys.js', ...args], env);
@@ -128,10 +129,7 @@ describe('npm run --silent keys', () => {
       id: expect.any(Number),
       name: '',
       plan: 'enterprise',
-      limits: [
-        { name: 'minute', limit: 5, windowSeconds: 60, algorithm: 'fixed' },
-        { name: 'day', limit: 50, windowSeconds: 86_400, algorithm: 'fixed' },
-      ],
+      limits: minuteAndDay(5, 50),
       perMinute: 5,
       perDay: 50,
       readOnly: false,
@@ -346,10 +344,7 @@ describe('npm run --silent keys', () => {
     expect(created.code).toBe(0);
     expect((await listJson(env)).find((record) => record.name === 'own minute')).toMatchObject({
       plan: 'free',
-      limits: [
-        { name: 'minute', limit: 10, windowSeconds: 60, algorithm: 'fixed' },
-        { name: 'day', limit: 1_000, windowSeconds: 86_400, algorithm: 'fixed' },
-      ],
+      limits: minuteAndDay(10, 1_000),
       perMinute: 10,
       perDay: 1_000,
     });

@@ -4,6 +4,7 @@ import { createCustomersRepository } from '../../src/customers/repository.js';
 import { createCustomerRules, customerLimitsOf, type LimitsInput } from '../../src/customers/rules.js';
 import type { Database } from '../../src/platform/db/database.js';
 import { databaseTest } from '../support/fixtures.js';
+import { minuteAndDay } from '../../src/plans/limits.js';
 
 const test = databaseTest();
 
@@ -14,10 +15,7 @@ const limitsOf = (input: LimitsInput) => customerLimitsOf(input, {})!;
 const MINUTE_AND_DAY = {
   perMinute: 10,
   perDay: 100,
-  windows: [
-    { name: 'minute', limit: 10, windowSeconds: 60, algorithm: 'fixed' },
-    { name: 'day', limit: 100, windowSeconds: 86_400, algorithm: 'fixed' },
-  ],
+  windows: minuteAndDay(10, 100),
   concurrency: null,
 };
 
