@@ -2,6 +2,7 @@ import type { Database } from '../src/platform/db/database.js';
 import { migrate } from '../src/platform/db/migrate.js';
 import { encodeCursor } from '../src/platform/pagination.js';
 import { createApiKeysRepository } from '../src/api-keys/repository.js';
+import { normalizeLimits } from '../src/plans/limits.js';
 import { createScratchDatabase, openExistingDatabase } from '../harness/databases.js';
 
 export const PET_COUNT = 10_000;
@@ -11,10 +12,22 @@ export const WALK_CURSOR_COUNT = 3_000;
 /** The largest limit the api_keys columns hold (int4): no run can exhaust it, so every request is allowed. */
 const UNREACHABLE_LIMIT = 2_147_483_647;
 
+/** Fixed windows of these lengths, named as the plans name theirs, none of which a run can spend. */
+const unreachable = (lengths: number[]) =>
+  normalizeLimits(
+    lengths.map((windowSeconds) => ({
+      name: ({ 1: 'second', 60: 'minute', 86_400: 'day' } as Record<number, string>)[windowSeconds]!,
+      limit: UNREACHABLE_LIMIT,
+      windowSeconds,
+    })),
+  );
+
 /** What the scenarios need from a seeded database. */
 export interface Fixture {
   /** An enterprise key, so every request takes the full auth and rate-limit path and is allowed. */
   apiKey: string;
+  /** The same with windows of its own, three (a second, a minute, a day) where the plans have two: what a third window costs. */
+  threeWindowsKey: string;
   /** The cursor of a page 90% of the way through the available pets: a deep keyset page. */
   deepCursor: string;
   /** An existing pet, for the deprecated by-id operation. */
@@ -39,11 +52,9 @@ async function seed(db: Database): Promise<Fixture> {
      FROM generate_series(1, $1::int) AS i`,
     [PET_COUNT],
   );
-  const { key } = await createApiKeysRepository(db).create({
-    plan: 'enterprise',
-    name: 'benchmark',
-    limits: { perMinute: UNREACHABLE_LIMIT, perDay: UNREACHABLE_LIMIT },
-  });
+  const keys = createApiKeysRepository(db);
+  const { key } = await keys.create({ plan: 'enterprise', name: 'benchmark', limits: unreachable([60, 86_400]) });
+  const threeWindows = await keys.create({ plan: 'enterprise', name: 'benchmark, three windows', limits: unreachable([1, 60, 86_400]) });
   const [deep] = await db.query<{ id: number }>(
     `SELECT id FROM pets WHERE status = 'available' ORDER BY id
      OFFSET (SELECT count(*) * 9 / 10 FROM pets WHERE status = 'available') LIMIT 1`,
@@ -51,7 +62,13 @@ async function seed(db: Database): Promise<Fixture> {
   const [middle] = await db.query<{ id: number }>('SELECT id FROM pets ORDER BY id OFFSET $1 LIMIT 1', [PET_COUNT / 2]);
   const ids = (await db.query<{ id: number }>('SELECT id FROM pets ORDER BY id')).map((row) => Number(row.id));
   const walkAfterIds = Array.from({ length: WALK_CURSOR_COUNT }, (_, index) => ids[Math.floor((index * ids.length) / WALK_CURSOR_COUNT)]!);
-  return { apiKey: key, deepCursor: encodeCursor(Number(deep!.id), 'available'), petId: Number(middle!.id), walkAfterIds };
+  return {
+    apiKey: key,
+    threeWindowsKey: threeWindows.key,
+    deepCursor: encodeCursor(Number(deep!.id), 'available'),
+    petId: Number(middle!.id),
+    walkAfterIds,
+  };
 }
 
 export interface BenchDatabase {

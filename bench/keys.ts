@@ -12,6 +12,7 @@ import { createApiKeysRepository } from '../src/api-keys/repository.js';
 import { createScratchDatabase, openExistingDatabase } from '../harness/databases.js';
 import { ROOT, startServer } from '../harness/processes.js';
 import { buildService } from './processes.js';
+import { minuteAndDay } from '../src/plans/limits.js';
 
 const { values } = parseArgs({ options: { keys: { type: 'string', default: '1000000' }, postgres: { type: 'string' } } });
 const KEYS = Number(values.keys);
@@ -33,7 +34,7 @@ async function seeded(name: string, keys: number) {
     const { key } = await createApiKeysRepository(db).create({
       plan: 'enterprise',
       name: 'bench',
-      limits: { perMinute: 2e9, perDay: 2e9 },
+      limits: minuteAndDay(2e9, 2e9),
     });
     return { ...scratch, key };
   } finally {

@@ -20,6 +20,7 @@ import { freePort } from '../harness/free-port.js';
 import { SERVICE_NODE_ARGS, startServer, type ServerProcess } from '../harness/processes.js';
 import { createSeededPostgres } from './fixtures.js';
 import { buildService } from './processes.js';
+import { minuteAndDay } from '../src/plans/limits.js';
 
 const POSTGRES_URL = process.env.BENCH_POSTGRES_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
 const KEYS = 40;
@@ -135,10 +136,8 @@ async function seed(url: string) {
     const keys = createApiKeysRepository(db);
     const keyIds: number[] = [];
     for (let i = 0; i < KEYS; i++)
-      keyIds.push(
-        (await keys.create({ plan: 'enterprise', limits: { perMinute: 1_000, perDay: 100_000 }, customerId: customer!.id })).record.id,
-      );
-    const probeKey = await keys.create({ plan: 'enterprise', limits: { perMinute: UNREACHABLE_LIMIT, perDay: UNREACHABLE_LIMIT } });
+      keyIds.push((await keys.create({ plan: 'enterprise', limits: minuteAndDay(1_000, 100_000), customerId: customer!.id })).record.id);
+    const probeKey = await keys.create({ plan: 'enterprise', limits: minuteAndDay(UNREACHABLE_LIMIT, UNREACHABLE_LIMIT) });
     // A plain client: the service's database layer times a query out long before these rows are in.
     const seeding = new pg.Client({ connectionString: url });
     await seeding.connect();

@@ -69,8 +69,24 @@ function cpuTicksOf(pid: number): { user: number; system: number } {
  * resolves once readyPath answers. Tests, the benchmark and CI start every server this way.
  */
 export async function startServer(spec: ServerSpec = {}): Promise<ServerProcess> {
+  for (let attempt = 1; ; attempt++) {
+    const port = await freePort();
+    try {
+      return await startOn(spec, port);
+    } catch (error) {
+      // The port was free when asked for, then taken before the server bound it (an ephemeral
+      // port is any outgoing connection's to take meanwhile): a fresh one, a few times at most.
+      const taken = (error as Error).message.includes(`Cannot listen on 127.0.0.1:${port}: the port is in use`);
+      if (!taken || attempt === PORT_ATTEMPTS) throw error;
+    }
+  }
+}
+
+/** How many fresh ports a start is tried on when the one it was given was taken before the server bound it. */
+const PORT_ATTEMPTS = 3;
+
+async function startOn(spec: ServerSpec, port: number): Promise<ServerProcess> {
   const name = spec.name ?? 'server';
-  const port = await freePort();
   const origin = `http://127.0.0.1:${port}`;
   const logFile = join(spec.logDir ?? mkdtempSync(join(tmpdir(), 'pets-server-')), `${name}.log`);
   const log = openSync(logFile, 'w');

@@ -13,6 +13,7 @@ import { KEY_IN_REQUEST_LOG, SECURITY_SCHEME } from './auth/plugin.js';
 import openapi from './platform/http/openapi.js';
 import rateLimit from './rate-limit/plugin.js';
 import pets from './pets/plugin.js';
+import plans from './plans/plugin.js';
 import shutdown from './platform/http/shutdown.js';
 import usage from './usage/plugin.js';
 import v1, { API_PREFIX } from './v1/pipeline.js';
@@ -58,6 +59,7 @@ const MAX_PARAM_LENGTH = 16 * 1024;
 const KEEP_ALIVE_TIMEOUT_MS = 5_000;
 
 /** Builds the whole service from its configuration: the server and the tests build it alike. */
+
 export async function buildApp(config: Config, deps: AppDependencies = {}): Promise<FastifyInstance> {
   // JSON on stdout, in batches (or each line at once: LOG_SYNC), flushed on close; pretty on a terminal (platform/observability/log-output.ts).
   const stdout = deps.logStream
@@ -102,6 +104,10 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
   await app.register(database, config);
   await app.register(metrics);
   await app.register(pets, { cacheMaxBytes: config.PETS_CACHE_MAX_BYTES });
+  await app.register(plans, {
+    shadowPlans: config.rateLimitShadowPlans,
+    concurrency: config.rateLimitConcurrency,
+  });
   await app.register(apiKeys, { cacheMaxEntries: config.KEY_CACHE_MAX_ENTRIES, costs: config.rateLimitCosts });
   await app.register(loadShedding, {
     maxEventLoopDelayMs: config.LOAD_SHED_EVENT_LOOP_DELAY_MS,
@@ -139,8 +145,6 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
     redisKeyPrefix: config.REDIS_KEY_PREFIX,
     ipv6Prefix: config.RATE_LIMIT_IPV6_PREFIX,
     costs: config.rateLimitCosts,
-    shadowPlans: config.rateLimitShadowPlans,
-    concurrency: config.rateLimitConcurrency,
   });
   if (config.webhooks) {
     await app.register(webhooks, {

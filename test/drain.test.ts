@@ -14,6 +14,7 @@ import { startServer, type ServerProcess } from '../harness/processes.js';
 import { eventually } from './support/eventually.js';
 import { developmentKey, waitForKeyAt } from './support/keys.js';
 import { sleep } from './support/time.js';
+import { minuteAndDay } from '../src/plans/limits.js';
 
 const DRAIN_MS = 3_000;
 /** Four clients, one request each per this many ms at most: about 100 a second. */
@@ -75,7 +76,7 @@ const test = base.extend(
           const { key } = await createApiKeysRepository(db).create({
             plan: 'enterprise',
             name: 'drain',
-            limits: { perMinute: 1e9, perDay: 2e9 },
+            limits: minuteAndDay(1e9, 2e9),
           });
           authorization = `Bearer ${key}`;
         } finally {

@@ -236,10 +236,11 @@ export class PetStoreClient {
   }
 
   /**
-   * The key's rate limits and what is left of them (GET /v1/rate_limit): its plan, both windows,
-   * its requests in flight, its credits (`{ remaining, refillAt }`, `refillAt` an ISO date-time
-   * string or null; `credits` null without any) and what each operation costs. It spends nothing
-   * of either window, so it is sent at once, also while the client waits out a spent one; the
+   * The key's rate limits and what is left of them (GET /v1/rate_limit): its plan, each of its
+   * windows (`windows`, shortest first, `{ name, limit, remaining, windowSeconds, resetAt }`; `minute`
+   * and `day` for the windows so named), its requests in flight, its credits (`{ remaining, refillAt }`,
+   * `refillAt` an ISO date-time string or null; `credits` null without any) and what each operation
+   * costs. It spends nothing of any window, so it is sent at once, also while the client waits out a spent one; the
    * service answers it 60 times a minute per key.
    */
   async getRateLimit(options: CallOptions = {}): Promise<RateLimitStatus> {

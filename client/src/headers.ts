@@ -2,7 +2,7 @@
 
 /** The rate limit as the last answer stated it. */
 export interface RateLimit {
-  /** Requests allowed in the binding window (the minute's, or the day's once it is nearly spent). */
+  /** Requests allowed in the binding window (of the key's windows, the one with the fewest left, or the last to have room again). */
   limit: number;
   /** Requests left in it after that request. */
   remaining: number;

@@ -8,6 +8,7 @@ import { MINUTE } from '../../test/support/time.js';
 import { insertBalance } from '../../test/support/credit-balances.js';
 import { PetStoreClient, PetStoreError, RateLimitError, type PetStoreClientOptions } from '../src/index.js';
 import { recordingFetch } from './support.js';
+import { minuteAndDay } from '../../src/plans/limits.js';
 
 /** The service's clock: real time, plus however far a test has moved it on. */
 const clock = {
@@ -44,7 +45,7 @@ async function limitedKey(app: FastifyInstance, name: string) {
   const { key, record } = await app.apiKeysRepository.create({
     plan: 'enterprise',
     name,
-    limits: { perMinute: PER_MINUTE, perDay: 1_000 },
+    limits: minuteAndDay(PER_MINUTE, 1_000),
   });
   await waitForKeyOnApp(app, bearer(key));
   return { key, quotaId: record.quotaId };
@@ -58,7 +59,7 @@ function clientOf(origin: string, apiKey: string, options: Partial<PetStoreClien
 const secondsSince = (start: number) => ((performance.now() - start) / 1000).toFixed(1);
 
 async function expectNotBanned(app: FastifyInstance, quotaId: number) {
-  const { decision } = await app.rateLimit.usage({ quotaId, customerId: null }, { perMinute: PER_MINUTE, perDay: 1_000 }, app.now());
+  const { decision } = await app.rateLimit.usage({ quotaId, customerId: null }, minuteAndDay(PER_MINUTE, 1_000), app.now());
   expect(decision.outcome).not.toBe('banned');
 }
 
@@ -196,6 +197,10 @@ test('getRateLimit answers at once on a spent window, spending nothing, and a 42
   const standing = await client.getRateLimit();
   expect(standing).toMatchObject({
     plan: 'enterprise',
+    windows: [
+      { name: 'minute', limit: PER_MINUTE, remaining: 0, windowSeconds: 60 },
+      { name: 'day', limit: 1_000, remaining: 1_000 - PER_MINUTE - 1, windowSeconds: 86_400 },
+    ],
     minute: { limit: PER_MINUTE, remaining: 0, used: PER_MINUTE },
     day: { limit: 1_000, used: PER_MINUTE + 1 }, // and the request that waited for the key
     concurrency: { limit: 100, inFlight: 0 },

@@ -11,6 +11,8 @@ import adminAuth, { actorOf, ADMIN_SECURITY_SCHEME, TOKEN_IN_REQUEST_LOG } from 
 import { documentAdminOperation } from './contract.js';
 import adminKeys from '../api-keys/admin-routes.js';
 import adminCustomers from '../customers/admin-routes.js';
+import adminPlans from '../plans/admin-routes.js';
+import { createPlanRules } from '../plans/rules.js';
 import { adminCustomerCredits, adminKeyCredits } from '../credits/admin-routes.js';
 import { createCreditsRules } from '../credits/rules.js';
 import { createCreditsRepository } from '../credits/repository.js';
@@ -55,7 +57,7 @@ export async function buildAdminServer(app: FastifyInstance): Promise<FastifyIns
       title: 'Pet store admin',
       version: '1.0.0',
       description:
-        'Key management for the systems that sell and support access: issue, list, change, rotate and revoke API keys, manage the customers who own them and the prepaid credits of both, ' +
+        'Key management for the systems that sell and support access: issue, list, change, rotate and revoke API keys, manage the customers who own them and the prepaid credits of both, change the plans’ limits, ' +
         'read their usage and the usage record by hour or day, list and lift bans of keys and addresses, follow the usage events sent by webhook, and read the audit trail. Every error is an `Error` body `{code, message, status}`.',
     },
     serverUrl: ADMIN_PREFIX,
@@ -63,6 +65,7 @@ export async function buildAdminServer(app: FastifyInstance): Promise<FastifyIns
     tags: [
       { name: 'keys', description: 'API keys, their usage and bans' },
       { name: 'customers', description: "The seller's customers, each known by its own id (externalId)" },
+      { name: 'plans', description: 'The plans: the limits, concurrency and shadow mode of the keys of each' },
       { name: 'usage', description: 'The usage record: what each customer and key used, hour by hour, and what was refused' },
       { name: 'address bans', description: 'Client addresses banned for what was sent from them without a valid key' },
       { name: 'webhooks', description: 'Usage events sent to WEBHOOK_URL, and their deliveries' },
@@ -95,6 +98,7 @@ export async function buildAdminServer(app: FastifyInstance): Promise<FastifyIns
     await operations.register(adminKeyCredits, { rules: creditsRules, actorOf });
     await operations.register(adminCustomers, { customers: createCustomerRules(db), actorOf, costs: config.rateLimitCosts });
     await operations.register(adminCustomerCredits, { rules: creditsRules, actorOf });
+    await operations.register(adminPlans, { plans: createPlanRules(db, config.rateLimitCosts), actorOf });
     await operations.register(adminKeyUsage, { keys: app.apiKeysRepository, rateLimit: app.rateLimit, audit, actorOf });
     await operations.register(adminUsage, {
       usage: createUsageRepository(db),

@@ -1,24 +1,42 @@
 import { Type, type Static } from '@sinclair/typebox';
 import { DEFAULT_OVERLAP_SECONDS, KEY_STATES, MAX_OVERLAP_SECONDS } from './lifecycle.js';
 import { DATE_TIME, LATEST_EXPIRY } from './expiry.js';
-import { PLANS } from './plans.js';
+import { Limits, type Limits as LimitsList } from '../plans/limits.js';
 import { Credits, CreditsChange, CreditsInput } from '../credits/schemas.js';
 import { Cursor, Id, Literals, Name, Nullable, PageLimit, Timestamp } from '../platform/schemas/common.js';
 
-export const Plan = Literals(PLANS, 'The plan, whose limits the key gets (enterprise: its own)');
+/** A plan's name, as the plans table bounds it (migrations/019); which plans there are is the table's (GET /admin/v1/plans). */
+export const Plan = Type.String({
+  pattern: '^[a-z][a-z0-9_-]{0,31}$',
+  description: 'The plan (any in GET /admin/v1/plans), whose windows, concurrency and shadow mode the key takes unless it has its own',
+  'x-error-message': 'must be a lower-case letter then up to 31 lower-case letters, digits, _ or -',
+});
 export const KeyState = Literals(
   KEY_STATES,
   'active; expired (past expiresAt); revoked; rotated (replaced by replacedBy, working until expiresAt)',
 );
 
-// The column's type: a whole number up to 2^31 - 1.
-export const Limit = (window: string) =>
+// A window's limit: a whole number up to 2^31 - 1.
+export const Limit = (window: 'minute' | 'day') =>
   Type.Integer({
     minimum: 1,
     maximum: 2_147_483_647,
-    description: `Requests per ${window}: enterprise keys only, required for them`,
+    description: `The short form of a fixed window named ${window} (${window === 'minute' ? 60 : 86_400} s): replaces or adds it in the key’s windows (its own, else its plan’s)`,
     'x-error-message': 'must be an integer from 1 to 2147483647',
   });
+
+/** A key's own windows in an answer: null for its plan's. */
+export const OwnLimits = Type.Unsafe<LimitsList | null>({
+  ...Limits,
+  nullable: true,
+  description: 'The key’s own windows, which replace its plan’s (shortest first); null: its plan’s',
+});
+
+/** In a body: a key's own windows, or null to follow its plan's again. */
+const LimitsInput = Type.Union([Limits, Type.Null()], {
+  description: `${Limits.description}: the key’s own, which replace its plan’s (for a key of any plan; a plan without limits needs them); null follows the plan’s again`,
+  'x-error-message': 'must be a list of 1 to 5 windows, or null',
+});
 
 const EnforceLimits = Type.Boolean({
   description:
@@ -56,8 +74,13 @@ export const AdminKey = Type.Object(
     id: Type.Integer({ format: 'int64' }),
     name: Type.String(),
     plan: Plan,
-    perMinute: Type.Integer({ description: "Requests per minute: the plan's, or the enterprise key's own" }),
-    perDay: Type.Integer({ description: "Requests per day: the plan's, or the enterprise key's own" }),
+    limits: OwnLimits,
+    perMinute: Nullable(
+      Type.Integer({ description: 'The limit of the key’s window named minute (its own, else its plan’s); null when it has none' }),
+    ),
+    perDay: Nullable(
+      Type.Integer({ description: 'The limit of the key’s window named day (its own, else its plan’s); null when it has none' }),
+    ),
     readOnly: Type.Boolean({ description: 'May call the GET operations only' }),
     enforceLimits: EnforceLimits,
     concurrency: Nullable(Concurrency),
@@ -93,6 +116,7 @@ export const NewAdminKey = Type.Object(
   {
     plan: Plan,
     name: Type.Optional(KeyName),
+    limits: Type.Optional(LimitsInput),
     perMinute: Type.Optional(Limit('minute')),
     perDay: Type.Optional(Limit('day')),
     expiresAt: Type.Optional(FutureTimestamp),
@@ -109,6 +133,7 @@ export type NewAdminKey = Static<typeof NewAdminKey>;
 export const AdminKeyChange = Type.Object(
   {
     plan: Type.Optional(Plan),
+    limits: Type.Optional(LimitsInput),
     perMinute: Type.Optional(Limit('minute')),
     perDay: Type.Optional(Limit('day')),
     name: Type.Optional(KeyName),
@@ -119,10 +144,11 @@ export const AdminKeyChange = Type.Object(
   {
     title: 'AdminKeyChange',
     description:
-      'Absent fields keep their value; an enterprise key keeps its limits unless given new ones; credits set the balance (and its refill: none unless given), null removes it',
+      'Absent fields keep their value; limits null takes the plan’s windows again; a new plan with limits replaces the key’s own unless the change gives limits (one without keeps them); credits set the balance (and its refill: none unless given), null removes it',
     additionalProperties: false,
     minProperties: 1,
-    'x-error-message': 'must be a JSON object with at least one of plan, perMinute, perDay, name, enforceLimits, concurrency, credits',
+    'x-error-message':
+      'must be a JSON object with at least one of plan, limits, perMinute, perDay, name, enforceLimits, concurrency, credits',
   },
 );
 export type AdminKeyChange = Static<typeof AdminKeyChange>;

@@ -1,16 +1,17 @@
 import { domainError, fieldOf, type ApiAnswer } from '../platform/domain-errors.js';
 import { errors } from '../platform/errors.js';
+import { PLAN_CODES } from '../plans/errors.js';
 
 /** The codes of the key rules' refusals: the admin API answers them, the keys command gives them as usage errors or refusals. */
 export const API_KEY_CODES = {
-  /** Limits that do not go with a key's plan, or below an operation's cost; `field`, when set, names the limit (plans.ts). */
-  limits: 'PETSTORE_LIMITS',
   /** An expiry that is no date-time on the calendar, not in the future, or too far in it (expiry.ts). */
   expiry: 'PETSTORE_EXPIRY',
   /** A change a key's state does not allow: changing or rotating a revoked or rotated key (rules.ts). */
   keyState: 'PETSTORE_KEY_STATE',
   /** A customerId that names no customer (repository.ts). */
   unknownCustomer: 'PETSTORE_UNKNOWN_CUSTOMER',
+  /** A plan that is not in the plans table (rules.ts). */
+  unknownPlan: 'PETSTORE_UNKNOWN_PLAN',
 } as const;
 
 /** A refusal of the limits given, as the body's field it names, when it names one. */
@@ -19,18 +20,12 @@ const badLimits: ApiAnswer = {
 };
 const badExpiry: ApiAnswer = { error: ({ message }) => errors.badRequest(`body/expiresAt ${message}`) };
 const unknownCustomer: ApiAnswer = { error: ({ message }) => errors.badRequest(`body/customerId ${message}`) };
+const unknownPlan: ApiAnswer = { error: ({ message }) => errors.badRequest(`body/plan ${message}`) };
 const conflictingState: ApiAnswer = { error: ({ message }) => errors.conflict(message) };
 
-export const FixedLimitsError = domainError(
-  API_KEY_CODES.limits,
-  'per-minute and per-day limits are for enterprise keys; the %s plan has fixed limits',
-  badLimits,
-);
-export const MissingLimitsError = domainError(API_KEY_CODES.limits, 'enterprise keys need per-minute and per-day limits', badLimits);
-/** Thrown with its `field`, the limit below the cost. */
-export const LimitBelowCostError = domainError(
-  API_KEY_CODES.limits,
-  'is %s, less than the %s units %s costs (RATE_LIMIT_COSTS): the key could never call it',
+export const MissingLimitsError = domainError(
+  PLAN_CODES.limits,
+  'the %s plan has no limits of its own: a key of it needs limits (or perMinute and perDay)',
   badLimits,
 );
 
@@ -48,3 +43,5 @@ export const RevokedKeyError = domainError(API_KEY_CODES.keyState, 'API key %s i
 export const RotatedKeyError = domainError(API_KEY_CODES.keyState, 'API key %s was rotated into key %s; %s', conflictingState);
 
 export const UnknownCustomerError = domainError(API_KEY_CODES.unknownCustomer, 'is %s, which names no customer', unknownCustomer);
+/** The API's and the keys command's refusal of a plan not in the plans table. */
+export const UnknownPlanError = domainError(API_KEY_CODES.unknownPlan, 'is %s, which names no plan', unknownPlan);

@@ -1,7 +1,8 @@
-import type { Limits, Plan } from './plans.js';
+import type { Limits } from '../plans/limits.js';
 
-/** A customer's limits: one minute, one day and, if set, one concurrency limit, shared by all its keys. */
-export interface CustomerLimits extends Limits {
+/** A customer's limits: its windows and, if set, one concurrency limit, shared by all its keys. */
+export interface CustomerLimits {
+  limits: Limits;
   /** Requests in flight across all its keys at once; null for no such limit. */
   concurrency: number | null;
 }
@@ -21,11 +22,14 @@ export interface CreditBalance {
 }
 
 /** What a request learns from its key: who it is and what it may do. */
-export interface ApiKeyIdentity extends Limits {
+export interface ApiKeyIdentity {
   id: number;
   /** The rate-limit quota the key counts in: shared by every key rotated from the same first key. */
   quotaId: number;
-  plan: Plan;
+  /** The name of its plan (plans), whose windows, concurrency and shadow mode it takes unless it has its own. */
+  plan: string;
+  /** Its own windows, which replace its plan's; null: its plan's. */
+  limits: Limits | null;
   readOnly: boolean;
   /** When the key stops working, in ms since the epoch; null for never. */
   expiresAt: number | null;

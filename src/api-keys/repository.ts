@@ -2,7 +2,8 @@ import { generateKey, hashKey } from './format.js';
 import type { ApiKeyIdentity, CreditBalance } from './identity.js';
 import type { KeyState } from './lifecycle.js';
 import type { Database, Queryable } from '../platform/db/database.js';
-import { PLAN_LIMITS, type Limits, type Plan } from './plans.js';
+import { normalizeLimits, type LimitWindow, type Limits } from '../plans/limits.js';
+import { limitOf } from '../plans/windows.js';
 import { pageStatement, statements } from './statements.js';
 import { UnknownCustomerError } from './errors.js';
 
@@ -10,9 +11,14 @@ import { UnknownCustomerError } from './errors.js';
 export interface ApiKeyRecord {
   id: number;
   name: string;
-  plan: Plan;
-  perMinute: number;
-  perDay: number;
+  /** A plan in the plans table (migrations/019); a revoked key may keep the name of a plan deleted since. */
+  plan: string;
+  /** Its own windows, which replace its plan's; null: its plan's. */
+  limits: Limits | null;
+  /** The limit of its window named minute (its own, else its plan's); null for none. */
+  perMinute: number | null;
+  /** The limit of its window named day (its own, else its plan's); null for none. */
+  perDay: number | null;
   readOnly: boolean;
   createdAt: string;
   expiresAt: string | null;
@@ -31,9 +37,8 @@ export interface ApiKeyRecord {
 interface ApiKeyRow {
   id: number;
   name: string;
-  plan: Plan;
-  per_minute: number | null;
-  per_day: number | null;
+  plan: string;
+  limits: LimitWindow[] | null;
   read_only: boolean;
   quota_id: number | null;
   created_at: Date;
@@ -45,16 +50,19 @@ interface ApiKeyRow {
   customer_id: number | null;
 }
 
-const limitsOf = (row: Pick<ApiKeyRow, 'plan' | 'per_minute' | 'per_day'>): Limits =>
-  row.plan === 'enterprise' ? { perMinute: row.per_minute!, perDay: row.per_day! } : PLAN_LIMITS[row.plan];
+/** Stored windows (jsonb) in the limiter's form; null for none. */
+const windowsOf = (stored: LimitWindow[] | null): Limits | null => stored && normalizeLimits(stored);
+
+/** Windows as the jsonb columns hold them: both drivers take JSON text for jsonb. */
+export const storedWindows = (windows: Limits | null | undefined): string | null => (windows ? JSON.stringify(windows) : null);
 
 const iso = (value: Date | null) => value && new Date(value).toISOString();
 
 export interface NewApiKey {
-  plan: Plan;
+  plan: string;
   name?: string;
-  /** Required for enterprise keys, refused for the others (see ownLimits; the table enforces it too). */
-  limits?: Limits;
+  /** Its own windows, which replace its plan's; by default (null) its plan's. Required on a plan without limits (the key rules check). */
+  limits?: Limits | null;
   expiresAt?: Date;
   readOnly?: boolean;
   /** False for shadow mode; true by default. */
@@ -72,22 +80,27 @@ export interface IssuedApiKey {
   record: ApiKeyRecord;
 }
 
-/** The plan, limits, name and enforcement a key and the rotated keys of its quota still in their overlap take (limits for enterprise only). */
+/** The plan, limits, name and enforcement a key and the rotated keys of its quota still in their overlap take (limits null: the plan's). */
 export interface QuotaSettings {
-  plan: Plan;
-  limits: Limits | undefined;
+  plan: string;
+  limits: Limits | null;
   name: string;
   quotaId: number;
   enforceLimits: boolean;
   concurrency: number | null;
 }
 
-type ApiKeyRecordRow = ApiKeyRow & { state: KeyState };
+type ApiKeyRecordRow = ApiKeyRow & { state: KeyState; plan_limits: LimitWindow[] | null };
+
+/** A plan as a key's rules read it: its windows, null for a plan whose keys each carry their own. */
+export interface KeyPlan {
+  name: string;
+  limits: Limits | null;
+}
 
 /** A usable key's row, with its customer's limits (null without a customer or limits) and its balances of credits (null without). */
 type UsableKeyRow = ApiKeyRow & {
-  customer_per_minute: number | null;
-  customer_per_day: number | null;
+  customer_limits: LimitWindow[] | null;
   customer_concurrency: number | null;
   credits_id: number | null;
   credits_base: number | null;
@@ -107,16 +120,13 @@ const identityOf = (row: UsableKeyRow): ApiKeyIdentity => ({
   id: row.id,
   quotaId: row.quota_id ?? row.id,
   plan: row.plan,
-  ...limitsOf(row),
+  limits: windowsOf(row.limits),
   readOnly: row.read_only,
   expiresAt: row.expires_at && new Date(row.expires_at).getTime(),
   enforceLimits: row.enforce_limits,
   concurrency: row.concurrency,
   customerId: row.customer_id,
-  customerLimits:
-    row.customer_per_minute === null
-      ? null
-      : { perMinute: row.customer_per_minute, perDay: row.customer_per_day!, concurrency: row.customer_concurrency },
+  customerLimits: row.customer_limits === null ? null : { limits: windowsOf(row.customer_limits)!, concurrency: row.customer_concurrency },
   credits: balanceOf(row.credits_id, row.credits_base, row.credits_version, row.credits_refill_at),
   customerCredits: balanceOf(
     row.customer_credits_id,
@@ -126,22 +136,28 @@ const identityOf = (row: UsableKeyRow): ApiKeyIdentity => ({
   ),
 });
 
-const recordOf = (row: ApiKeyRecordRow): ApiKeyRecord => ({
-  id: row.id,
-  name: row.name,
-  plan: row.plan,
-  ...limitsOf(row),
-  readOnly: row.read_only,
-  createdAt: iso(row.created_at)!,
-  expiresAt: iso(row.expires_at),
-  revokedAt: iso(row.revoked_at),
-  replacedBy: row.replaced_by,
-  state: row.state,
-  quotaId: row.quota_id ?? row.id,
-  enforceLimits: row.enforce_limits,
-  concurrency: row.concurrency,
-  customerId: row.customer_id,
-});
+function recordOf(row: ApiKeyRecordRow): ApiKeyRecord {
+  const limits = windowsOf(row.limits);
+  const windows = limits ?? windowsOf(row.plan_limits);
+  return {
+    id: row.id,
+    name: row.name,
+    plan: row.plan,
+    limits,
+    perMinute: limitOf(windows, 'minute'),
+    perDay: limitOf(windows, 'day'),
+    readOnly: row.read_only,
+    createdAt: iso(row.created_at)!,
+    expiresAt: iso(row.expires_at),
+    revokedAt: iso(row.revoked_at),
+    replacedBy: row.replaced_by,
+    state: row.state,
+    quotaId: row.quota_id ?? row.id,
+    enforceLimits: row.enforce_limits,
+    concurrency: row.concurrency,
+    customerId: row.customer_id,
+  };
+}
 
 /** PostgreSQL's foreign_key_violation, as both drivers report it: on an insert, only customer_id can raise it. */
 const FOREIGN_KEY_VIOLATION = '23503';
@@ -163,8 +179,7 @@ export function createApiKeysRepository(db: Database) {
         .query<ApiKeyRecordRow>(statements.insert, [
           key.name ?? '',
           key.plan,
-          key.limits?.perMinute ?? null,
-          key.limits?.perDay ?? null,
+          storedWindows(key.limits),
           hashKey(secret),
           key.expiresAt ?? null,
           key.readOnly ?? false,
@@ -196,6 +211,12 @@ export function createApiKeysRepository(db: Database) {
       return (await tx.query<{ id: number }>(statements.retire, [id, successorId, overlapSeconds, quotaId])).map((row) => row.id);
     },
 
+    /** The plan so named, locked against its deletion until the transaction ends; undefined for none. */
+    async lockPlan(tx: Queryable, name: string): Promise<KeyPlan | undefined> {
+      const [row] = await tx.query<{ name: string; limits: LimitWindow[] | null }>(statements.lockPlan, [name]);
+      return row && { name: row.name, limits: windowsOf(row.limits) };
+    },
+
     /** Sets the key's plan, limits, name and enforcement, and the plan, limits and enforcement of the keys of its quota still in their overlap; those keys. */
     async updateQuota(
       tx: Queryable,
@@ -205,8 +226,7 @@ export function createApiKeysRepository(db: Database) {
       const rows = await tx.query<ApiKeyRecordRow>(statements.update, [
         id,
         plan,
-        limits?.perMinute ?? null,
-        limits?.perDay ?? null,
+        storedWindows(limits),
         name,
         quotaId,
         enforceLimits,
@@ -230,7 +250,7 @@ export function createApiKeysRepository(db: Database) {
     },
 
     /** A page of keys in id order after `afterId`, filtered; `nextAfterId` when more follow. */
-    async page(query: { limit: number; afterId: number; plan?: Plan; state?: KeyState; name?: string; customerId?: number }) {
+    async page(query: { limit: number; afterId: number; plan?: string; state?: KeyState; name?: string; customerId?: number }) {
       const filters = (['plan', 'name', 'state', 'customerId'] as const).filter((filter) => query[filter] !== undefined);
       const rows = await db.query<ApiKeyRecordRow>(pageStatement(filters), [
         query.afterId,

@@ -2,18 +2,25 @@ import { recordAudit, type ChangeOptions } from '../audit/repository.js';
 import { createCreditsRepository, type CreditsChanged } from '../credits/repository.js';
 import type { CreditsSetting } from '../credits/refill.js';
 import { atomically, type Database, type Queryable } from '../platform/db/database.js';
-import { RevokedKeyError, RotatedKeyError } from './errors.js';
+import type { LimitWindow, Limits } from '../plans/limits.js';
+import { MissingLimitsError, RevokedKeyError, RotatedKeyError, UnknownPlanError } from './errors.js';
 import { parseExpiry } from './expiry.js';
 import { DEFAULT_OVERLAP_SECONDS } from './lifecycle.js';
-import { checkCostsFit, ownLimits, PLAN_LIMITS, type Plan } from './plans.js';
-import type { ApiKeyRecord, ApiKeysRepository, IssuedApiKey, NewApiKey } from './repository.js';
+import { checkedWindows, limitOf, sameWindows, withShortForm } from '../plans/windows.js';
+import type { ApiKeyRecord, ApiKeysRepository, IssuedApiKey, KeyPlan, NewApiKey } from './repository.js';
 
-/** A key as the admin API's createKey and the keys command's create take it, before the rules checked it. */
-export interface KeyRequest {
-  plan: Plan;
-  name?: string;
+/** The limits a create or a change gives: a list of windows (null: the plan's), and the short form of a minute and a day. */
+export interface LimitsRequest {
+  limits?: readonly LimitWindow[] | null;
   perMinute?: number;
   perDay?: number;
+}
+
+/** A key as the admin API's createKey and the keys command's create take it, before the rules checked it. */
+export interface KeyRequest extends LimitsRequest {
+  /** Any plan in the plans table (checked where the key is written). */
+  plan: string;
+  name?: string;
   expiresAt?: string;
   readOnly?: boolean;
   enforceLimits?: boolean;
@@ -21,11 +28,15 @@ export interface KeyRequest {
   customerId?: number;
 }
 
-/** A change of a key's plan, limits, name or enforcement; absent fields keep their value (a null concurrency is its plan's). */
-export interface ApiKeyChange {
-  plan?: Plan;
-  perMinute?: number;
-  perDay?: number;
+/** A key to create, its expiry checked: its limits are checked with its plan, in the create's transaction. */
+export type KeyToCreate = Omit<NewApiKey, 'limits'> & LimitsRequest;
+
+/**
+ * A change of a key's plan, limits, name or enforcement; absent fields keep their value (a null concurrency is its plan's,
+ * null limits its plan's windows). A new plan with limits of its own takes the key back to them unless the change gives limits.
+ */
+export interface ApiKeyChange extends LimitsRequest {
+  plan?: string;
   name?: string;
   enforceLimits?: boolean;
   concurrency?: number | null;
@@ -41,13 +52,24 @@ export const expiryOf = (expiresAt: string | undefined, now: number): Date | und
   expiresAt === undefined ? undefined : parseExpiry(expiresAt, now);
 
 /**
- * The key a request or a command line asks for, checked: limits that go with its plan (a
- * limits error, errors.ts), then an expiry in the future (an expiry error). Touches no database, so the keys
- * command refuses bad arguments before it opens one.
+ * The key a request or a command line asks for, its expiry checked (in the future: an expiry error, errors.ts). Touches no
+ * database, so the keys command refuses bad arguments before it opens one; the plan and limits are checked by the create.
  */
-export function newKey({ plan, name, perMinute, perDay, expiresAt, ...settings }: KeyRequest, now: number): NewApiKey {
-  const limits = ownLimits(plan, perMinute, perDay);
-  return { plan, name, limits, expiresAt: expiryOf(expiresAt, now), ...settings };
+export function newKey({ expiresAt, ...settings }: KeyRequest, now: number): KeyToCreate {
+  return { ...settings, expiresAt: expiryOf(expiresAt, now) };
+}
+
+/**
+ * A key's own windows after a create or change gives `request`: a list given (checked: names unique, each the dearest
+ * cost; null: the plan's), else `current`; then perMinute and perDay replace or add the windows named minute and day in
+ * them (in the plan's when the key has none). A MissingLimitsError when a key of a plan without limits would have none.
+ */
+function ownLimitsOf(current: Limits | null, plan: KeyPlan, request: LimitsRequest, costs: Record<string, number>): Limits | null {
+  const { limits: given, perMinute, perDay } = request;
+  let own = given === undefined ? current : given && checkedWindows(given, costs);
+  if (perMinute !== undefined || perDay !== undefined) own = withShortForm(own ?? plan.limits ?? [], { perMinute, perDay }, costs);
+  if (own === null && plan.limits === null) throw new MissingLimitsError(plan.name);
+  return own;
 }
 
 /** The ids of the other keys of the quota a change took along, when there are any (the audit entry's `sameQuota`). */
@@ -59,11 +81,12 @@ const sameQuotaOf = (id: number, ids: number[]) => {
 const ascending = (ids: number[]) => ids.sort((a, b) => a - b);
 
 /** What an update may change, in the order its audit entry records them before and after. */
-const SETTINGS = ['plan', 'perMinute', 'perDay', 'name', 'enforceLimits', 'concurrency'] as const;
+const SETTINGS = ['plan', 'limits', 'perMinute', 'perDay', 'name', 'enforceLimits', 'concurrency'] as const;
 type KeySettings = Pick<ApiKeyRecord, (typeof SETTINGS)[number]>;
 
-const settingsOf = ({ plan, perMinute, perDay, name, enforceLimits, concurrency }: KeySettings): KeySettings => ({
+const settingsOf = ({ plan, limits, perMinute, perDay, name, enforceLimits, concurrency }: KeySettings): KeySettings => ({
   plan,
+  limits,
   perMinute,
   perDay,
   name,
@@ -71,22 +94,27 @@ const settingsOf = ({ plan, perMinute, perDay, name, enforceLimits, concurrency 
   concurrency,
 });
 
+const sameSettings = (a: KeySettings, b: KeySettings) =>
+  SETTINGS.every((field) => (field === 'limits' ? sameWindows(a.limits, b.limits) : a[field] === b[field]));
+
 /**
- * A key's settings once changed (absent fields keep their value), and its own limits (enterprise
- * only); a limits error (errors.ts) when the limits do not go with the plan, or new ones fall short of a cost.
+ * A key's settings once changed (absent fields keep their value) on `plan` (its plan after the change, locked); a limits
+ * error (errors.ts) when a key of a plan without limits would have none, or new ones repeat a name or fall short of a cost.
  */
-function settingsAfter(before: ApiKeyRecord, change: ApiKeyChange, costs: Record<string, number>) {
-  const plan = change.plan ?? before.plan;
-  // An enterprise key keeps the limits it has unless given new ones; another plan's come from its table.
-  const kept = plan === 'enterprise' && before.plan === 'enterprise' ? before : undefined;
-  const limits = ownLimits(plan, change.perMinute ?? kept?.perMinute, change.perDay ?? kept?.perDay);
-  // New limits must fit; a key's limits stored before a cost rose do not stop a change of its name.
-  if (limits && (limits.perMinute !== before.perMinute || limits.perDay !== before.perDay)) checkCostsFit(limits, costs);
-  const name = change.name ?? before.name;
-  const enforceLimits = change.enforceLimits ?? before.enforceLimits;
-  const concurrency = change.concurrency === undefined ? before.concurrency : change.concurrency;
-  const after: KeySettings = { plan, ...(limits ?? PLAN_LIMITS[plan as Exclude<Plan, 'enterprise'>]), name, enforceLimits, concurrency };
-  return { after, limits };
+function settingsAfter(before: ApiKeyRecord, change: ApiKeyChange, plan: KeyPlan, costs: Record<string, number>): KeySettings {
+  // A move to a plan with limits of its own takes its windows, unless the change gives limits; otherwise the key keeps its own.
+  const current = plan.name !== before.plan && plan.limits !== null ? null : before.limits;
+  const limits = ownLimitsOf(current, plan, change, costs);
+  const windows = limits ?? plan.limits;
+  return {
+    plan: plan.name,
+    limits,
+    perMinute: limitOf(windows, 'minute'),
+    perDay: limitOf(windows, 'day'),
+    name: change.name ?? before.name,
+    enforceLimits: change.enforceLimits ?? before.enforceLimits,
+    concurrency: change.concurrency === undefined ? before.concurrency : change.concurrency,
+  };
 }
 
 /**
@@ -97,6 +125,13 @@ function settingsAfter(before: ApiKeyRecord, change: ApiKeyChange, costs: Record
  */
 export function createKeyRules(db: Database, keys: ApiKeysRepository, costs: Record<string, number>) {
   const credits = createCreditsRepository(db);
+
+  /** The plan so named, locked against a concurrent DELETE of it until the transaction ends; an UnknownPlanError for none. */
+  async function planOf(tx: Queryable, name: string): Promise<KeyPlan> {
+    const plan = await keys.lockPlan(tx, name);
+    if (!plan) throw new UnknownPlanError(name);
+    return plan;
+  }
 
   /** The key for a change, locked; undefined when there is none; a RevokedKeyError or RotatedKeyError when it is revoked or rotated. */
   async function changeable(tx: Queryable, id: number, instead: string): Promise<ApiKeyRecord | undefined> {
@@ -109,19 +144,22 @@ export function createKeyRules(db: Database, keys: ApiKeysRepository, costs: Rec
 
   return {
     /**
-     * Creates a key newKey checked, with the credits given (its quota's), and returns it with its secret; a LimitBelowCostError when
-     * an operation costs more than its limits, an UnknownCustomerError when its customerId names no customer.
+     * Creates a key newKey checked, with the credits given (its quota's), and returns it with its secret; an UnknownPlanError
+     * for a plan not in the plans table, a limits error (errors.ts) when its own limits repeat a name or fall short of an
+     * operation's cost or a key of its plan needs some, an UnknownCustomerError when its customerId names no customer.
      */
-    create: (key: NewApiKey, { tx, actor, credits: setting }: ChangeOptions & { credits?: CreditsSetting } = {}): Promise<IssuedApiKey> =>
+    create: (key: KeyToCreate, { tx, actor, credits: setting }: ChangeOptions & { credits?: CreditsSetting } = {}): Promise<IssuedApiKey> =>
       atomically(db, tx, async (target) => {
-        if (key.limits) checkCostsFit(key.limits, costs);
-        const issued = await keys.create(key, { tx: target });
+        const { limits: given, perMinute: minute, perDay: day, ...fields } = key;
+        const limits = ownLimitsOf(null, await planOf(target, key.plan), { limits: given, perMinute: minute, perDay: day }, costs);
+        const issued = await keys.create({ ...fields, limits }, { tx: target });
         const changed = setting && (await credits.replace(target, { quotaId: issued.record.quotaId }, setting));
         if (actor) {
           const { plan, name, perMinute, perDay, expiresAt, readOnly, enforceLimits, concurrency, customerId } = issued.record;
           await recordAudit(target, actor, 'key.create', issued.id, {
             plan,
             name,
+            limits: issued.record.limits,
             perMinute,
             perDay,
             expiresAt,
@@ -150,11 +188,11 @@ export function createKeyRules(db: Database, keys: ApiKeysRepository, costs: Rec
       return db.transaction(async (tx): Promise<IssuedApiKey | undefined> => {
         const old = await changeable(tx, id, 'create a new key instead');
         if (!old) return undefined;
-        const { perMinute, perDay } = old;
-        const { plan, name, readOnly, enforceLimits, concurrency, customerId } = old;
-        const successor = { plan, name, readOnly, enforceLimits, concurrency, customerId, expiresAt };
-        const limits = old.plan === 'enterprise' ? { perMinute, perDay } : undefined;
-        const created = await keys.create({ ...successor, limits }, { tx, quotaId: old.quotaId });
+        // A working key's plan is in the table (a plan in use cannot be deleted): locked all the same, as a create locks it.
+        await keys.lockPlan(tx, old.plan);
+        const { plan, limits, name, readOnly, enforceLimits, concurrency, customerId } = old;
+        const successor = { plan, limits, name, readOnly, enforceLimits, concurrency, customerId, expiresAt };
+        const created = await keys.create(successor, { tx, quotaId: old.quotaId });
         const retired = await keys.retire(tx, id, created.id, overlapSeconds, old.quotaId);
         if (actor) {
           await recordAudit(tx, actor, 'key.rotate', id, { newKeyId: created.id, overlapSeconds, ...sameQuotaOf(id, ascending(retired)) });
@@ -167,17 +205,18 @@ export function createKeyRules(db: Database, keys: ApiKeysRepository, costs: Rec
      * Changes a key's plan, limits, name, enforcement (shadow mode, concurrency) or credits (its quota's: a set, or null to remove them),
      * effective wherever the key is cached as soon as the change notice arrives. The plan and limits are the quota's: the keys rotated into this one
      * and still in their overlap take them too, so a cut binds every key counting in the quota.
-     * Undefined when there is no such key; a limits error when the limits do not go with the plan,
-     * or an operation costs more than them; a RevokedKeyError or RotatedKeyError for a revoked or rotated key.
+     * Undefined when there is no such key; an UnknownPlanError for a plan not in the plans table; a limits error when a key
+     * of the plan needs limits, or new ones repeat a name or an operation costs more than them; a RevokedKeyError or
+     * RotatedKeyError for a revoked or rotated key.
      */
     update(id: number, change: ApiKeyChange, { actor }: Pick<ChangeOptions, 'actor'> = {}) {
       return db.transaction(async (tx): Promise<ApiKeyRecord | undefined> => {
         const before = await changeable(tx, id, 'change its successor, or create a new key');
         if (!before) return undefined;
-        const { after, limits } = settingsAfter(before, change, costs);
-        const same = SETTINGS.every((field) => after[field] === before[field]);
+        const after = settingsAfter(before, change, await planOf(tx, change.plan ?? before.plan), costs);
+        const same = sameSettings(after, before);
         if (same && change.credits === undefined) return before;
-        const { plan, name, enforceLimits, concurrency } = after;
+        const { plan, limits, name, enforceLimits, concurrency } = after;
         const updated = same
           ? [before]
           : await keys.updateQuota(tx, id, { plan, limits, name, quotaId: before.quotaId, enforceLimits, concurrency });

@@ -7,8 +7,7 @@ const COLUMN_NAMES = [
   'id',
   'name',
   'plan',
-  'per_minute',
-  'per_day',
+  'limits',
   'read_only',
   'quota_id',
   'created_at',
@@ -22,7 +21,7 @@ const COLUMN_NAMES = [
 const COLUMNS = COLUMN_NAMES.join(', ');
 /** The key's columns beside its customer's limits (NULL without a customer or limits) and both balances of credits, in one read. */
 const WITH_CUSTOMER_LIMITS = `${COLUMN_NAMES.map((column) => `k.${column}`).join(', ')},
-  c.per_minute AS customer_per_minute, c.per_day AS customer_per_day, c.concurrency AS customer_concurrency,
+  c.limits AS customer_limits, c.concurrency AS customer_concurrency,
   q.id AS credits_id, q.base AS credits_base, q.version AS credits_version, q.next_refill_at AS credits_refill_at,
   cc.id AS customer_credits_id, cc.base AS customer_credits_base, cc.version AS customer_credits_version,
   cc.next_refill_at AS customer_credits_refill_at`;
@@ -30,15 +29,17 @@ const WITH_CUSTOMER_LIMITS = `${COLUMN_NAMES.map((column) => `k.${column}`).join
 /** A revoked key is revoked, also when it was rotated with no overlap; a rotated one stays rotated once its overlap ends. */
 const STATE = `CASE WHEN revoked_at IS NOT NULL THEN 'revoked' WHEN replaced_by IS NOT NULL THEN 'rotated'
                     WHEN expires_at <= now() THEN 'expired' ELSE 'active' END`;
-const RECORD_COLUMNS = `${COLUMNS}, ${STATE} AS state`;
+/** Its plan's windows, which the record shows as perMinute and perDay when the key has none of its own (NULL: none, or no such plan). */
+const PLAN_LIMITS = '(SELECT p.limits FROM plans p WHERE p.name = api_keys.plan) AS plan_limits';
+const RECORD_COLUMNS = `${COLUMNS}, ${STATE} AS state, ${PLAN_LIMITS}`;
 
 const USABLE = 'revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())';
 
 export const statements = {
   insert: {
     name: 'api_keys_insert',
-    text: `INSERT INTO api_keys (name, plan, per_minute, per_day, key_hash, expires_at, read_only, quota_id, enforce_limits, concurrency, customer_id)
-           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING ${RECORD_COLUMNS}`,
+    text: `INSERT INTO api_keys (name, plan, limits, key_hash, expires_at, read_only, quota_id, enforce_limits, concurrency, customer_id)
+           VALUES ($1, $2, $3::jsonb, $4, $5, $6, $7, $8, $9, $10) RETURNING ${RECORD_COLUMNS}`,
   },
   list: { name: 'api_keys_list', text: `SELECT ${RECORD_COLUMNS} FROM api_keys ORDER BY id` },
   get: { name: 'api_keys_get', text: `SELECT ${RECORD_COLUMNS} FROM api_keys WHERE id = $1` },
@@ -79,11 +80,14 @@ export const statements = {
   // Limits stay on each key's row, so the limiter reads them from the key presented, with no lookup of the quota's newest key.
   update: {
     name: 'api_keys_update',
-    text: `UPDATE api_keys SET plan = $2, per_minute = $3, per_day = $4, name = CASE WHEN id = $1 THEN $5 ELSE name END,
-                              enforce_limits = $7, concurrency = $8
-           WHERE id = $1 OR ((quota_id = $6 OR id = $6) AND revoked_at IS NULL AND expires_at > now())
+    text: `UPDATE api_keys SET plan = $2, limits = $3::jsonb, name = CASE WHEN id = $1 THEN $4 ELSE name END,
+                              enforce_limits = $6, concurrency = $7
+           WHERE id = $1 OR ((quota_id = $5 OR id = $5) AND revoked_at IS NULL AND expires_at > now())
            RETURNING ${RECORD_COLUMNS}`,
   },
+  // A key's plan, locked against a DELETE of it until the transaction ends, so that no key is made on (or
+  // moved to) a plan deleted meanwhile. The plans' own lockPlan (src/plans/) does the same: to be folded into it.
+  lockPlan: { name: 'api_keys_lock_plan', text: 'SELECT name, limits FROM plans WHERE name = $1 FOR SHARE' },
   // Usable keys for the key filter (src/api-keys/key-filter.ts): expired ones would only be refused.
   countUsable: { name: 'api_keys_count_usable', text: `SELECT count(*)::int AS count FROM api_keys WHERE ${USABLE}` },
   usableHashes: {

@@ -15,7 +15,7 @@ export const AuditEntry = Type.Object(
     requestId: Nullable(Type.String({ description: 'The X-Request-Id of the admin request, as logged' })),
     action: Type.String({
       description:
-        'key.create, key.update, key.rotate, key.revoke, key.ban_lift, address.ban_lift, webhook_delivery.retry, admin_token.create, admin_token.revoke, customer.create, customer.update, customer.credits (details.customerId says which customer), key.credits (details.quotaId says whose balance); a credits entry has details {operation, amount, before, after}',
+        'key.create, key.update, key.rotate, key.revoke, key.ban_lift, address.ban_lift, webhook_delivery.retry, admin_token.create, admin_token.revoke, customer.create, customer.update, customer.credits (details.customerId says which customer), key.credits (details.quotaId says whose balance), plan.create, plan.update, plan.delete (details.plan says which plan); a credits entry has details {operation, amount, before, after}',
     }),
     keyId: Nullable(Type.Integer({ format: 'int64' })),
     details: Type.Object({}, { additionalProperties: true, description: 'What changed; never a secret' }),

@@ -31,7 +31,10 @@ export type AuditAction =
   | 'customer.create'
   | 'customer.update'
   | 'customer.credits'
-  | 'key.credits';
+  | 'key.credits'
+  | 'plan.create'
+  | 'plan.update'
+  | 'plan.delete';
 
 /** One change as the trail keeps it: never a secret, never a hash. */
 export interface AuditEntry {

@@ -50,7 +50,8 @@ export type Config = Omit<Settings, (typeof PARSED_SETTINGS)[number]> & {
   /** RATE_LIMIT_SHADOW_PLANS: the plans whose keys are served past their limits (the rate limiter checks the names). */
   rateLimitShadowPlans: string[];
   /** RATE_LIMIT_CONCURRENCY: requests in flight per key, by plan, for the plans it names (the rate limiter checks the names). */
-  rateLimitConcurrency: Record<string, number>;
+  /** RATE_LIMIT_CONCURRENCY: by plan, every plan not named without one; null when unset (the plans' rows decide). */
+  rateLimitConcurrency: Record<string, number> | null;
   /** Where and how usage events are sent; undefined without WEBHOOK_URL. */
   webhooks: WebhookSettings | undefined;
 };

@@ -7,7 +7,7 @@ import { decodeCursor, encodeCursor, filterDigest, nextLink } from '../platform/
 import { DEFAULT_PAGE_SIZE } from '../platform/schemas/common.js';
 import { ErrorBody } from '../platform/schemas/error.js';
 import { Customer, CustomerParams, CustomerPatch, Customers, ListCustomersQuery, NewCustomer } from './admin-schemas.js';
-import { checkLimitsFit, type CustomerRecord, type CustomerRules } from './rules.js';
+import { customerLimitsOf, type CustomerRecord, type CustomerRules } from './rules.js';
 
 export const CUSTOMERS_PATH = '/admin/v1/customers';
 
@@ -47,11 +47,11 @@ function createCustomer(admin: Admin, { customers, actorOf, costs }: AdminCustom
       config: { writes: true, idempotent: true },
     },
     async (request, reply) => {
-      checkLimitsFit(request.body.limits, costs);
-      const { credits, ...fields } = request.body;
+      const { credits, limits: given, ...fields } = request.body;
+      const limits = customerLimitsOf(given, costs);
       const setting = credits && creditsSetting(credits, admin.now());
       const { status, location, body } = await admin.idempotently(request, reply, async (tx) => {
-        const customer = await customers.create({ ...fields, credits: setting }, { tx, actor: actorOf(request) });
+        const customer = await customers.create({ ...fields, limits, credits: setting }, { tx, actor: actorOf(request) });
         return { status: 201 as const, location: `${CUSTOMERS_PATH}/${customer.id}`, body: customer };
       });
       return reply.code(status).header('location', location).send(body);
@@ -122,8 +122,8 @@ function changeCustomer(admin: Admin, { customers, actorOf, costs }: AdminCustom
     },
     async (request) => {
       const { id } = request.params;
-      const { credits, ...fields } = request.body;
-      checkLimitsFit(fields.limits, costs);
+      const { credits, limits: given, ...rest } = request.body;
+      const fields = { ...rest, limits: customerLimitsOf(given, costs) };
       const change = credits === undefined ? fields : { ...fields, credits: credits && creditsSetting(credits, admin.now()) };
       return foundCustomer(await customers.update(id, change, { actor: actorOf(request) }), id);
     },

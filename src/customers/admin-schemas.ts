@@ -1,5 +1,6 @@
 import { Type, type Static } from '@sinclair/typebox';
-import { Concurrency, Limit } from '../api-keys/admin-schemas.js';
+import { Concurrency } from '../api-keys/admin-schemas.js';
+import { Limits, type Limits as LimitsList } from '../plans/limits.js';
 import { Credits, CreditsChange, CreditsInput } from '../credits/schemas.js';
 import { Cursor, Id, Identifier, Name, Nullable, PageLimit, Timestamp } from '../platform/schemas/common.js';
 
@@ -17,32 +18,57 @@ const CustomerName = Name({
     "The customer's name as people read it: up to 200 characters ('' for none), one of them visible; no control characters or bidi overrides",
 });
 
-/** Bounded as an enterprise key's own limits are (migrations/015). */
+const SharedLimit = (window: 'minute' | 'day', seconds: number) =>
+  Type.Integer({
+    minimum: 1,
+    maximum: 2_147_483_647,
+    description: `The short form of a fixed window named ${window} (${seconds} s) across all the customer’s keys together: replaces or adds it in the windows`,
+    'x-error-message': 'must be an integer from 1 to 2147483647',
+  });
+
+const SharedConcurrency = Type.Union([Concurrency, Type.Null()], {
+  description: 'Requests in flight at once across all the customer’s keys; null (or absent) for no such limit',
+  'x-error-message': 'must be an integer from 1 to 100000, or null',
+});
+
+/** The object form of a customer's limits: windows, or the short form of a minute and a day (both, without windows), and a concurrency. */
+export const CustomerLimitsInput = Type.Object(
+  {
+    windows: Type.Optional({ ...Limits, description: `${Limits.description}, across all the customer’s keys together` }),
+    perMinute: Type.Optional(SharedLimit('minute', 60)),
+    perDay: Type.Optional(SharedLimit('day', 86_400)),
+    concurrency: Type.Optional(SharedConcurrency),
+  },
+  {
+    title: 'CustomerLimitsInput',
+    description:
+      'Limits that bind all the customer’s keys together, beside each key’s own: windows (perMinute and perDay replace or add the windows named minute and day in them), or perMinute and perDay alone; and a concurrency',
+    additionalProperties: false,
+    'x-error-message': 'must be a JSON object with windows, or perMinute and perDay, and concurrency if any',
+  },
+);
+
+/** A customer's limits in an answer: its windows, the limits of those named minute and day (null for none), its concurrency. */
 export const CustomerLimits = Type.Object(
   {
-    perMinute: { ...Limit('minute'), description: 'Requests per minute across all the customer’s keys together' },
-    perDay: { ...Limit('day'), description: 'Requests per day across all the customer’s keys together' },
-    concurrency: Type.Optional(
-      Type.Union([Concurrency, Type.Null()], {
-        description: 'Requests in flight at once across all the customer’s keys; null (or absent) for no such limit',
-        'x-error-message': 'must be an integer from 1 to 100000, or null',
-      }),
-    ),
+    perMinute: Nullable(Type.Integer({ description: 'The limit of its window named minute; null when it has none' })),
+    perDay: Nullable(Type.Integer({ description: 'The limit of its window named day; null when it has none' })),
+    windows: Type.Unsafe<LimitsList>({ ...Limits, description: 'Its windows, shortest first' }),
+    concurrency: Nullable({ ...Concurrency, description: 'Requests in flight at once across all its keys; null for no such limit' }),
   },
   {
     title: 'CustomerLimits',
     description:
-      'Limits that bind all the customer’s keys together (one shared minute, day and concurrency), beside each key’s own plan limits: whichever is spent refuses',
-    additionalProperties: false,
-    'x-error-message': 'must be a JSON object with perMinute and perDay, and concurrency if any',
+      'Limits that bind all the customer’s keys together (shared windows and concurrency), beside each key’s own: whichever is spent refuses',
   },
 );
 export type CustomerLimits = Static<typeof CustomerLimits>;
 
-/** In a body: null (or, on create, absent) for no shared limits. */
-const LimitsInput = Type.Union([CustomerLimits, Type.Null()], {
-  description: `${CustomerLimits.description}; null for none`,
-  'x-error-message': 'must be a JSON object with perMinute and perDay, and concurrency if any; or null',
+/** In a body: a list of windows, the object form, or null (or, on create, absent) for no shared limits. */
+const LimitsInput = Type.Union([Limits, CustomerLimitsInput, Type.Null()], {
+  description: `Limits that bind all the customer’s keys together, beside each key’s own: a list of windows (no concurrency), or ${CustomerLimitsInput.title}; null for none`,
+  'x-error-message':
+    'must be a list of 1 to 5 windows, a JSON object with windows, or perMinute and perDay, and concurrency if any; or null',
 });
 
 export const Customer = Type.Object(

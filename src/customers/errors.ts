@@ -1,4 +1,5 @@
-import { domainError } from '../platform/domain-errors.js';
+import { PLAN_CODES } from '../plans/errors.js';
+import { domainError, fieldOf } from '../platform/domain-errors.js';
 import { errors } from '../platform/errors.js';
 
 /** The codes of the customers' refusals. */
@@ -9,4 +10,9 @@ export const CUSTOMER_CODES = {
 
 export const ExternalIdTakenError = domainError(CUSTOMER_CODES.externalIdTaken, 'externalId %s is taken by another customer', {
   error: ({ message }) => errors.conflict(message),
+});
+
+/** Thrown with its `field`, the short form's limit missing: limits without windows take both. */
+export const IncompleteLimitsError = domainError(PLAN_CODES.limits, 'is required: limits without windows take both perMinute and perDay', {
+  error: (domain) => errors.badRequest(`body/${fieldOf(domain)} ${domain.message}`),
 });

@@ -1,6 +1,26 @@
 import type { CustomerLimits } from '../api-keys/identity.js';
+import { limitOf } from '../plans/windows.js';
+import { storedWindows } from '../api-keys/repository.js';
+import { normalizeLimits, type LimitWindow, type Limits } from '../plans/limits.js';
 import type { Database, Queryable } from '../platform/db/database.js';
 import { ExternalIdTakenError } from './errors.js';
+
+/** A customer's limits as the admin API shows them: its windows, the limits of those named minute and day (null for none), its concurrency. */
+export interface SharedLimits {
+  perMinute: number | null;
+  perDay: number | null;
+  windows: Limits;
+  concurrency: number | null;
+}
+
+/** The limits as shown, from the windows and concurrency stored. */
+export const sharedLimitsOf = (limits: CustomerLimits | null): SharedLimits | null =>
+  limits && {
+    perMinute: limitOf(limits.limits, 'minute'),
+    perDay: limitOf(limits.limits, 'day'),
+    windows: limits.limits,
+    concurrency: limits.concurrency,
+  };
 
 /** A customer's own row, as the admin API shows it (without its credits: rules.ts adds them). */
 export interface CustomerFields {
@@ -8,7 +28,7 @@ export interface CustomerFields {
   externalId: string;
   name: string;
   /** Limits shared by all its keys; null for none. */
-  limits: CustomerLimits | null;
+  limits: SharedLimits | null;
   createdAt: string;
   updatedAt: string;
 }
@@ -17,25 +37,24 @@ interface CustomerRow {
   id: number;
   external_id: string;
   name: string;
-  per_minute: number | null;
-  per_day: number | null;
+  limits: LimitWindow[] | null;
   concurrency: number | null;
   created_at: Date;
   updated_at: Date;
 }
 
-const COLUMNS = 'id, external_id, name, per_minute, per_day, concurrency, created_at, updated_at';
+const COLUMNS = 'id, external_id, name, limits, concurrency, created_at, updated_at';
 
 const statements = {
   insert: {
     name: 'customers_insert',
-    text: `INSERT INTO customers (external_id, name, per_minute, per_day, concurrency) VALUES ($1, $2, $3, $4, $5) RETURNING ${COLUMNS}`,
+    text: `INSERT INTO customers (external_id, name, limits, concurrency) VALUES ($1, $2, $3::jsonb, $4) RETURNING ${COLUMNS}`,
   },
   get: { name: 'customers_get', text: `SELECT ${COLUMNS} FROM customers WHERE id = $1` },
   forChange: { name: 'customers_for_change', text: `SELECT ${COLUMNS} FROM customers WHERE id = $1 FOR UPDATE` },
   update: {
     name: 'customers_update',
-    text: `UPDATE customers SET external_id = $2, name = $3, per_minute = $4, per_day = $5, concurrency = $6, updated_at = now()
+    text: `UPDATE customers SET external_id = $2, name = $3, limits = $4::jsonb, concurrency = $5, updated_at = now()
            WHERE id = $1 RETURNING ${COLUMNS}`,
   },
   // In id order after the cursor's id; the filter is unique, so its page has one customer at most.
@@ -50,7 +69,7 @@ const recordOf = (row: CustomerRow): CustomerFields => ({
   id: row.id,
   externalId: row.external_id,
   name: row.name,
-  limits: row.per_minute === null ? null : { perMinute: row.per_minute, perDay: row.per_day!, concurrency: row.concurrency },
+  limits: sharedLimitsOf(row.limits && { limits: normalizeLimits(row.limits), concurrency: row.concurrency }),
   createdAt: new Date(row.created_at).toISOString(),
   updatedAt: new Date(row.updated_at).toISOString(),
 });
@@ -68,17 +87,15 @@ async function claiming<T>(externalId: string, write: () => Promise<T>): Promise
   }
 }
 
-/** The limits as a body gives them: concurrency absent for none. */
-export type LimitsInput = { perMinute: number; perDay: number; concurrency?: number | null } | null;
-
-/** The limits' columns: per_minute, per_day, concurrency. */
-const limitColumns = (limits: LimitsInput) => [limits?.perMinute ?? null, limits?.perDay ?? null, limits?.concurrency ?? null];
+/** The limits' columns: limits (the windows), concurrency. */
+const limitColumns = (limits: CustomerLimits | null) => [storedWindows(limits?.limits), limits?.concurrency ?? null];
 
 /** A customer's own fields as a create or change writes them. */
 export interface CustomerFieldsInput {
   externalId: string;
   name: string;
-  limits: LimitsInput;
+  /** Its windows and concurrency; null for no shared limits. */
+  limits: CustomerLimits | null;
 }
 
 /**

@@ -1,12 +1,17 @@
 import type { CustomerLimits } from '../api-keys/identity.js';
-import { LimitBelowCostError } from '../api-keys/errors.js';
-import { limitBelowCost } from '../api-keys/plans.js';
+import { checkedWindows, sameWindows, withShortForm } from '../plans/windows.js';
+import type { LimitWindow } from '../plans/limits.js';
 import { recordAudit, type Actor, type ChangeOptions } from '../audit/repository.js';
 import { createCreditsRepository, type CreditsChanged } from '../credits/repository.js';
 import type { CreditsSetting } from '../credits/refill.js';
 import type { Credits } from '../credits/schemas.js';
 import { atomically, type Database, type Queryable } from '../platform/db/database.js';
-import { createCustomersRepository, type CustomerFields, type LimitsInput } from './repository.js';
+import { IncompleteLimitsError } from './errors.js';
+import { createCustomersRepository, sharedLimitsOf, type CustomerFields, type SharedLimits } from './repository.js';
+
+/** A customer's limits as a body gives them: a list of windows, the object form (windows or the short form, and a concurrency), or null for none. */
+export type LimitsInput =
+  readonly LimitWindow[] | { windows?: readonly LimitWindow[]; perMinute?: number; perDay?: number; concurrency?: number | null } | null;
 
 /** A customer as the admin API shows it: with its credits, which all its keys spend (null for none). */
 export type CustomerRecord = CustomerFields & { credits: Credits | null };
@@ -15,7 +20,8 @@ export type CustomerRecord = CustomerFields & { credits: Credits | null };
 export interface CustomerToCreate {
   externalId: string;
   name?: string;
-  limits?: LimitsInput;
+  /** Checked by customerLimitsOf. */
+  limits?: CustomerLimits | null;
   credits?: CreditsSetting;
 }
 
@@ -23,7 +29,8 @@ export interface CustomerToCreate {
 export interface CustomerChange {
   externalId?: string;
   name?: string;
-  limits?: LimitsInput;
+  /** Checked by customerLimitsOf; null removes them. */
+  limits?: CustomerLimits | null;
   /** A set of its credits (a new version from remaining, with this refill), or null to remove them. */
   credits?: CreditsSetting | null;
 }
@@ -32,20 +39,29 @@ export interface CustomerChange {
 type RecordedChange = Pick<ChangeOptions, 'tx'> & { actor: Actor };
 
 /**
- * A LimitBelowCostError naming the limit (`limits/perMinute`), for shared limits below an operation's
- * cost (RATE_LIMIT_COSTS): they would refuse it to every key of the customer, for good. Touches no
- * database, so a request is refused before its Idempotency-Key is claimed.
+ * The limits a body gives, checked and in the form stored (undefined when absent, null for none): a list of windows
+ * (with no concurrency), or the object form's windows with perMinute and perDay replacing or adding the windows named minute
+ * and day (both needed without windows: an IncompleteLimitsError naming the one missing). A limits error (api-keys/errors.ts)
+ * names the field for a repeated name or a window below an operation's cost (RATE_LIMIT_COSTS), which would refuse it to every
+ * key of the customer, for good. Touches no database, so a request is refused before its Idempotency-Key is claimed.
  */
-export function checkLimitsFit(limits: LimitsInput | undefined, costs: Record<string, number>) {
-  const below = limits && limitBelowCost(limits, costs);
-  if (below) throw Object.assign(new LimitBelowCostError(below.limit, below.cost, below.operation), { field: `limits/${below.field}` });
+export function customerLimitsOf(input: LimitsInput | undefined, costs: Record<string, number>): CustomerLimits | null | undefined {
+  if (input === undefined || input === null) return input;
+  if (Array.isArray(input)) return { limits: checkedWindows(input as readonly LimitWindow[], costs), concurrency: null };
+  const { windows, perMinute, perDay, concurrency = null } = input as Exclude<LimitsInput, readonly LimitWindow[] | null>;
+  if (!windows) {
+    if (perMinute === undefined) throw Object.assign(new IncompleteLimitsError(), { field: 'limits/perMinute' });
+    if (perDay === undefined) throw Object.assign(new IncompleteLimitsError(), { field: 'limits/perDay' });
+  }
+  const listed = windows ? checkedWindows(windows, costs, 'limits/windows') : [];
+  return { limits: withShortForm(listed, { perMinute, perDay }, costs, 'limits/'), concurrency };
 }
 
-/** The limits as stored and shown: concurrency null for none. */
-const limitsOf = (limits: LimitsInput): CustomerLimits | null => limits && { ...limits, concurrency: limits.concurrency ?? null };
-
 const sameLimits = (a: CustomerLimits | null, b: CustomerLimits | null) =>
-  a === b || (a !== null && b !== null && a.perMinute === b.perMinute && a.perDay === b.perDay && a.concurrency === b.concurrency);
+  a === b || (a !== null && b !== null && sameWindows(a.limits, b.limits) && a.concurrency === b.concurrency);
+
+/** The limits as stored, from the shown form. */
+const storedOf = (shown: SharedLimits | null): CustomerLimits | null => shown && { limits: shown.windows, concurrency: shown.concurrency };
 
 /** The credits before and after, in an audit entry, when a change set them. */
 const creditsAudit = (changed: CreditsChanged | undefined, side: keyof CreditsChanged) => (changed ? { credits: changed[side] } : {});
@@ -98,16 +114,17 @@ export function createCustomerRules(db: Database) {
         const after = {
           externalId: change.externalId ?? before.externalId,
           name: change.name ?? before.name,
-          limits: change.limits === undefined ? before.limits : limitsOf(change.limits),
+          limits: change.limits === undefined ? storedOf(before.limits) : change.limits,
         };
-        const same = after.externalId === before.externalId && after.name === before.name && sameLimits(after.limits, before.limits);
+        const same =
+          after.externalId === before.externalId && after.name === before.name && sameLimits(after.limits, storedOf(before.limits));
         if (same && change.credits === undefined) return withCredits(before, tx);
         const updated = same ? before : await customers.update(tx, id, after);
         const changed = change.credits === undefined ? undefined : await credits.replace(tx, { customerId: id }, change.credits);
         await recordAudit(tx, actor, 'customer.update', null, {
           customerId: id,
           before: { externalId: before.externalId, name: before.name, limits: before.limits, ...creditsAudit(changed, 'before') },
-          after: { ...after, ...creditsAudit(changed, 'after') },
+          after: { ...after, limits: sharedLimitsOf(after.limits), ...creditsAudit(changed, 'after') },
         });
         return withCredits(updated, tx);
       }),

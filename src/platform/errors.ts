@@ -78,7 +78,7 @@ export const errors = {
     }),
   readOnlyKey: () => new ApiError(403, 'forbidden', 'This API key is read-only; use a key with write access to change data'),
   /** An operation RATE_LIMIT_COSTS prices above a window of the key: no wait would let it through, so no Retry-After. */
-  costExceedsLimit: (cost: number, limit: number, window: 'minute' | 'day') =>
+  costExceedsLimit: (cost: number, limit: number, window: string) =>
     new ApiError(
       403,
       'cost_exceeds_limit',
@@ -119,7 +119,7 @@ export const errors = {
       'This Idempotency-Key was already used with a different request (another body or another target); send a new key for a new request',
     ),
   /** `cost` above 1: an operation RATE_LIMIT_COSTS prices, refused with fewer units left than it costs. */
-  rateLimited: (limit: number, window: 'minute' | 'day', retryAfterSeconds: number, { cost = 1, remaining = 0 } = {}) =>
+  rateLimited: (limit: number, window: string, retryAfterSeconds: number, { cost = 1, remaining = 0 } = {}) =>
     new ApiError(
       429,
       'rate_limited',

@@ -3,7 +3,8 @@ import type { Ledger } from '../credits/ports.js';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { errors, secondsUntil } from '../platform/errors.js';
 import { annotateRequestSpan } from '../platform/observability/tracing.js';
-import type { Limits } from '../api-keys/plans.js';
+import type { Limits } from '../plans/limits.js';
+import type { PlanBook } from '../plans/ports.js';
 import type { ApiKeyIdentity, CustomerLimits } from '../api-keys/identity.js';
 import { clientOf } from './address.js';
 import {
@@ -14,7 +15,7 @@ import {
   type CreditsExhaustedEvent,
   type CreditsSpending,
 } from './credits.js';
-import { setHeaders } from './headers.js';
+import { setHeaders, windowPhrase } from './headers.js';
 import type { RateLimitMetrics, RateLimitOutcome } from './metrics.js';
 import {
   lesserWindows,
@@ -30,13 +31,24 @@ import {
   type WindowUsage,
 } from './stores/store.js';
 import { CHARGE, createSettle, SETTLED, SLOT, slotKeeper, type Charged } from './settle.js';
-import { addressSubject, ANONYMOUS, customerSubject, keySubject } from './subjects.js';
+import { addressSubject, ANONYMOUS, customerSubject, keyPolicy, keySubject, type KeyPolicy } from './subjects.js';
+
+/** A key's request took one of its windows (by name; `windowStart`: the fixed window it counted in) to `threshold` percent of its limit, or past it. */
+export interface UsageCrossing {
+  key: ApiKeyIdentity;
+  window: string;
+  windowStart: number;
+  limit: number;
+  used: number;
+  threshold: number;
+  resetAt: number;
+}
 
 /** What a watcher of keys' usage hears (app.rateLimit.watchUsage): the webhooks' usage events. */
 export interface UsageWatcher {
   /** Percentages of a window's limit: crossed() hears of each one a key's request takes its window to or past. */
   thresholds: number[];
-  crossed(event: { key: ApiKeyIdentity; window: 'minute' | 'day'; limit: number; used: number; threshold: number; resetAt: number }): void;
+  crossed(event: UsageCrossing): void;
   /** A key's refusals started a ban, ending at bannedUntil (ms since the epoch). */
   banned(event: { key: ApiKeyIdentity; bannedUntil: number }): void;
   /**
@@ -86,19 +98,17 @@ export interface RequestAdmission {
 
 /** What admission takes of the limiter's settings. */
 export interface AdmissionSettings {
-  /** The plans whose keys are served past their limits (RATE_LIMIT_SHADOW_PLANS). */
-  shadowPlans: ReadonlySet<string>;
-  /** Requests a key may have in flight, by plan (RATE_LIMIT_CONCURRENCY). */
-  concurrency: Record<string, number>;
+  /** The plans, whose windows, concurrency and shadow mode a key takes unless it has its own. */
+  plans: PlanBook;
   /** Callers without a key count per IPv6 network of this many leading bits (see clientOf). */
   ipv6Prefix: number;
 }
 
 /** The customer's side of a request of one of its keys: a slot of its concurrency limit only for an operation that takes one (costs above 0). */
-const sharedOf = (key: ApiKeyIdentity, limits: CustomerLimits, operationCost: number): Shared => ({
+const sharedOf = (key: ApiKeyIdentity, { limits, concurrency }: CustomerLimits, operationCost: number): Shared => ({
   subject: customerSubject(key.customerId!),
   limits,
-  slots: operationCost > 0 ? (limits.concurrency ?? 0) : 0,
+  slots: operationCost > 0 ? (concurrency ?? 0) : 0,
 });
 
 /**
@@ -107,27 +117,23 @@ const sharedOf = (key: ApiKeyIdentity, limits: CustomerLimits, operationCost: nu
  */
 function bound({ admission, customer }: SharedAdmission, keep: (own: Decision) => void): Admission {
   if (admission.outcome === 'busy')
-    return { ...admission, standing: { ...admission.standing, ...lesserWindows(admission.standing, customer) } };
+    return { ...admission, standing: { ...admission.standing, windows: lesserWindows(admission.standing.windows, customer.windows) } };
   keep(admission);
-  return { ...admission, ...lesserWindows(admission, customer) };
+  return { ...admission, windows: lesserWindows(admission.windows, customer.windows) };
 }
 
 /**
  * What a check says of a key now, counting nothing: of a customer's key with limits, each window
  * the one of its own and its customer's with fewer units left (as its headers show them).
  */
-export async function keyStanding(store: RateLimitStore, key: ApiKeyIdentity, now: number): Promise<Decision> {
-  if (!key.customerLimits) return store.check(keySubject(key), key, now, 1);
+export async function keyStanding(store: RateLimitStore, key: ApiKeyIdentity, limits: Limits, now: number): Promise<Decision> {
+  if (!key.customerLimits) return store.check(keySubject(key), limits, now, 1);
   const claim = { cost: 1, bans: true, count: false, slot: NO_SLOT };
-  const { admission, customer } = await store.decideShared(keySubject(key), key, now, claim, sharedOf(key, key.customerLimits, 0));
+  const { admission, customer } = await store.decideShared(keySubject(key), limits, now, claim, sharedOf(key, key.customerLimits, 0));
   // Asking for no slot, it is never busy.
   const own = admission.outcome === 'busy' ? admission.standing : admission;
-  return { ...own, ...lesserWindows(own, customer) };
+  return { ...own, windows: lesserWindows(own.windows, customer.windows) };
 }
-
-/** The key's limit of requests in flight: its own, else its plan's; undefined for none. */
-export const concurrencyLimit = (key: ApiKeyIdentity, concurrency: Record<string, number>): number | undefined =>
-  key.concurrency ?? concurrency[key.plan];
 
 /** What admit's steps share: the store and the settings, the ledger, and whom they tell (metrics, watchers, the credits' spending). */
 interface Admitting {
@@ -200,14 +206,16 @@ export function createAdmission(
 
     async admit(request, reply, caller) {
       const { key, free } = caller;
-      const shadow = key !== undefined && (!key.enforceLimits || settings.shadowPlans.has(key.plan));
-      if (key && !shadow && !free) refuseDearerThanWindows(admitting, request, key, caller.cost);
-      const terms = termsOf(admitting, request, caller, shadow);
+      const policy = key && keyPolicy(settings.plans, key);
+      if (policy && !policy.shadow && !free) refuseDearerThanWindows(admitting, request, policy.limits, caller.cost);
+      const terms = termsOf(admitting, request, caller, policy);
       answer(admitting, request, reply, terms, await decide(admitting, terms, free));
     },
 
     settle: createSettle(app, store, credits, ledger, (request, key, now) =>
-      key ? keyStanding(store, key, now) : store.check(addressSubject(clientOf(request.ip, settings.ipv6Prefix)), ANONYMOUS, now, 1),
+      key
+        ? keyStanding(store, key, keyPolicy(settings.plans, key).limits, now)
+        : store.check(addressSubject(clientOf(request.ip, settings.ipv6Prefix)), ANONYMOUS, now, 1),
     ),
   };
 }
@@ -219,11 +227,11 @@ function noteOutcome({ metrics }: Admitting, request: FastifyRequest, outcome: R
 }
 
 /** The 429 of an operation dearer than a window of the key (limits stored before RATE_LIMIT_COSTS rose): no wait would let it through. */
-function refuseDearerThanWindows(admitting: Admitting, request: FastifyRequest, key: ApiKeyIdentity, operationCost: number) {
-  if (operationCost <= Math.min(key.perMinute, key.perDay)) return;
+function refuseDearerThanWindows(admitting: Admitting, request: FastifyRequest, limits: Limits, operationCost: number) {
+  const window = limits.find(({ limit }) => limit < operationCost);
+  if (!window) return;
   noteOutcome(admitting, request, 'cost_exceeds_limit');
-  const [limit, window] = operationCost > key.perMinute ? [key.perMinute, 'minute' as const] : [key.perDay, 'day' as const];
-  throw errors.costExceedsLimit(operationCost, limit, window);
+  throw errors.costExceedsLimit(operationCost, window.limit, windowPhrase(window));
 }
 
 /** The claim: what the request is decided on. */
@@ -231,19 +239,31 @@ function termsOf(
   { settings, nextLease }: Admitting,
   request: FastifyRequest,
   { key, now, cost: operationCost }: Caller,
-  shadow: boolean,
+  policy: KeyPolicy | undefined,
 ): Terms {
   const client = key ? undefined : clientOf(request.ip, settings.ipv6Prefix);
   const cost = key ? operationCost : 1;
   // A customer's limits bind its keys together: decided with the key's, in the same store call.
   const shared = key?.customerLimits ? sharedOf(key, key.customerLimits, operationCost) : undefined;
-  const limit = key && operationCost > 0 ? concurrencyLimit(key, settings.concurrency) : undefined;
+  const limit = key && operationCost > 0 ? policy!.concurrency : undefined;
   // With a concurrency limit, the slot and the windows are decided together: one round trip to Redis.
   const slot = limit === undefined && !shared?.slots ? undefined : { limit: limit ?? 0, lease: nextLease() };
   const subject = client === undefined ? keySubject(key!) : addressSubject(client);
   // Its balances of credits, decided with the windows in the same store call (none for an operation that costs nothing).
   const credits = key && cost > 0 ? creditClaims(key) : undefined;
-  return { key, client, subject, limits: key ?? ANONYMOUS, cost, now, shadow, shared, limit, slot, credits };
+  return {
+    key,
+    client,
+    subject,
+    limits: policy?.limits ?? ANONYMOUS,
+    cost,
+    now,
+    shadow: policy?.shadow ?? false,
+    shared,
+    limit,
+    slot,
+    credits,
+  };
 }
 
 /**
@@ -344,7 +364,7 @@ function refuseLimited(
   decision: Extract<Decision, { outcome: 'limited' }>,
   binding: WindowUsage,
 ) {
-  const window = binding === decision.day ? 'day' : 'minute';
+  const window = windowPhrase(binding);
   if (shadow) {
     metrics.shadowRefusals.inc({ plan: key!.plan });
     // The first of the minute, on whichever instance: the store counts them.
@@ -357,11 +377,11 @@ function refuseLimited(
 /** Tells the watchers which thresholds this request's cost took either window of its key across. */
 function reportCrossings(watchers: UsageWatcher[], key: ApiKeyIdentity, decision: Decision, cost: number) {
   for (const watcher of watchers) {
-    for (const window of ['minute', 'day'] as const) {
-      const { limit, used, resetAt } = decision[window];
+    for (const { name, start, limit, used, resetAt } of decision.windows) {
       for (const threshold of watcher.thresholds) {
         const mark = threshold * limit;
-        if ((used - cost) * 100 < mark && mark <= used * 100) watcher.crossed({ key, window, limit, used, threshold, resetAt });
+        if ((used - cost) * 100 < mark && mark <= used * 100)
+          watcher.crossed({ key, window: name, windowStart: start, limit, used, threshold, resetAt });
       }
     }
   }

@@ -1,5 +1,6 @@
 import { errors, secondsUntil, type ApiError } from '../platform/errors.js';
-import type { Limits } from '../api-keys/plans.js';
+import { minuteAndDay } from '../plans/limits.js';
+import { bindingWindow } from './headers.js';
 import { clientOf } from './address.js';
 import { MemoryStore } from './stores/memory-store.js';
 
@@ -8,7 +9,7 @@ import { MemoryStore } from './stores/memory-store.js';
  * a flood of made-up keys (with valid checksums) never lands on the database. Counted per
  * instance, apart from the request limits: a valid key's first request costs its caller nothing.
  */
-export const LOOKUPS: Limits = { perMinute: 60, perDay: 10_000 };
+export const LOOKUPS = minuteAndDay(60, 10_000);
 
 /** Whether a key may be looked up: not when its client is banned (its request is refused as banned), nor past the budget (the 429). */
 export type LookupSpent = { lookUp: true } | { lookUp: false; refusal?: ApiError };
@@ -27,8 +28,7 @@ export function createLookupBudget({ ipv6Prefix, now }: { ipv6Prefix: number; no
     async spend(address, at) {
       const budget = await spent.consume(clientOf(address, ipv6Prefix), LOOKUPS, at, 1, true);
       if (budget.outcome === 'allowed') return { lookUp: true };
-      const window = budget.day.used >= budget.day.limit ? budget.day : budget.minute;
-      return { lookUp: false, refusal: errors.tooManyUnknownKeys(secondsUntil(window.resetAt - at)) };
+      return { lookUp: false, refusal: errors.tooManyUnknownKeys(secondsUntil(bindingWindow(budget).resetAt - at)) };
     },
     close: () => spent.close(),
   };

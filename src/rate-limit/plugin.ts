@@ -1,36 +1,33 @@
 import fp from 'fastify-plugin';
 import { errors, secondsUntil } from '../platform/errors.js';
-import type { Limits } from '../api-keys/plans.js';
+import { minuteAndDay } from '../plans/limits.js';
 import type { ApiKeyIdentity } from '../api-keys/identity.js';
 import { clientOf } from './address.js';
 import { adminOperations, type AdminOperations } from './admin/admin-operations.js';
-import { concurrencyLimit, createAdmission, keyStanding, type RequestAdmission } from './admission.js';
+import { createAdmission, keyStanding, type RequestAdmission } from './admission.js';
 import { BALANCE_GONE, bindingBalance, creditClaims, decideSeeded, parseBalanceGone } from './credits.js';
 import { createLookupBudget, type LookupSpent } from './lookup-budget.js';
 import { rateLimitMetrics } from './metrics.js';
-import { checkPlanSettings } from './settings.js';
+import { checkCostsFitPlans } from './settings.js';
+import { bindingWindow } from './headers.js';
 import { chooseStore, type StoreOptions } from './stores/store-choice.js';
 import type { CreditClaim, WindowUsage } from './stores/store.js';
-import { addressSubject, ANONYMOUS, customerSubject, keySubject, lookupSubject, type KeyQuota } from './subjects.js';
+import { addressSubject, ANONYMOUS, customerSubject, keyPolicy, keySubject, lookupSubject, type KeyQuota } from './subjects.js';
 
 export interface RateLimitOptions extends StoreOptions {
   /** Callers without a key count per IPv6 network of this many leading bits (see clientOf). */
   ipv6Prefix: number;
   /** What an operation (by operationId) costs a key, where it is not 1 (RATE_LIMIT_COSTS). */
   costs: Record<string, number>;
-  /** Plans whose keys are served past their limits, counted as would-be refusals (RATE_LIMIT_SHADOW_PLANS). */
-  shadowPlans: string[];
-  /** Requests a key may have in flight, by plan, for the plans named (RATE_LIMIT_CONCURRENCY). */
-  concurrency: Record<string, number>;
 }
 
 /** GET /v1/rate_limit's own limit per key: counted apart from the key's windows, and banning no one. */
-const QUOTA_LOOKUPS: Limits = { perMinute: 60, perDay: 60 * 24 * 60 };
+const QUOTA_LOOKUPS = minuteAndDay(60, 60 * 24 * 60);
 
 /** A key's standing, as GET /v1/rate_limit tells it. */
 export interface Standing {
-  minute: WindowUsage;
-  day: WindowUsage;
+  /** Each of its windows, shortest first (of a customer's key, its customer's too: see keyStanding). */
+  windows: WindowUsage[];
   /** `limit` null: the key has no concurrency limit. */
   concurrency: { limit: number | null; inFlight: number };
   /** Of its balances of credits (its own, its customer's), the one with fewer units left; null without any. */
@@ -76,12 +73,12 @@ export interface RateLimiter extends RequestAdmission, AdminOperations {
  */
 export default fp<RateLimitOptions>(
   async function rateLimit(app, options) {
-    checkPlanSettings(options);
-    const shadowPlans = new Set(options.shadowPlans);
+    checkCostsFitPlans(app.plans.all(), options.costs);
     // The record of credits (credits/): while Redis is unreachable the balances are decided in it;
     // this instance's ledger follows the store's live balances (Redis), or adds up its own spending.
     const { store, live } = await chooseStore(app, options, app.creditsLedger.records);
-    const { concurrency, ipv6Prefix } = options;
+    const { ipv6Prefix } = options;
+    const { plans } = app;
     const ledger = app.creditsLedger.open(live);
     const lookups = createLookupBudget({ ipv6Prefix, now: app.now });
     app.addHook('onClose', () => lookups.close());
@@ -89,7 +86,8 @@ export default fp<RateLimitOptions>(
     const creditsOf = async (key: ApiKeyIdentity, now: number): Promise<Standing['credits']> => {
       const claims = creditClaims(key);
       if (!claims) return null;
-      const check = (credits: readonly CreditClaim[] | undefined) => store.check(keySubject(key), key, now, 0, credits);
+      const limits = keyPolicy(plans, key).limits;
+      const check = (credits: readonly CreditClaim[] | undefined) => store.check(keySubject(key), limits, now, 0, credits);
       const { credits } = await decideSeeded(check, claims, ledger);
       // None only for a key banned since its lookup was admitted: the store tells a ban before the balances.
       if (!credits) return null;
@@ -109,8 +107,8 @@ export default fp<RateLimitOptions>(
     );
     app.addHook('onClose', stopListening);
     app.decorate('rateLimit', {
-      ...createAdmission(app, store, rateLimitMetrics(app.metricsRegistry, store), { shadowPlans, concurrency, ipv6Prefix }, ledger),
-      ...adminOperations(store, ipv6Prefix),
+      ...createAdmission(app, store, rateLimitMetrics(app.metricsRegistry, store), { plans, ipv6Prefix }, ledger),
+      ...adminOperations(store, plans, ipv6Prefix),
       costOf: (operationId) => (operationId === undefined ? 1 : (options.costs[operationId] ?? 1)),
       pricedOperations: () => Object.keys(options.costs),
 
@@ -123,19 +121,14 @@ export default fp<RateLimitOptions>(
       async standing(key, now) {
         const lookup = await store.consume(lookupSubject(key.quotaId), QUOTA_LOOKUPS, now, 1, false);
         if (lookup.outcome !== 'allowed')
-          throw errors.quotaLookupsLimited(QUOTA_LOOKUPS.perMinute, secondsUntil(lookup.minute.resetAt - now));
-        const subject = keySubject(key);
-        const [windows, inFlight, credits] = await Promise.all([
-          keyStanding(store, key, now),
-          store.inFlight(subject, now),
+          throw errors.quotaLookupsLimited(QUOTA_LOOKUPS[0]!.limit, secondsUntil(bindingWindow(lookup).resetAt - now));
+        const policy = keyPolicy(plans, key);
+        const [{ windows }, inFlight, credits] = await Promise.all([
+          keyStanding(store, key, policy.limits, now),
+          store.inFlight(keySubject(key), now),
           creditsOf(key, now),
         ]);
-        return {
-          minute: windows.minute,
-          day: windows.day,
-          concurrency: { limit: concurrencyLimit(key, concurrency) ?? null, inFlight },
-          credits,
-        };
+        return { windows, concurrency: { limit: policy.concurrency ?? null, inFlight }, credits };
       },
       inFlight: (key, now) => store.inFlight(keySubject(key), now),
 
@@ -148,5 +141,5 @@ export default fp<RateLimitOptions>(
       },
     } satisfies RateLimiter);
   },
-  { name: 'rate-limit', dependencies: ['database', 'metrics', 'credits'] },
+  { name: 'rate-limit', dependencies: ['database', 'metrics', 'credits', 'plans'] },
 );

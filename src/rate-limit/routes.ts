@@ -11,6 +11,8 @@ export interface RateLimitRoutesOptions {
 /** What a quota lookup spends of the key's windows: nothing (the pipeline only checks them, and a ban). */
 export const QUOTA_LOOKUP_COST = 0;
 
+const remainingOf = ({ limit, used }: { limit: number; used: number }) => Math.max(0, limit - used);
+
 /**
  * GitHub's GET /rate_limit: a caller learns its standing without spending any of it. The lookups
  * have a limit of their own (app.rateLimit.standing), so that polling it costs the service little.
@@ -22,7 +24,7 @@ const rateLimitRoutes: FastifyPluginAsyncTypebox<RateLimitRoutesOptions> = async
       schema: {
         operationId: 'getRateLimit',
         tags: ['rate limits'],
-        summary: "The key's rate limits and what is left of them; spends nothing of either window",
+        summary: "The key's rate limits and what is left of them; spends nothing of any window",
         description:
           'Counts towards no window, no ban and no concurrency limit, and spends no credits; limited to 60 calls a minute per key of its own (429 `rate_limited`). A banned key gets its 429 `api_key_banned` here too.',
         response: { 200: RateLimitStatus, 400: ErrorBody },
@@ -33,16 +35,23 @@ const rateLimitRoutes: FastifyPluginAsyncTypebox<RateLimitRoutesOptions> = async
       const key = request.apiKey!;
       const now = app.now();
       const standing = await app.rateLimit.standing(key, now);
-      const window = ({ limit, used, resetAt }: { limit: number; used: number; resetAt: number }) => ({
-        limit,
-        remaining: Math.max(0, limit - used),
-        used,
-        reset: Math.ceil(resetAt / 1000),
-      });
+      const named = (name: string) => {
+        const window = standing.windows.find((window) => window.name === name);
+        return (
+          window && { limit: window.limit, remaining: remainingOf(window), used: window.used, reset: Math.ceil(window.resetAt / 1000) }
+        );
+      };
       return {
         plan: key.plan,
-        minute: window(standing.minute),
-        day: window(standing.day),
+        windows: standing.windows.map((window) => ({
+          name: window.name,
+          limit: window.limit,
+          remaining: remainingOf(window),
+          windowSeconds: window.windowSeconds,
+          resetAt: new Date(window.resetAt).toISOString(),
+        })),
+        minute: named('minute'),
+        day: named('day'),
         concurrency: standing.concurrency,
         credits: standing.credits && {
           remaining: standing.credits.remaining,

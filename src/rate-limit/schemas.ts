@@ -8,15 +8,31 @@ const QuotaWindow = (window: string, size: string) =>
       used: Type.Integer({ description: 'Units spent in the window so far' }),
       reset: Type.Integer({ description: `Unix time (seconds) when the window resets (${size}), as X-RateLimit-Reset` }),
     },
-    { description: `The ${window} window` },
+    { description: `The window named ${window}, when the key has one (as in windows)` },
   );
+
+/** One of the key's windows, by name, as GET /v1/rate_limit lists them. */
+const NamedWindow = Type.Object({
+  name: Type.String({ description: 'The window’s name, as RateLimit-Policy names it' }),
+  limit: Type.Integer({ description: 'Units the key may spend in the window' }),
+  remaining: Type.Integer({ description: 'Units left in the window' }),
+  windowSeconds: Type.Integer({ description: 'The window’s length in seconds' }),
+  resetAt: Type.String({
+    format: 'date-time',
+    description: 'When the window resets (a sliding one without room: when it next has room for a request of cost 1)',
+  }),
+});
 
 /** GET /v1/rate_limit's answer: a key's standing, counting nothing of it. */
 export const RateLimitStatus = Type.Object(
   {
-    plan: Type.String({ description: "The key's plan: free, pro, business or enterprise" }),
-    minute: QuotaWindow('minute', 'on the minute, UTC'),
-    day: QuotaWindow('day', 'at 00:00 UTC'),
+    plan: Type.String({ description: "The key's plan (free, pro, business, enterprise, or one the operator made)" }),
+    windows: Type.Array(NamedWindow, {
+      description:
+        "Each of the key's windows (its own, else its plan's; of a customer's key the lesser of its and its customer's), shortest first",
+    }),
+    minute: Type.Optional(QuotaWindow('minute', 'on the minute, UTC')),
+    day: Type.Optional(QuotaWindow('day', 'at 00:00 UTC')),
     concurrency: Type.Object(
       {
         limit: Type.Union([Type.Integer(), Type.Null()], {

@@ -1,5 +1,5 @@
 import { Type } from '@sinclair/typebox';
-import { limitBelowCost, PLAN_LIMITS, PLANS } from '../api-keys/plans.js';
+import type { PlanPolicy } from '../plans/ports.js';
 import { invalidSetting, InvalidSettingError } from '../platform/config/errors.js';
 import type { SettingValues } from '../platform/config/parsers.js';
 
@@ -32,17 +32,17 @@ export const rateLimits = {
   }),
   RATE_LIMIT_SHADOW_PLANS: Type.String({
     default: '',
-    pattern: '^([a-z]+(,[a-z]+)*)?$',
+    pattern: '^([a-z][a-z0-9_-]*(,[a-z][a-z0-9_-]*)*)?$',
     examples: ['free,pro'],
     description:
-      "Plans in shadow mode: past its limits a key of these plans is served, with the headers of a refusal, counted in `rate_limit_shadow_refusals_total` and logged once a minute; never refused or banned. The admin API's `enforceLimits: false` does the same for one key.",
+      "Plans in shadow mode, whatever their rows say (a plan's `shadow` in the admin API is the place to set it now): past its limits a key of these plans is served, with the headers of a refusal, counted in `rate_limit_shadow_refusals_total` and logged once a minute; never refused or banned. The admin API's `enforceLimits: false` does the same for one key.",
   }),
   RATE_LIMIT_CONCURRENCY: Type.String({
-    default: 'free=5,pro=20,business=50,enterprise=100',
-    pattern: '^(off|[a-z]+=[0-9]+(,[a-z]+=[0-9]+)*)$',
+    default: '',
+    pattern: '^(off|([a-z][a-z0-9_-]*=[0-9]+(,[a-z][a-z0-9_-]*=[0-9]+)*)?)$',
     examples: ['free=2,pro=10', 'off'],
     description:
-      "Requests a key may have in flight at once, per plan, as `plan=requests` pairs (1 to 100000); a plan not named has no such limit, `off` none. The admin API's `concurrency` sets one key's own. Over it: 429 `concurrency_limited`, costing no quota.",
+      "Requests a key may have in flight at once, per plan, as `plan=requests` pairs (1 to 100000), deciding every plan's as it did before plans were rows (a plan not named has none; `off`: none has one), over the rows; unset (the default), the plans' rows decide (the seed's: free 5, pro 20, business 50, enterprise 100; a plan's `concurrency` in the admin API is the place to set it now). The admin API's `concurrency` sets one key's own. Over it: 429 `concurrency_limited`, costing no quota.",
   }),
 };
 
@@ -53,15 +53,18 @@ const MAX_CONCURRENCY = 100_000;
 
 /**
  * The RATE_LIMIT_* settings that name operations and plans, as values; the rate limiter checks the names
- * against its plans and operations (checkPlanSettings, checkCostsServed below).
+ * against its plans (src/plans/plugin.ts) and operations (checkCostsFitPlans, checkCostsServed below).
  */
 export function rateLimitSettings(settings: SettingValues<typeof rateLimits>) {
   const concurrency = settings.RATE_LIMIT_CONCURRENCY;
   return {
     rateLimitCosts: namedNumbers('RATE_LIMIT_COSTS', settings.RATE_LIMIT_COSTS, { max: MAX_OPERATION_COST, what: 'a cost' }),
     rateLimitShadowPlans: settings.RATE_LIMIT_SHADOW_PLANS.split(',').filter(Boolean),
+    // Unset: the plans' rows decide. Set, it decides every plan, as before plans were rows: off or unnamed, none.
     rateLimitConcurrency:
-      concurrency === 'off' ? {} : namedNumbers('RATE_LIMIT_CONCURRENCY', concurrency, { max: MAX_CONCURRENCY, what: 'a limit' }),
+      concurrency === ''
+        ? null
+        : namedNumbers('RATE_LIMIT_CONCURRENCY', concurrency === 'off' ? '' : concurrency, { max: MAX_CONCURRENCY, what: 'a limit' }),
   };
 }
 
@@ -78,33 +81,17 @@ function namedNumbers(setting: string, value: string, { max, what }: { max: numb
   return numbers;
 }
 
-/** The parsed RATE_LIMIT_* settings that name plans and operations (the limiter's options). */
-interface NamingSettings {
-  /** RATE_LIMIT_COSTS: units by operationId. */
-  costs: Record<string, number>;
-  /** RATE_LIMIT_SHADOW_PLANS. */
-  shadowPlans: string[];
-  /** RATE_LIMIT_CONCURRENCY: requests in flight by plan. */
-  concurrency: Record<string, number>;
-}
-
-/** At start: each plan named is one, and no operation costs more than a plan's limit (its keys could never call it). */
-export function checkPlanSettings(settings: NamingSettings): void {
-  for (const [setting, plans] of [
-    ['RATE_LIMIT_SHADOW_PLANS', settings.shadowPlans],
-    ['RATE_LIMIT_CONCURRENCY', Object.keys(settings.concurrency)],
-  ] as const) {
-    const unknown = plans.filter((plan) => !(PLANS as readonly string[]).includes(plan));
-    if (unknown.length > 0) throw new InvalidSettingError(setting, `no plan ${unknown.join(', ')}; the plans are ${PLANS.join(', ')}`);
-  }
-  for (const [plan, limits] of Object.entries(PLAN_LIMITS)) {
-    const below = limitBelowCost(limits, settings.costs);
-    if (below) {
-      const window = below.field === 'perMinute' ? 'minute' : 'day';
-      throw new InvalidSettingError(
-        'RATE_LIMIT_COSTS',
-        `${below.operation} costs ${below.cost}, more than the ${plan} plan's ${below.limit} a ${window}; its keys could never call it`,
-      );
+/** At start: no operation costs more than a window of a plan allows (its keys could never call it). */
+export function checkCostsFitPlans(plans: readonly PlanPolicy[], costs: Record<string, number>): void {
+  for (const { name, limits } of plans) {
+    for (const window of limits ?? []) {
+      const dearer = Object.entries(costs).find(([, cost]) => cost > window.limit);
+      if (dearer) {
+        throw new InvalidSettingError(
+          'RATE_LIMIT_COSTS',
+          `${dearer[0]} costs ${dearer[1]}, more than the ${name} plan's ${window.limit} a ${window.name}; its keys could never call it`,
+        );
+      }
     }
   }
 }

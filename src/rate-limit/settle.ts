@@ -1,5 +1,5 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import type { Limits } from '../api-keys/plans.js';
+import type { Limits } from '../plans/limits.js';
 import type { ApiKeyIdentity } from '../api-keys/identity.js';
 import type { Ledger } from '../credits/ports.js';
 import { decideSeeded, type CreditsSpending } from './credits.js';
@@ -82,7 +82,7 @@ export function createSettle(
     (request as Charged)[CHARGE] = SETTLED;
     if (charge.counted) {
       const { decision, cost } = charge;
-      setHeaders(reply, { ...decision, minute: uncounted(decision.minute, cost), day: uncounted(decision.day, cost) }, charge.now, cost);
+      setHeaders(reply, { ...decision, windows: decision.windows.map((window) => uncounted(window, cost)) }, charge.now, cost);
       // Its credits come back too, to each balance still in the version they were spent in.
       if (charge.credits && charge.decision.credits) credits.refunded(charge.credits, charge.decision.credits, charge.cost);
       if (charge.shared) return store.refundShared(charge.subject, charge.shared.subject, charge.decision, charge.cost, charge.credits);

@@ -1,4 +1,5 @@
-import { PLAN_LIMITS, type Limits } from '../api-keys/plans.js';
+import { minuteAndDay, type Limits } from '../plans/limits.js';
+import type { PlanBook } from '../plans/ports.js';
 import type { ApiKeyIdentity } from '../api-keys/identity.js';
 
 /** The subject a customer's limits count in, shared by all its keys. */
@@ -19,5 +20,30 @@ export const addressSubject = (client: string) => `ip:${client}`;
 /** The subject a key's quota lookups count as. */
 export const lookupSubject = (quotaId: number) => `lookups:${quotaId}`;
 
-/** Callers without a valid key are limited by address, as the Free plan, so keys cannot be guessed at speed. */
-export const ANONYMOUS: Limits = PLAN_LIMITS.free;
+/**
+ * Callers without a valid key are limited by address, as the seed's Free plan (fixed here, not
+ * its row: an operator's change of a plan moves no address's limits), so keys cannot be guessed at speed.
+ */
+export const ANONYMOUS: Limits = minuteAndDay(60, 1_000);
+
+/** What the limiter applies to a key: its windows, whether past them it is served (shadow mode), its limit of requests in flight. */
+export interface KeyPolicy {
+  limits: Limits;
+  shadow: boolean;
+  /** Undefined for none. */
+  concurrency: number | undefined;
+}
+
+/**
+ * A key's own windows, else its plan's; shadow mode when the key enforces none or its plan is in
+ * shadow; its own concurrency limit, else its plan's. A key whose plan is gone (deleted once no
+ * working key had it) or has no windows, and which has none of its own, counts as an address does.
+ */
+export function keyPolicy(plans: PlanBook, key: Pick<ApiKeyIdentity, 'plan' | 'limits' | 'enforceLimits' | 'concurrency'>): KeyPolicy {
+  const plan = plans.get(key.plan);
+  return {
+    limits: key.limits ?? plan?.limits ?? ANONYMOUS,
+    shadow: !key.enforceLimits || plan?.shadow === true,
+    concurrency: key.concurrency ?? plan?.concurrency ?? undefined,
+  };
+}

@@ -1,7 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { ApiKeyIdentity } from '../api-keys/identity.js';
 import type { CreditsExhaustedEvent } from '../rate-limit/credits.js';
-import { DAY_MS, MINUTE_MS } from '../platform/time.js';
 
 /** A usage event as its receiver gets it: the body of the POST, the same bytes on every attempt. */
 export interface UsageEvent {
@@ -18,8 +17,6 @@ export interface RecordedEvent {
   dedupeKey: string;
 }
 
-const WINDOW_MS = { minute: MINUTE_MS, day: DAY_MS } as const;
-
 const newEvent = (type: UsageEvent['type'], now: number, data: Record<string, unknown>): UsageEvent => ({
   id: randomUUID(),
   type,
@@ -32,14 +29,14 @@ export function usageThreshold(
   {
     key,
     window,
+    windowStart,
     limit,
     used,
     threshold,
     resetAt,
-  }: { key: ApiKeyIdentity; window: 'minute' | 'day'; limit: number; used: number; threshold: number; resetAt: number },
+  }: { key: ApiKeyIdentity; window: string; windowStart: number; limit: number; used: number; threshold: number; resetAt: number },
   now: number,
 ): RecordedEvent {
-  const windowStart = resetAt - WINDOW_MS[window];
   return {
     event: newEvent('usage.threshold', now, {
       keyId: key.id,

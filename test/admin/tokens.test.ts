@@ -23,6 +23,10 @@ const operations = (id: number) =>
     ['GET', '/admin/v1/address-bans', undefined, false],
     ['DELETE', '/admin/v1/address-bans/192.0.2.200', undefined, true],
     ['GET', '/admin/v1/audit', undefined, false],
+    ['POST', '/admin/v1/plans', { name: 'scoped', limits: null }, true],
+    ['GET', '/admin/v1/plans', undefined, false],
+    ['PATCH', '/admin/v1/plans/scoped', { shadow: true }, true],
+    ['DELETE', '/admin/v1/plans/scoped', undefined, true],
   ] as const;
 
 describe('admin tokens', () => {
@@ -67,7 +71,7 @@ describe('admin tokens', () => {
     const { id } = await createKey(admin);
     const statuses = [];
     for (const [method, path, json] of operations(id)) statuses.push((await admin.request(method, path, { json })).status);
-    expect(statuses).toEqual([201, 200, 200, 200, 201, 200, 200, 204, 200, 204, 200]);
+    expect(statuses).toEqual([201, 200, 200, 200, 201, 200, 200, 204, 200, 204, 200, 201, 200, 200, 204]);
   });
 
   test('a revoked token is refused at once', async ({ t, admin }) => {

@@ -2,6 +2,7 @@ import { describe, expect } from 'vitest';
 import { createAdminTokensRepository } from '../../src/admin/tokens-repository.js';
 import { adminTest, createKey, expectError, KEYS_COMMAND } from '../support/admin.js';
 import { bearer, KEY, waitForKeyOnApp } from '../support/keys.js';
+import { minuteAndDay } from '../../src/plans/limits.js';
 
 // A create costs 5 units: a key's own limits must hold that much.
 const test = adminTest({ env: { RATE_LIMIT_COSTS: 'createPet=5' } });
@@ -17,6 +18,8 @@ describe('create', () => {
       id: expect.any(Number),
       name: 'acme corp',
       plan: 'enterprise',
+      // The short form makes windows of its own, named minute and day.
+      limits: minuteAndDay(500, 50_000),
       perMinute: 500,
       perDay: 50_000,
       readOnly: false,
@@ -74,16 +77,16 @@ describe('create', () => {
     }
   });
 
-  test('400 for limits that do not go with the plan, unknown fields, a past expiry and bad values; nothing is created', async ({
+  test('400 for a plan without limits and none given, a plan not in the table, unknown fields, a past expiry and bad values; nothing is created', async ({
     t,
     admin,
   }) => {
     const before = (await t.app.apiKeysRepository.list()).length;
     for (const [json, field] of [
-      [{ plan: 'enterprise' }, 'enterprise'],
-      [{ plan: 'enterprise', perMinute: 5 }, 'enterprise'],
-      [{ plan: 'free', perMinute: 5 }, 'free'],
-      [{ plan: 'gold' }, 'body/plan'],
+      [{ plan: 'enterprise' }, 'body the enterprise plan has no limits of its own'],
+      [{ plan: 'enterprise', limits: null }, 'body the enterprise plan has no limits of its own'],
+      [{ plan: 'gold' }, 'body/plan is gold, which names no plan'],
+      [{ plan: 'Gold' }, 'body/plan must be a lower-case letter'],
       [{ plan: 'free', colour: 'red' }, 'body'],
       [{ plan: 'free', expiresAt: '2020-01-01T00:00:00Z' }, 'body/expiresAt'],
       [{ plan: 'free', expiresAt: 'tomorrow' }, 'body/expiresAt'],
@@ -211,7 +214,7 @@ describe('limits below an operation’s cost', () => {
       const refused = await admin.request('POST', '/admin/v1/keys', { json });
       expectError(refused, 400, 'bad_request');
       expect(refused.body.message).toBe(
-        `body/${field} is ${limit}, less than the 5 units createPet costs (RATE_LIMIT_COSTS): the key could never call it`,
+        `body/${field} is ${limit}, less than the 5 units createPet costs (RATE_LIMIT_COSTS): a key with it could never call it`,
       );
     }
     expect((await t.app.apiKeysRepository.list()).length).toBe(before);
@@ -313,7 +316,7 @@ describe('list and get', () => {
   });
 
   test('400 for a bad filter, limit or cursor, and for a cursor made for other filters', async ({ admin }) => {
-    for (const query of ['state=lost', 'plan=gold', 'limit=0', 'limit=101', 'cursor=garbage!']) {
+    for (const query of ['state=lost', 'plan=Gold', 'limit=0', 'limit=101', 'cursor=garbage!']) {
       expectError(await admin.request('GET', `/admin/v1/keys?${query}`), 400, 'bad_request');
     }
     await createKey(admin, { plan: 'free', name: 'cursor a' });

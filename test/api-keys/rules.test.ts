@@ -1,11 +1,13 @@
 import { expect } from 'vitest';
 import { createAdminAuditRepository, type Actor } from '../../src/audit/repository.js';
 import { API_KEY_CODES } from '../../src/api-keys/errors.js';
+import { PLAN_CODES } from '../../src/plans/errors.js';
 import { DEFAULT_OVERLAP_SECONDS } from '../../src/api-keys/lifecycle.js';
 import { createApiKeysRepository } from '../../src/api-keys/repository.js';
 import { createKeyRules, newKey } from '../../src/api-keys/rules.js';
 import type { Database } from '../../src/platform/db/database.js';
 import { databaseTest } from '../support/fixtures.js';
+import { minuteAndDay } from '../../src/plans/limits.js';
 
 const test = databaseTest();
 
@@ -20,23 +22,48 @@ function rulesOn(db: Database) {
   return { keys, rules: createKeyRules(db, keys, {}), trailOf };
 }
 
-test('newKey checks the limits against the plan, then the expiry, and touches no database', () => {
+test('newKey checks the expiry and touches no database: the plan and limits are checked by the create, with the plans table', () => {
   expect(newKey({ plan: 'enterprise', perMinute: 5, perDay: 50, expiresAt: '2031-01-01T00:00:00Z', name: 'big' }, NOW)).toEqual({
     plan: 'enterprise',
     name: 'big',
-    limits: { perMinute: 5, perDay: 50 },
+    perMinute: 5,
+    perDay: 50,
     expiresAt: new Date('2031-01-01T00:00:00Z'),
-    readOnly: undefined,
   });
-  expect(newKey({ plan: 'pro' }, NOW)).toMatchObject({ plan: 'pro', limits: undefined, expiresAt: undefined });
-  // Both wrong: the limits are refused first, as the admin API and the keys command have always said.
-  expect(() => newKey({ plan: 'free', perMinute: 5, expiresAt: '2000-01-01T00:00:00Z' }, NOW)).toThrow(
-    expect.objectContaining({ code: API_KEY_CODES.limits }),
-  );
-  expect(() => newKey({ plan: 'enterprise', perMinute: 5 }, NOW)).toThrow('enterprise keys need per-minute and per-day limits');
+  expect(newKey({ plan: 'gold', perMinute: 5 }, NOW)).toMatchObject({ plan: 'gold', perMinute: 5, expiresAt: undefined });
   expect(() => newKey({ plan: 'pro', expiresAt: '2029-12-31T23:59:59Z' }, NOW)).toThrow(
     expect.objectContaining({ code: API_KEY_CODES.expiry, message: 'must be in the future' }),
   );
+});
+
+test('create checks the plan (in the table) and the limits (a plan without limits needs some), writing nothing when refused', async ({
+  database,
+}) => {
+  const { keys, rules } = rulesOn(database.db);
+  const before = (await keys.list()).length;
+  await expect(rules.create({ plan: 'gold' })).rejects.toMatchObject({
+    code: API_KEY_CODES.unknownPlan,
+    message: 'is gold, which names no plan',
+  });
+  await expect(rules.create({ plan: 'enterprise' })).rejects.toMatchObject({
+    code: PLAN_CODES.limits,
+    message: 'the enterprise plan has no limits of its own: a key of it needs limits (or perMinute and perDay)',
+  });
+  const windows = [
+    { name: 'day', limit: 50, windowSeconds: 86_400 },
+    { name: 'day', limit: 5, windowSeconds: 60 },
+  ];
+  await expect(rules.create({ plan: 'pro', limits: windows })).rejects.toMatchObject({
+    code: PLAN_CODES.limits,
+    field: 'limits/1/name',
+  });
+  expect((await keys.list()).length).toBe(before);
+  // The short form alone is limits enough, a minute of its own.
+  expect((await rules.create({ plan: 'enterprise', perMinute: 5 })).record).toMatchObject({
+    limits: [{ name: 'minute', limit: 5, windowSeconds: 60, algorithm: 'fixed' }],
+    perMinute: 5,
+    perDay: null,
+  });
 });
 
 test('create stores the key and its audit entry in the caller transaction: rolled back, neither is left', async ({ database }) => {
@@ -57,16 +84,29 @@ test('create stores the key and its audit entry in the caller transaction: rolle
     {
       action: 'key.create',
       actor: 'test:rules',
-      details: { plan: 'free', name: 'kept', perMinute: 60, perDay: 1_000, expiresAt: null, readOnly: false },
+      details: { plan: 'free', name: 'kept', limits: null, perMinute: 60, perDay: 1_000, expiresAt: null, readOnly: false },
     },
   ]);
 });
 
 test('rotate keeps the old key a day by default, in the same quota, and refuses a rotated or revoked key', async ({ database }) => {
   const { keys, rules, trailOf } = rulesOn(database.db);
-  const { id } = await rules.create({ plan: 'enterprise', limits: { perMinute: 7, perDay: 70 }, name: 'chain' });
+  const limits = [
+    { name: 'second', limit: 2, windowSeconds: 1, algorithm: 'sliding' as const },
+    { name: 'minute', limit: 7, windowSeconds: 60, algorithm: 'fixed' as const },
+    { name: 'day', limit: 70, windowSeconds: 86_400, algorithm: 'fixed' as const },
+  ];
+  const { id } = await rules.create({ plan: 'enterprise', limits, name: 'chain' });
   const successor = (await rules.rotate(id, {}, { actor: OPERATOR }))!;
-  expect(successor.record).toMatchObject({ plan: 'enterprise', perMinute: 7, perDay: 70, name: 'chain', quotaId: id, state: 'active' });
+  expect(successor.record).toMatchObject({
+    plan: 'enterprise',
+    limits,
+    perMinute: 7,
+    perDay: 70,
+    name: 'chain',
+    quotaId: id,
+    state: 'active',
+  });
   const old = (await keys.get(id))!;
   expect(old).toMatchObject({ state: 'rotated', replacedBy: successor.id, revokedAt: null });
   const overlap = Date.parse(old.expiresAt!) - Date.now();
@@ -99,8 +139,14 @@ test('update changes the quota of every key still in its overlap, records before
     {
       action: 'key.update',
       details: {
-        before: { plan: 'pro', perMinute: 300, perDay: 10_000, name: 'quota' },
-        after: { plan: 'enterprise', perMinute: 9, perDay: 90, name: 'quota' },
+        before: { plan: 'pro', limits: null, perMinute: 300, perDay: 10_000, name: 'quota' },
+        after: {
+          plan: 'enterprise',
+          limits: minuteAndDay(9, 90),
+          perMinute: 9,
+          perDay: 90,
+          name: 'quota',
+        },
         sameQuota: [first],
       },
     },
@@ -108,7 +154,15 @@ test('update changes the quota of every key still in its overlap, records before
 
   expect(await rules.update(second, { perMinute: 9 }, { actor: OPERATOR })).toEqual(updated);
   expect(await trailOf(second)).toHaveLength(1);
-  await expect(rules.update(second, { plan: 'free', perDay: 5 })).rejects.toMatchObject({ code: API_KEY_CODES.limits });
+  await expect(rules.update(second, { limits: null })).rejects.toMatchObject({ code: PLAN_CODES.limits });
+  await expect(rules.update(second, { plan: 'gold' })).rejects.toMatchObject({ code: API_KEY_CODES.unknownPlan });
+  // A move to a plan with limits takes its windows; the short form then changes them for the key alone.
+  expect(await rules.update(second, { plan: 'free', perDay: 5 })).toMatchObject({
+    plan: 'free',
+    limits: minuteAndDay(60, 5),
+    perMinute: 60,
+    perDay: 5,
+  });
   expect(await rules.update(999_999, { name: 'nobody' })).toBeUndefined();
 });
 

@@ -53,8 +53,8 @@ describe('the audit trail', () => {
         action: 'key.update',
         keyId: id,
         details: {
-          before: { plan: 'free', perMinute: 60, perDay: 1_000, name: 'audited', enforceLimits: true, concurrency: null },
-          after: { plan: 'pro', perMinute: 300, perDay: 10_000, name: 'audited', enforceLimits: true, concurrency: null },
+          before: { plan: 'free', perMinute: 60, perDay: 1_000, name: 'audited', enforceLimits: true, concurrency: null, limits: null },
+          after: { plan: 'pro', perMinute: 300, perDay: 10_000, name: 'audited', enforceLimits: true, concurrency: null, limits: null },
         },
       },
       {
@@ -74,6 +74,7 @@ describe('the audit trail', () => {
           readOnly: false,
           enforceLimits: true,
           concurrency: null,
+          limits: null,
         },
       },
     ]);

@@ -8,6 +8,7 @@ import { freePort } from '../../harness/free-port.js';
 import { parseCommandLine } from '../../src/cli/keys/commands.js';
 import { run, runCommand, startServer, type ServerProcess } from '../../harness/processes.js';
 import { bearer, KEY } from '../support/keys.js';
+import { minuteAndDay } from '../../src/plans/limits.js';
 
 /** The command as the npm script runs it once dist/ is current (the suite's global setup builds it), and as docs/api-keys.md shows it called in an image. */
 const keys = (args: string[], env: Record<string, string>) => run(['dist/cli/keys.js', ...args], env);
@@ -128,6 +129,7 @@ describe('npm run --silent keys', () => {
       id: expect.any(Number),
       name: '',
       plan: 'enterprise',
+      limits: minuteAndDay(5, 50),
       perMinute: 5,
       perDay: 50,
       readOnly: false,
@@ -221,15 +223,11 @@ describe('npm run --silent keys', () => {
         [],
         ['rotate'],
         ['create'],
-        ['create', '--plan', 'gold'],
+        ['create', '--plan', 'Gold'],
         ['create', '--plan'],
-        ['create', '--plan', 'enterprise'],
-        ['create', '--plan', 'enterprise', '--per-minute', '10'],
         ['create', '--plan', 'enterprise', '--per-minute', '0', '--per-day', '10'],
         ['create', '--plan', 'enterprise', '--per-minute', 'ten', '--per-day', '10'],
         ['create', '--plan', 'enterprise', '--per-minute', '1.5', '--per-day', '10'],
-        ['create', '--plan', 'free', '--per-minute', '10'],
-        ['create', '--plan', 'pro', '--per-day', '10'],
         ['create', '--plan', 'free', '--colour', 'red'],
         ['create', '--plan', 'free', 'extra'],
         ['create', '--plan', 'free', '--name', 'tab\there'],
@@ -284,8 +282,8 @@ describe('npm run --silent keys', () => {
 
   test('bad arguments are refused in the words of the admin API, whose schemas check them', () => {
     const refusals: Array<[string[], string]> = [
-      [['create', '--plan', 'gold'], '--plan must be one of free, pro, business, enterprise'],
-      [['create'], '--plan is required and must be one of free, pro, business, enterprise'],
+      [['create', '--plan', 'Gold'], '--plan must be a lower-case letter then up to 31 lower-case letters, digits, _ or -'],
+      [['create'], '--plan is required and must be a lower-case letter then up to 31 lower-case letters, digits, _ or -'],
       [
         ['create', '--plan', 'enterprise', '--per-minute', '007', '--per-day', '10'],
         '--per-minute must be an integer from 1 to 2147483647',
@@ -315,15 +313,41 @@ describe('npm run --silent keys', () => {
       expect(result.stderr.split('. usage: ')[0], message).toBe(`keys: ${message}`);
     }
   });
-  test('limits below what an operation costs: one line naming the option, exit 2, nothing written', MANY_RUNS, async ({ env }) => {
-    const before = await listJson(env);
-    const result = await keys(['create', '--plan', 'enterprise', '--per-minute', '4', '--per-day', '100'], env);
-    expect(result).toMatchObject({ code: 2, stdout: '' });
-    expect(result.stderr.trimEnd().split('\n')).toHaveLength(1);
-    expect(result.stderr.split('. usage: ')[0]).toBe(
-      'keys: --per-minute is 4, less than the 5 units createPet costs (RATE_LIMIT_COSTS): the key could never call it',
-    );
-    expect(await listJson(env)).toEqual(before);
+  test(
+    'limits below what an operation costs, a plan not in the table, a plan without limits and none given: one line naming the option, exit 2, nothing written',
+    MANY_RUNS,
+    async ({ env }) => {
+      const before = await listJson(env);
+      for (const [args, message] of [
+        [
+          ['create', '--plan', 'enterprise', '--per-minute', '4', '--per-day', '100'],
+          '--per-minute is 4, less than the 5 units createPet costs (RATE_LIMIT_COSTS): a key with it could never call it',
+        ],
+        // The admin API's words: body/plan there, --plan here.
+        [['create', '--plan', 'gold'], '--plan is gold, which names no plan'],
+        [
+          ['create', '--plan', 'enterprise'],
+          'the enterprise plan has no limits of its own: a key of it needs limits (or perMinute and perDay)',
+        ],
+      ] as const) {
+        const result = await keys([...args], env);
+        expect(result, message).toMatchObject({ code: 2, stdout: '' });
+        expect(result.stderr.trimEnd().split('\n')).toHaveLength(1);
+        expect(result.stderr.split('. usage: ')[0]).toBe(`keys: ${message}`);
+      }
+      expect(await listJson(env)).toEqual(before);
+    },
+  );
+
+  test('--per-minute on a key of any plan replaces its plan’s minute with a window of its own', async ({ env }) => {
+    const created = await keys(['create', '--plan', 'free', '--per-minute', '10', '--name', 'own minute'], env);
+    expect(created.code).toBe(0);
+    expect((await listJson(env)).find((record) => record.name === 'own minute')).toMatchObject({
+      plan: 'free',
+      limits: minuteAndDay(10, 1_000),
+      perMinute: 10,
+      perDay: 1_000,
+    });
   });
 
   test('a command, option or argument it does not know is repeated quoted, with its ESC sequences and newlines escaped', async ({

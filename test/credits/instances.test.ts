@@ -1,16 +1,16 @@
-import { describe, expect, it, onTestFinished } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
 import { startServer, type ServerProcess } from '../../harness/processes.js';
 import { createApiKeysRepository } from '../../src/api-keys/repository.js';
 import { createCustomerRules } from '../../src/customers/rules.js';
-import { migrate } from '../../src/platform/db/migrate.js';
 import { KEYS_COMMAND } from '../support/admin.js';
 import { balanceRecord, insertBalance } from '../support/credit-balances.js';
-import { createTestDatabase, POSTGRES_URL } from '../support/databases.js';
+import { POSTGRES_URL } from '../support/databases.js';
 import { eventually } from '../support/eventually.js';
-import { cleanupStack } from '../support/fixtures.js';
+import { withDatabaseAndRedis } from '../support/fixtures.js';
 import { bearer, waitForKeyAt } from '../support/keys.js';
-import { REDIS_URL, startRedis } from '../support/redis.js';
+import { REDIS_URL } from '../support/redis.js';
+import { minuteAndDay } from '../../src/plans/limits.js';
 
 // Issue 48: credits are money. Two server processes on one PostgreSQL and one Redis (a private
 // server, flushed and left behind by these tests) spend one customer's 1,000 units: exactly 1,000
@@ -48,38 +48,27 @@ class Spender {
 
 /** Two servers on a fresh database and a private Redis (one key prefix), a customer with a balance of 1,000 and a key each. */
 async function twoServersSpending() {
-  return cleanupStack(
-    (undo) => onTestFinished(undo),
-    async (defer) => {
-      const database = await createTestDatabase();
-      defer(() => database.drop());
-      await migrate(database.db);
-      const redis = await startRedis();
-      defer(() => redis.stop());
-      const customer = await createCustomerRules(database.db).create(
-        { externalId: 'cus_instances', limits: null },
-        { actor: KEYS_COMMAND },
-      );
-      const keys = createApiKeysRepository(database.db);
-      // Limits far above the balance: only the credits refuse.
-      const settings = { plan: 'enterprise', limits: { perMinute: 100_000, perDay: 1_000_000 }, customerId: customer.id } as const;
-      const issued = [await keys.create(settings), await keys.create(settings)];
-      const balanceId = await insertBalance(database.db, { customerId: customer.id }, BALANCE);
-      const env = { DATABASE_URL: database.url!, REDIS_URL: redis.url, REDIS_KEY_PREFIX: 'credits:' };
-      const servers: ServerProcess[] = [];
-      for (const name of ['a', 'b']) {
-        const server = await startServer({ name: `credits-${name}`, env });
-        defer(() => server.stop('SIGKILL'));
-        servers.push(server);
-      }
-      const [a, b] = servers.map((server, i) => new Spender(server, bearer(issued[i]!.key))) as [Spender, Spender];
-      for (const { server, headers } of [a, b]) await waitForKeyAt(server.origin, headers);
-      const total = () => a.served + b.served;
-      // waitForKeyAt's own reads spent some: what the record says once they are written.
-      const spent = () => balanceRecord(database.db, balanceId).then((record) => record.spent);
-      return { redis: redis.url, a, b, total, spent };
-    },
-  );
+  return withDatabaseAndRedis(async ({ database, redis }, defer) => {
+    const customer = await createCustomerRules(database.db).create({ externalId: 'cus_instances', limits: null }, { actor: KEYS_COMMAND });
+    const keys = createApiKeysRepository(database.db);
+    // Limits far above the balance: only the credits refuse.
+    const settings = { plan: 'enterprise', limits: minuteAndDay(100_000, 1_000_000), customerId: customer.id } as const;
+    const issued = [await keys.create(settings), await keys.create(settings)];
+    const balanceId = await insertBalance(database.db, { customerId: customer.id }, BALANCE);
+    const env = { DATABASE_URL: database.url!, REDIS_URL: redis.url, REDIS_KEY_PREFIX: 'credits:' };
+    const servers: ServerProcess[] = [];
+    for (const name of ['a', 'b']) {
+      const server = await startServer({ name: `credits-${name}`, env });
+      defer(() => server.stop('SIGKILL'));
+      servers.push(server);
+    }
+    const [a, b] = servers.map((server, i) => new Spender(server, bearer(issued[i]!.key))) as [Spender, Spender];
+    for (const { server, headers } of [a, b]) await waitForKeyAt(server.origin, headers);
+    const total = () => a.served + b.served;
+    // waitForKeyAt's own reads spent some: what the record says once they are written.
+    const spent = () => balanceRecord(database.db, balanceId).then((record) => record.spent);
+    return { redis: redis.url, a, b, total, spent };
+  });
 }
 
 /** What the probes of waitForKeyAt spent before the spenders started: the record once both servers wrote it (no sleep: polled). */

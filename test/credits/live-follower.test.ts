@@ -4,6 +4,7 @@ import { freePort } from '../../harness/free-port.js';
 import { createLedgerRepository } from '../../src/credits/ledger-repository.js';
 import { LiveFollower } from '../../src/credits/live-follower.js';
 import type { Database } from '../../src/platform/db/database.js';
+import { minuteAndDay } from '../../src/plans/limits.js';
 import type { RedisStore } from '../../src/rate-limit/stores/redis-store.js';
 import type { CreditClaim } from '../../src/rate-limit/stores/store.js';
 import { balanceRecord, insertCustomerBalance } from '../support/credit-balances.js';
@@ -15,7 +16,7 @@ import { REDIS_URL, redisStoreAt, redisStoreEnv } from '../support/redis.js';
 // Issue 55, item 5: the record of credits on Redis (shared by every instance) follows the live
 // balance, LiveFollower directly, on a real RedisStore (a prefix of the test's own) and a real database.
 
-const LIMITS = { perMinute: 100_000, perDay: 1_000_000 };
+const LIMITS = minuteAndDay(100_000, 1_000_000);
 const BASE = 100;
 
 type OnFinished = (cleanup: () => Promise<void>) => void;

@@ -3,13 +3,14 @@ import { openModelService, type ModelService } from '../support/credits-model.js
 import { eventually } from '../support/eventually.js';
 import { bearer, waitForKeyOnApp } from '../support/keys.js';
 import { REDIS_URL } from '../support/redis.js';
+import { minuteAndDay } from '../../src/plans/limits.js';
 
 // The failures the model-based test of credits (model.test.ts) found and shrank, each a plain test
 // (issue 54, the finding named), failing on the code before its fix.
 
 /** A key known to the instance, then given a balance of its own of `remaining` (so that waiting for the key spent none of it). */
 async function keyWithBalance(service: ModelService, remaining: number) {
-  const { key, record } = await service.t.app.apiKeysRepository.create({ plan: 'enterprise', limits: { perMinute: 1e9, perDay: 2e9 } });
+  const { key, record } = await service.t.app.apiKeysRepository.create({ plan: 'enterprise', limits: minuteAndDay(1e9, 2e9) });
   const headers = bearer(key);
   await waitForKeyOnApp(service.t.app, headers);
   await change(service, 'PATCH', `/admin/v1/keys/${record.id}`, { credits: { remaining } });

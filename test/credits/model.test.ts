@@ -5,6 +5,7 @@ import { openModelService, type ModelService } from '../support/credits-model.js
 import { bearer, waitForKeyOnApp } from '../support/keys.js';
 import { REDIS_URL } from '../support/redis.js';
 import { DAY, MINUTE } from '../support/time.js';
+import { minuteAndDay } from '../../src/plans/limits.js';
 
 // Issue 54, "A net for the money code": random sequences of spending, admin operations, refills,
 // removals, failed writes, restarts (and on Redis flushes and kills) against a plain model of the
@@ -359,7 +360,7 @@ async function freshRun(service: ModelService, balances: Record<Owner, Credits |
   for (let i = 0; i < 2; i++) {
     const { key, record } = await t.app.apiKeysRepository.create({
       plan: 'enterprise',
-      limits: { perMinute: 1e9, perDay: 2e9 },
+      limits: minuteAndDay(1e9, 2e9),
       concurrency: 100_000,
       customerId: customer.body.id,
     });

@@ -1,17 +1,17 @@
 import { loadavg } from 'node:os';
-import { describe, expect, it, onTestFinished } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
 import { startServer } from '../../harness/processes.js';
 import { createApiKeysRepository } from '../../src/api-keys/repository.js';
 import { createCustomerRules } from '../../src/customers/rules.js';
-import { migrate } from '../../src/platform/db/migrate.js';
 import { KEYS_COMMAND } from '../support/admin.js';
 import { balanceRecord, insertBalance } from '../support/credit-balances.js';
-import { createTestDatabase, POSTGRES_URL } from '../support/databases.js';
+import { POSTGRES_URL } from '../support/databases.js';
 import { eventually } from '../support/eventually.js';
-import { cleanupStack } from '../support/fixtures.js';
+import { withDatabaseAndRedis } from '../support/fixtures.js';
 import { bearer, waitForKeyAt } from '../support/keys.js';
-import { REDIS_URL, startRedis } from '../support/redis.js';
+import { REDIS_URL } from '../support/redis.js';
+import { minuteAndDay } from '../../src/plans/limits.js';
 
 // Issue 54, finding 3: while Redis is unreachable, credits are decided in their record in
 // PostgreSQL. One customer's load must not take the instance down (shed by the pool's waiting
@@ -48,45 +48,37 @@ async function timed(url: string, headers?: Headers): Promise<Timed> {
 
 /** A server on a fresh database and a private Redis it can be cut off from; a hot customer, another, and a key without credits. */
 async function serverOfThreeCustomers() {
-  return cleanupStack(
-    (undo) => onTestFinished(undo),
-    async (defer) => {
-      const database = await createTestDatabase();
-      defer(() => database.drop());
-      await migrate(database.db);
-      const redis = await startRedis();
-      defer(() => redis.stop());
-      const admin = new Redis(redis.url);
-      defer(() => admin.disconnect());
-      const customers = createCustomerRules(database.db);
-      const keys = createApiKeysRepository(database.db);
-      // Limits and slots far above the load: only the credits, or shedding, could refuse.
-      const settings = { plan: 'enterprise', limits: { perMinute: 1e9, perDay: 2e9 }, concurrency: 100_000 } as const;
-      const hot = await customers.create({ externalId: 'cus_hot', limits: null }, { actor: KEYS_COMMAND });
-      const other = await customers.create({ externalId: 'cus_other', limits: null }, { actor: KEYS_COMMAND });
-      const hotKey = await keys.create({ ...settings, customerId: hot.id });
-      const otherKey = await keys.create({ ...settings, customerId: other.id });
-      const plainKey = await keys.create(settings);
-      const hotBalance = await insertBalance(database.db, { customerId: hot.id }, HOT_BALANCE);
-      const otherBalance = await insertBalance(database.db, { customerId: other.id }, 1_000_000);
-      const server = await startServer({
-        name: 'credits-outage-load',
-        env: { DATABASE_URL: database.url!, REDIS_URL: redis.url, REDIS_KEY_PREFIX: 'credits-outage-load:' },
-      });
-      defer(() => server.stop('SIGKILL'));
-      const headers = { hot: bearer(hotKey.key), other: bearer(otherKey.key), plain: bearer(plainKey.key) };
-      for (const each of Object.values(headers)) await waitForKeyAt(server.origin, each);
-      const spent = (id: number) => balanceRecord(database.db, id).then(({ spent }) => spent);
-      const cut = async () => {
-        // Connections killed and a password the server does not know: it cannot come back.
-        await admin.config('SET', 'requirepass', 'outage');
-        await admin.client('KILL', 'TYPE', 'normal', 'SKIPME', 'yes');
-        await fetch(`${server.origin}/v1/pets?limit=1`, { headers: headers.plain });
-        await eventually(async () => server.output().includes('Redis unreachable; limiting per instance from memory'));
-      };
-      return { server, headers, cut, spent: { hot: () => spent(hotBalance), other: () => spent(otherBalance) } };
-    },
-  );
+  return withDatabaseAndRedis(async ({ database, redis }, defer) => {
+    const admin = new Redis(redis.url);
+    defer(() => admin.disconnect());
+    const customers = createCustomerRules(database.db);
+    const keys = createApiKeysRepository(database.db);
+    // Limits and slots far above the load: only the credits, or shedding, could refuse.
+    const settings = { plan: 'enterprise', limits: minuteAndDay(1e9, 2e9), concurrency: 100_000 } as const;
+    const hot = await customers.create({ externalId: 'cus_hot', limits: null }, { actor: KEYS_COMMAND });
+    const other = await customers.create({ externalId: 'cus_other', limits: null }, { actor: KEYS_COMMAND });
+    const hotKey = await keys.create({ ...settings, customerId: hot.id });
+    const otherKey = await keys.create({ ...settings, customerId: other.id });
+    const plainKey = await keys.create(settings);
+    const hotBalance = await insertBalance(database.db, { customerId: hot.id }, HOT_BALANCE);
+    const otherBalance = await insertBalance(database.db, { customerId: other.id }, 1_000_000);
+    const server = await startServer({
+      name: 'credits-outage-load',
+      env: { DATABASE_URL: database.url!, REDIS_URL: redis.url, REDIS_KEY_PREFIX: 'credits-outage-load:' },
+    });
+    defer(() => server.stop('SIGKILL'));
+    const headers = { hot: bearer(hotKey.key), other: bearer(otherKey.key), plain: bearer(plainKey.key) };
+    for (const each of Object.values(headers)) await waitForKeyAt(server.origin, each);
+    const spent = (id: number) => balanceRecord(database.db, id).then(({ spent }) => spent);
+    const cut = async () => {
+      // Connections killed and a password the server does not know: it cannot come back.
+      await admin.config('SET', 'requirepass', 'outage');
+      await admin.client('KILL', 'TYPE', 'normal', 'SKIPME', 'yes');
+      await fetch(`${server.origin}/v1/pets?limit=1`, { headers: headers.plain });
+      await eventually(async () => server.output().includes('Redis unreachable; limiting per instance from memory'));
+    };
+    return { server, headers, cut, spent: { hot: () => spent(hotBalance), other: () => spent(otherBalance) } };
+  });
 }
 
 describe.skipIf(!POSTGRES_URL || !REDIS_URL)("credits while Redis is unreachable, under one customer's load (a server process)", () => {

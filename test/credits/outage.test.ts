@@ -1,3 +1,4 @@
+import { minuteAndDay } from '../../src/plans/limits.js';
 import { describe, expect, it } from 'vitest';
 import type { FastifyInstance } from 'fastify';
 import { Redis } from 'ioredis';
@@ -114,7 +115,7 @@ describe.skipIf(!POSTGRES_URL || !REDIS_URL)('credits while Redis is unreachable
     const instances = [a, b] as const;
     try {
       // With limits of its own, its keys' requests are decided with the customer's windows and slots (decideShared).
-      const limits = { perMinute: 1_000, perDay: 10_000, concurrency: 1_000 };
+      const limits = { limits: minuteAndDay(1_000, 10_000), concurrency: 1_000 };
       const customer = await createCustomerRules(a.db).create({ externalId: 'cus_outage', limits }, { actor: KEYS_COMMAND });
       const [one, two, alone] = await Promise.all(
         [customer.id, customer.id, undefined].map((customerId) => a.app.apiKeysRepository.create({ plan: 'pro', customerId })),

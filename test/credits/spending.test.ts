@@ -14,6 +14,7 @@ import { POSTGRES_URL } from '../support/databases.js';
 import { RATE_LIMIT_STORES, REDIS_URL, redisStoreEnv, startRedis } from '../support/redis.js';
 import { twoInstancesOn } from '../support/scale.js';
 import { DAY, MINUTE, T0, type TestClock } from '../support/time.js';
+import { minuteAndDay } from '../../src/plans/limits.js';
 
 // Issue 48, item 2: a request spends its cost from its key's and its customer's prepaid credits,
 // decided with the windows in the same store call; a spent balance answers 429 credits_exhausted.
@@ -210,7 +211,7 @@ describe.each(RATE_LIMIT_STORES)('prepaid credits with the $name store', (store)
       expect(refused.statusCode).toBe(429);
       expect(refused.json().code).toBe('credits_exhausted');
       // A key not enforcing its minute of 2: the 3rd and 4th requests are past it, served, and spend a unit each.
-      const off = await knownKey(t.app, clock, { plan: 'enterprise', limits: { perMinute: 2, perDay: 100 }, enforceLimits: false });
+      const off = await knownKey(t.app, clock, { plan: 'enterprise', limits: minuteAndDay(2, 100), enforceLimits: false });
       const id = await withBalance(t.app, { quotaId: off.record.quotaId }, 4);
       const answers = [];
       for (let i = 0; i < 5; i++) answers.push(await get(t.app, off.headers));
@@ -294,7 +295,7 @@ describe.skipIf(!REDIS_URL)('the Redis commands of requests spending credits (a 
     const redis = await startRedis();
     const t = await buildTestApp({ REDIS_URL: redis.url, REDIS_KEY_PREFIX: 'credit-calls:', RATE_LIMIT_CONCURRENCY: 'pro=100' });
     try {
-      const limits = { perMinute: 1_000, perDay: 10_000, concurrency: 100 };
+      const limits = { limits: minuteAndDay(1_000, 10_000), concurrency: 100 };
       const customer = await createCustomerRules(t.app.db).create({ externalId: 'cus_credit_calls', limits }, { actor: KEYS_COMMAND });
       const { key, record } = await t.app.apiKeysRepository.create({ plan: 'pro', customerId: customer.id });
       await waitForKeyOnApp(t.app, bearer(key));

@@ -3,6 +3,7 @@ import type { FastifyInstance } from 'fastify';
 import { Redis } from 'ioredis';
 import { deleteKeys } from '../../harness/redis.js';
 import { createCustomerRules } from '../../src/customers/rules.js';
+import { minuteAndDay } from '../../src/plans/limits.js';
 import { MemoryStore } from '../../src/rate-limit/stores/memory-store.js';
 import { RedisStore } from '../../src/rate-limit/stores/redis-store.js';
 import { MINUTE_MS } from '../../src/platform/time.js';
@@ -20,7 +21,7 @@ import { testClock, T0 } from '../support/time.js';
 // CREDITS script moving the balance back); a balance gone leaves nothing behind, and one unused
 // expires (finding 6).
 
-const LIMITS = { perMinute: 100_000, perDay: 1_000_000 };
+const LIMITS = minuteAndDay(100_000, 1_000_000);
 const BAN = { threshold: 30, durationMs: 60_000 };
 
 /** A claim of balance 1 of `key:1`, in the version and with the base an instance's identity holds, seeded from an empty record. */

@@ -1,14 +1,23 @@
 import { expect } from 'vitest';
 import { createAdminAuditRepository, type Actor } from '../../src/audit/repository.js';
 import { createCustomersRepository } from '../../src/customers/repository.js';
-import { createCustomerRules } from '../../src/customers/rules.js';
+import { createCustomerRules, customerLimitsOf, type LimitsInput } from '../../src/customers/rules.js';
 import type { Database } from '../../src/platform/db/database.js';
 import { databaseTest } from '../support/fixtures.js';
+import { minuteAndDay } from '../../src/plans/limits.js';
 
 const test = databaseTest();
 
 const OPERATOR: Actor = { name: 'test:customer-rules', adminTokenId: null };
 const CREDITS = { remaining: 500, refill: null, nextRefillAt: null };
+/** Limits as a body gives them, checked as the admin API checks them. */
+const limitsOf = (input: LimitsInput) => customerLimitsOf(input, {})!;
+const MINUTE_AND_DAY = {
+  perMinute: 10,
+  perDay: 100,
+  windows: minuteAndDay(10, 100),
+  concurrency: null,
+};
 
 function rulesOn(db: Database) {
   const audit = createAdminAuditRepository(db);
@@ -47,11 +56,14 @@ test('create stores the customer, its credits and its audit entry in the caller 
 
 test('update records the values before and after with the change; a change to what it is records nothing', async ({ database }) => {
   const { rules, trailOf } = rulesOn(database.db);
-  const { id } = await rules.create({ externalId: 'cus_changed', limits: { perMinute: 10, perDay: 100 } }, { actor: OPERATOR });
-  expect(
-    await rules.update(id, { name: '', limits: { perMinute: 10, perDay: 100, concurrency: null } }, { actor: OPERATOR }),
-  ).toMatchObject({
+  const { id } = await rules.create({ externalId: 'cus_changed', limits: limitsOf({ perMinute: 10, perDay: 100 }) }, { actor: OPERATOR });
+  const sameWindows = limitsOf([
+    { name: 'day', limit: 100, windowSeconds: 86_400 },
+    { name: 'minute', limit: 10, windowSeconds: 60, algorithm: 'fixed' },
+  ]);
+  expect(await rules.update(id, { name: '', limits: sameWindows }, { actor: OPERATOR })).toMatchObject({
     name: '',
+    limits: MINUTE_AND_DAY,
   });
   expect(await trailOf(id)).toHaveLength(1);
 
@@ -61,11 +73,11 @@ test('update records the values before and after with the change; a change to wh
     action: 'customer.update',
     details: {
       customerId: id,
-      before: { externalId: 'cus_changed', name: '', limits: { perMinute: 10, perDay: 100, concurrency: null }, credits: null },
+      before: { externalId: 'cus_changed', name: '', limits: MINUTE_AND_DAY, credits: null },
       after: {
         externalId: 'cus_changed',
         name: 'Acme',
-        limits: { perMinute: 10, perDay: 100, concurrency: null },
+        limits: MINUTE_AND_DAY,
         credits: { remaining: 500 },
       },
     },

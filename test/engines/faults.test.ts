@@ -33,6 +33,7 @@ import {
   type Outcome,
   answeredSince,
 } from '../support/fault-load.js';
+import { minuteAndDay } from '../../src/plans/limits.js';
 
 /** An enterprise key no test can exhaust, created straight in the database. */
 async function createKey(connectionString: string): Promise<string> {
@@ -41,7 +42,7 @@ async function createKey(connectionString: string): Promise<string> {
     const { key } = await createApiKeysRepository(db).create({
       plan: 'enterprise',
       name: 'faults',
-      limits: { perMinute: 1e9, perDay: 2e9 },
+      limits: minuteAndDay(1e9, 2e9),
     });
     return `Bearer ${key}`;
   } finally {

@@ -9,6 +9,7 @@ import { bearer, waitForKeyOnApp } from '../support/keys.js';
 import { describeNeeding, NEEDS, startRedisCluster, type RedisCluster } from '../support/engines/index.js';
 import { fallbackGauge, freeKeyRun, twoInstancesOn } from '../support/scale.js';
 import { MINUTE } from '../support/time.js';
+import { minuteAndDay } from '../../src/plans/limits.js';
 
 // The limiter on a real Redis Cluster (REDIS_CLUSTER_NODES, issue #20), with AUTH as managed
 // clusters require: 3 masters and their replicas on loopback. Two instances share the counters,
@@ -71,7 +72,7 @@ describeNeeding(NEEDS.postgresUrl, NEEDS.redisServer)('a Redis Cluster (REDIS_CL
   }) => {
     const [a, b] = instances;
     const customer = await createCustomerRules(a.app.db).create(
-      { externalId: `cus_cluster_${randomUUID()}`, limits: { perMinute: 10, perDay: 1_000 } },
+      { externalId: `cus_cluster_${randomUUID()}`, limits: { limits: minuteAndDay(10, 1_000), concurrency: null } },
       { actor: KEYS_COMMAND },
     );
     const keys = await Promise.all([1, 2].map(() => a.app.apiKeysRepository.create({ plan: 'free', customerId: customer.id })));
@@ -93,7 +94,7 @@ describeNeeding(NEEDS.postgresUrl, NEEDS.redisServer)('a Redis Cluster (REDIS_CL
   }) => {
     const [a, b] = instances;
     const customer = await createCustomerRules(a.app.db).create(
-      { externalId: `cus_cluster_credits_${randomUUID()}`, limits: { perMinute: 100, perDay: 1_000 } },
+      { externalId: `cus_cluster_credits_${randomUUID()}`, limits: { limits: minuteAndDay(100, 1_000), concurrency: null } },
       { actor: KEYS_COMMAND },
     );
     const [own, sibling, alone] = await Promise.all([
@@ -132,7 +133,7 @@ describeNeeding(NEEDS.postgresUrl, NEEDS.redisServer)('a Redis Cluster (REDIS_CL
     clock.advance(MINUTE);
     const [a, b] = instances;
     // A key of the load's own, so that the master killed is the one its counters live on.
-    const loadKey = await a.app.apiKeysRepository.create({ plan: 'enterprise', name: 'load', limits: { perMinute: 1e9, perDay: 2e9 } });
+    const loadKey = await a.app.apiKeysRepository.create({ plan: 'enterprise', name: 'load', limits: minuteAndDay(1e9, 2e9) });
     await Promise.all([a, b].map((instance) => waitForKeyOnApp(instance.app, bearer(loadKey.key))));
     const victim = await masterOfQuota(engine, loadKey.record.quotaId);
     const running = load.start(bearer(loadKey.key));

@@ -9,6 +9,7 @@ import { eventually } from '../support/eventually.js';
 import { bearer } from '../support/keys.js';
 import { MINUTE, T0 } from '../support/time.js';
 import { createIdempotencyKeysRepository } from '../../src/idempotency/repository.js';
+import { minuteAndDay } from '../../src/plans/limits.js';
 
 const newKey = () => `retry-${randomUUID()}`;
 
@@ -44,7 +45,7 @@ const expectError = (response: LightMyRequestResponse, status: number, code: str
 async function keyFor(t: TestApp, options: { perMinute?: number; readOnly?: boolean } = {}) {
   const { key } = await t.app.apiKeysRepository.create({
     plan: 'enterprise',
-    limits: { perMinute: options.perMinute ?? 1_000, perDay: 100_000 },
+    limits: minuteAndDay(options.perMinute ?? 1_000, 100_000),
     readOnly: options.readOnly,
   });
   return bearer(key);

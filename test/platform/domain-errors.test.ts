@@ -6,13 +6,20 @@ import {
   ExpiryNotOnCalendarError,
   ExpiryPastError,
   ExpiryTooLateError,
-  FixedLimitsError,
-  LimitBelowCostError,
   MissingLimitsError,
   RevokedKeyError,
   RotatedKeyError,
   UnknownCustomerError,
+  UnknownPlanError,
 } from '../../src/api-keys/errors.js';
+import {
+  LimitBelowCostError,
+  PLAN_CODES,
+  PlanInUseError,
+  PlanNameTakenError,
+  RepeatedWindowError,
+  TooManyWindowsError,
+} from '../../src/plans/errors.js';
 import { AmountTooSmallError, BalanceLimitError, CREDITS_CODES, NoCreditsError } from '../../src/credits/errors.js';
 import { CUSTOMER_CODES, ExternalIdTakenError } from '../../src/customers/errors.js';
 import { DATABASE_CODES, DatabaseUnavailableError, DataDirInUseError } from '../../src/platform/db/errors.js';
@@ -42,12 +49,19 @@ async function answerTo(fail: () => Error) {
 
 /** Every error of the features and the processes, made from its values, with the message it must read. */
 const CATALOGUE: Array<[Error & { code: string }, string]> = [
-  [new FixedLimitsError('pro'), 'per-minute and per-day limits are for enterprise keys; the pro plan has fixed limits'],
-  [new MissingLimitsError(), 'enterprise keys need per-minute and per-day limits'],
+  [
+    new MissingLimitsError('enterprise'),
+    'the enterprise plan has no limits of its own: a key of it needs limits (or perMinute and perDay)',
+  ],
   [
     new LimitBelowCostError(2, 5, 'createPet'),
-    'is 2, less than the 5 units createPet costs (RATE_LIMIT_COSTS): the key could never call it',
+    'is 2, less than the 5 units createPet costs (RATE_LIMIT_COSTS): a key with it could never call it',
   ],
+  [new RepeatedWindowError('burst'), 'repeats the window name burst: each window of a list has a name of its own'],
+  [new TooManyWindowsError(6), 'would make 6 windows; a list has 5 at most'],
+  [new UnknownPlanError('gold'), 'is gold, which names no plan'],
+  [new PlanNameTakenError('gold'), 'plan gold exists already'],
+  [new PlanInUseError('gold', 2, 'revoke them first'), 'plan gold has working keys: 2; revoke them first'],
   [new ExpiryFormatError(), 'must be an ISO 8601 date-time with a time zone, such as 2027-01-31T00:00:00Z'],
   [new ExpiryNotOnCalendarError('2099-02-31T00:00:00Z'), 'must be a date and time on the calendar; 2099-02-31T00:00:00Z is not'],
   [new ExpiryPastError(), 'must be in the future'],
@@ -86,6 +100,7 @@ describe('the catalogue of domain errors', () => {
     const codes = [
       ...Object.values(API_KEY_CODES),
       ...Object.values(CUSTOMER_CODES),
+      ...Object.values(PLAN_CODES),
       ...Object.values(CREDITS_CODES),
       ...Object.values(DATABASE_CODES),
       LISTEN_CODE,
@@ -113,17 +128,32 @@ describe('each domain error a request can raise, as the API answers it', () => {
   test.each([
     [
       'limits',
-      () => new FixedLimitsError('pro'),
+      () => new MissingLimitsError('enterprise'),
       400,
       'bad_request',
-      'body per-minute and per-day limits are for enterprise keys; the pro plan has fixed limits',
+      'body the enterprise plan has no limits of its own: a key of it needs limits (or perMinute and perDay)',
     ],
     [
       'limits naming their field',
       () => Object.assign(new LimitBelowCostError(2, 5, 'createPet'), { field: 'perMinute' }),
       400,
       'bad_request',
-      'body/perMinute is 2, less than the 5 units createPet costs (RATE_LIMIT_COSTS): the key could never call it',
+      'body/perMinute is 2, less than the 5 units createPet costs (RATE_LIMIT_COSTS): a key with it could never call it',
+    ],
+    [
+      'a window named twice',
+      () => Object.assign(new RepeatedWindowError('burst'), { field: 'limits/1/name' }),
+      400,
+      'bad_request',
+      'body/limits/1/name repeats the window name burst: each window of a list has a name of its own',
+    ],
+    ['unknown plan', () => new UnknownPlanError('gold'), 400, 'bad_request', 'body/plan is gold, which names no plan'],
+    [
+      'plan in use',
+      () => new PlanInUseError('gold', 2, 'revoke them first'),
+      409,
+      'conflict',
+      'plan gold has working keys: 2; revoke them first',
     ],
     ['expiry', () => new ExpiryPastError(), 400, 'bad_request', 'body/expiresAt must be in the future'],
     [

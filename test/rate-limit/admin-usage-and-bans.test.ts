@@ -18,7 +18,7 @@ describe.each([
   const test = describeAppTest({ clock: T0, env: { RATE_LIMIT_BAN_THRESHOLD: '1' }, envAtBuild: env }).extend('admin', adminFixture);
 
   describe.skipIf(usesRedis && !REDIS_URL)('', () => {
-    test('usage shows both windows and the ban from the store the limiter decides with; lifting the ban ends it there', async ({
+    test('usage shows every window and the ban from the store the limiter decides with; lifting the ban ends it there', async ({
       t,
       clock,
       admin,
@@ -33,6 +33,10 @@ describe.each([
       const minuteEnds = new Date(T0 + MINUTE).toISOString();
       const dayEnds = new Date(T0 - (T0 % DAY) + DAY).toISOString();
       expect(await usage()).toEqual({
+        windows: [
+          { name: 'minute', windowSeconds: 60, limit: 3, used: 3, resetAt: minuteEnds },
+          { name: 'day', windowSeconds: 86_400, limit: 100, used: 3, resetAt: dayEnds },
+        ],
         minute: { limit: 3, used: 3, resetAt: minuteEnds },
         day: { limit: 100, used: 3, resetAt: dayEnds },
         bannedUntil: null,

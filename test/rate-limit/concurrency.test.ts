@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
 import type { FastifyInstance } from 'fastify';
 import { loadConfig } from '../../src/config/load.js';
+import { minuteAndDay } from '../../src/plans/limits.js';
 import { RedisStore } from '../../src/rate-limit/stores/redis-store.js';
 import type { Slot } from '../../src/rate-limit/stores/store.js';
 import { buildTestApp, type TestApp } from '../support/app.js';
@@ -32,7 +33,7 @@ async function slowCreate(port: number, headers: { authorization: string }): Pro
 
 /** A request of cost 1 that counts, asking for the slot given. */
 const claim = (slot: Slot) => ({ cost: 1, bans: true, count: true, slot });
-const LIMITS = { perMinute: 60, perDay: 1_000 };
+const LIMITS = minuteAndDay(60, 1_000);
 
 const get = (app: FastifyInstance, headers: { authorization: string }) => app.inject({ url: '/v1/pets?limit=1', headers });
 
@@ -41,8 +42,8 @@ const inFlight = (app: FastifyInstance, quotaId: number, count: number) =>
   eventually(async () => (await app.rateLimit.inFlight({ quotaId, customerId: null }, app.now())) === count);
 
 describe('RATE_LIMIT_CONCURRENCY', () => {
-  it('per plan by default, off, or plan=requests pairs; a plan there is not stops the start', async () => {
-    expect(loadConfig({}).rateLimitConcurrency).toEqual({ free: 5, pro: 20, business: 50, enterprise: 100 });
+  it('unset by default (the plans’ rows decide), off, or plan=requests pairs; a plan there is not stops the start', async () => {
+    expect(loadConfig({}).rateLimitConcurrency).toBeNull();
     expect(loadConfig({ RATE_LIMIT_CONCURRENCY: 'off' }).rateLimitConcurrency).toEqual({});
     expect(loadConfig({ RATE_LIMIT_CONCURRENCY: 'free=2' }).rateLimitConcurrency).toEqual({ free: 2 });
     expect(() => loadConfig({ RATE_LIMIT_CONCURRENCY: 'free=0' })).toThrow('a limit is from 1 to 100000');
@@ -182,7 +183,7 @@ describe.skipIf(!REDIS_URL || !POSTGRES_URL)('concurrency limits across two inst
     try {
       const { key, record } = await b.app.apiKeysRepository.create({
         plan: 'enterprise',
-        limits: { perMinute: 1e6, perDay: 1e7 },
+        limits: minuteAndDay(1e6, 1e7),
         concurrency: 1,
       });
       const headers = bearer(key);

@@ -15,6 +15,7 @@ import { openSocket, type RawClient } from '../support/raw-socket.js';
 import { RATE_LIMIT_STORES, REDIS_URL, redisStoreEnv, startRedis } from '../support/redis.js';
 import { twoInstancesOn } from '../support/scale.js';
 import { DAY, MINUTE, T0, type TestClock } from '../support/time.js';
+import { minuteAndDay } from '../../src/plans/limits.js';
 
 // Issue 48: a customer's limits bind all its keys together (one minute, day and concurrency),
 // beside each key's own plan limits, on both stores and across instances.
@@ -61,7 +62,7 @@ async function slowCreate(port: number, headers: { authorization: string }): Pro
   return client;
 }
 
-const ENTERPRISE = { plan: 'enterprise', limits: { perMinute: 5, perDay: 100 } } as const;
+const ENTERPRISE = { plan: 'enterprise', limits: minuteAndDay(5, 100) } as const;
 
 describe.each(RATE_LIMIT_STORES)("a customer's limits with the $name store", (store) => {
   const test = describeAppTest({
@@ -74,7 +75,7 @@ describe.each(RATE_LIMIT_STORES)("a customer's limits with the $name store", (st
       t,
       clock,
     }) => {
-      const limits = { perMinute: 10, perDay: 1_000, concurrency: null };
+      const limits = { limits: minuteAndDay(10, 1_000), concurrency: null };
       const { keys } = await customerWithKeys(t.app, clock, limits, [{ plan: 'pro' }, ENTERPRISE]);
       const [pro, enterprise] = keys.map((key) => key.headers) as [{ authorization: string }, { authorization: string }];
 
@@ -110,7 +111,7 @@ describe.each(RATE_LIMIT_STORES)("a customer's limits with the $name store", (st
     });
 
     test('a free revalidation is taken back from both the key and its customer', async ({ t, clock }) => {
-      const { keys } = await customerWithKeys(t.app, clock, { perMinute: 3, perDay: 100, concurrency: null }, [{ plan: 'pro' }]);
+      const { keys } = await customerWithKeys(t.app, clock, { limits: minuteAndDay(3, 100), concurrency: null }, [{ plan: 'pro' }]);
       const { headers } = keys[0]!;
       const read = await get(t.app, headers);
       const revalidated = await t.app.inject({ url: '/v1/pets?limit=1', headers: { ...headers, 'if-none-match': read.headers.etag } });
@@ -124,7 +125,7 @@ describe.each(RATE_LIMIT_STORES)("a customer's limits with the $name store", (st
       clock,
       port,
     }) => {
-      const limits = { perMinute: 100, perDay: 1_000, concurrency: 2 };
+      const limits = { limits: minuteAndDay(100, 1_000), concurrency: 2 };
       const { keys } = await customerWithKeys(t.app, clock, limits, [{ plan: 'pro' }, { plan: 'pro' }]);
       const [a, b] = keys as [(typeof keys)[0], (typeof keys)[0]];
       const inFlight = (key: (typeof keys)[0], count: number) =>
@@ -152,7 +153,7 @@ describe.each(RATE_LIMIT_STORES)("a customer's limits with the $name store", (st
       clock,
       port,
     }) => {
-      const limits = { perMinute: 100, perDay: 1_000, concurrency: 1 };
+      const limits = { limits: minuteAndDay(100, 1_000), concurrency: 1 };
       const { keys } = await customerWithKeys(t.app, clock, limits, [{ plan: 'pro' }]);
       const { headers, record } = keys[0]!;
       const lookup = async () => (await t.app.inject({ url: '/v1/rate_limit', headers })).statusCode;
@@ -192,7 +193,7 @@ describe.each(RATE_LIMIT_STORES)("a customer's limits with the $name store", (st
       t,
       clock,
     }) => {
-      const limits = { perMinute: 2, perDay: 100, concurrency: null };
+      const limits = { limits: minuteAndDay(2, 100), concurrency: null };
       const { keys } = await customerWithKeys(t.app, clock, limits, [{ plan: 'pro', enforceLimits: false }, { plan: 'pro' }]);
       const [shadow, enforced] = keys.map((key) => key.headers) as [{ authorization: string }, { authorization: string }];
       expect(await statusesOf(t.app, shadow, 2)).toEqual([200, 200]);
@@ -204,7 +205,7 @@ describe.each(RATE_LIMIT_STORES)("a customer's limits with the $name store", (st
     });
 
     test('a key without a customer, and one of a customer without limits, are limited by their plan alone', async ({ t, clock }) => {
-      const { key } = await t.app.apiKeysRepository.create({ plan: 'enterprise', limits: { perMinute: 3, perDay: 100 } });
+      const { key } = await t.app.apiKeysRepository.create({ plan: 'enterprise', limits: minuteAndDay(3, 100) });
       await waitForKey(async () => {
         clock.advance(DAY);
         return (await t.app.inject({ url: '/v1/pets/0', headers: bearer(key) })).statusCode;
@@ -223,7 +224,7 @@ const twoInstances = twoInstancesOn(async () => ({ close: async () => {} }), red
 describe.skipIf(!POSTGRES_URL || !REDIS_URL)('two instances on PostgreSQL and Redis', () => {
   twoInstances("share a customer's minute exactly, and both hear a change of its limits", async ({ instances, clock }) => {
     const [a, b] = instances;
-    const { customer, keys } = await customerWithKeys(a.app, clock, { perMinute: 10, perDay: 1_000, concurrency: null }, [
+    const { customer, keys } = await customerWithKeys(a.app, clock, { limits: minuteAndDay(10, 1_000), concurrency: null }, [
       { plan: 'pro' },
       { plan: 'pro' },
     ]);
@@ -240,7 +241,11 @@ describe.skipIf(!POSTGRES_URL || !REDIS_URL)('two instances on PostgreSQL and Re
     expect(statuses.filter((status) => status === 429)).toHaveLength(10);
 
     // Changed on a (as its admin API would): b's key cache hears of it from the database.
-    await createCustomerRules(a.app.db).update(customer.id, { limits: { perMinute: 4, perDay: 1_000 } }, { actor: KEYS_COMMAND });
+    await createCustomerRules(a.app.db).update(
+      customer.id,
+      { limits: { limits: minuteAndDay(4, 1_000), concurrency: null } },
+      { actor: KEYS_COMMAND },
+    );
     expect(await b.app.keyNotices.catchUp()).toBe(true);
     expect(await a.app.keyNotices.catchUp()).toBe(true);
     clock.advance(MINUTE);
@@ -254,7 +259,7 @@ describe.skipIf(!REDIS_URL)("the Redis commands of a customer's key's requests (
     const redis = await startRedis();
     const t = await buildTestApp({ REDIS_URL: redis.url, REDIS_KEY_PREFIX: 'calls:', RATE_LIMIT_CONCURRENCY: 'pro=100' });
     try {
-      const limits = { perMinute: 1_000, perDay: 10_000, concurrency: 100 };
+      const limits = { limits: minuteAndDay(1_000, 10_000), concurrency: 100 };
       const customer = await createCustomerRules(t.app.db).create({ externalId: 'cus_calls', limits }, { actor: KEYS_COMMAND });
       const { key } = await t.app.apiKeysRepository.create({ plan: 'pro', customerId: customer.id });
       // The scripts loaded and the key known: what follows is the requests' own.

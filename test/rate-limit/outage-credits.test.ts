@@ -3,6 +3,7 @@ import { deleteKeys } from '../../harness/redis.js';
 import { freePort } from '../../harness/free-port.js';
 import { createLedgerRepository } from '../../src/credits/ledger-repository.js';
 import type { Database } from '../../src/platform/db/database.js';
+import { minuteAndDay } from '../../src/plans/limits.js';
 import { MemoryStore } from '../../src/rate-limit/stores/memory-store.js';
 import { OutageCredits } from '../../src/rate-limit/stores/outage-credits.js';
 import type { CreditClaim } from '../../src/rate-limit/stores/store.js';
@@ -14,7 +15,7 @@ import { T0 } from '../support/time.js';
 // Issue 55, item 5: while Redis is unreachable, the fallback decides balances of credits in their
 // record in PostgreSQL (OutageCredits directly, on a real database) and the windows in memory.
 
-const LIMITS = { perMinute: 100, perDay: 1_000 };
+const LIMITS = minuteAndDay(100, 1_000);
 const BAN = { threshold: 30, durationMs: 60_000 };
 
 /** `outage`: the fallback's credits on this instance's memory (closed after the test) and the file's database's record. */
@@ -38,13 +39,20 @@ describe('the fallback deciding balances of credits in their record', () => {
     const consume = () => credits.consume('key:1', LIMITS, T0, 1, true, claims);
     expect(await consume()).toMatchObject({
       outcome: 'allowed',
-      minute: { used: 1 },
+      windows: [
+        { name: 'minute', used: 1 },
+        { name: 'day', used: 1 },
+      ],
       credits: [{ remaining: 1, version: 1, recorded: true }],
     });
     expect(await consume()).toMatchObject({ outcome: 'allowed', credits: [{ remaining: 0, version: 1, recorded: true }] });
     expect(await spentOf(db, id)).toBe(2);
     // Refused for credits: what memory counted of it taken back, so its minute stays at the 2 served.
-    expect(await consume()).toMatchObject({ outcome: 'credits_exhausted', minute: { used: 2 }, credits: [{ remaining: 0 }] });
+    expect(await consume()).toMatchObject({
+      outcome: 'credits_exhausted',
+      windows: [{ used: 2 }, { used: 2 }],
+      credits: [{ remaining: 0 }],
+    });
     expect(await spentOf(db, id)).toBe(2);
     expect(await credits.check('key:1', LIMITS, T0, 1, claims)).toMatchObject({
       outcome: 'credits_exhausted',
@@ -94,7 +102,7 @@ describe('the fallback deciding balances of credits in their record', () => {
     } finally {
       await db.query('ALTER TABLE credit_balances_hidden RENAME TO credit_balances');
     }
-    expect(await memory.check('key:1', LIMITS, T0, 1)).toMatchObject({ minute: { used: 0 } });
+    expect(await memory.check('key:1', LIMITS, T0, 1)).toMatchObject({ windows: [{ used: 0 }, { used: 0 }] });
   });
 });
 

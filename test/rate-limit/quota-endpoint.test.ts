@@ -3,6 +3,7 @@ import { describeAppTest } from '../support/fixtures.js';
 import { keyInFreshWindows } from '../support/keys.js';
 import { RATE_LIMIT_STORES, REDIS_URL } from '../support/redis.js';
 import { DAY, MINUTE, T0 } from '../support/time.js';
+import { minuteAndDay } from '../../src/plans/limits.js';
 
 describe.each(RATE_LIMIT_STORES)('GET /v1/rate_limit with the $name store', (store) => {
   const test = describeAppTest({
@@ -31,6 +32,10 @@ describe.each(RATE_LIMIT_STORES)('GET /v1/rate_limit with the $name store', (sto
         expect(answer.statusCode).toBe(200);
         expect(answer.json()).toEqual({
           plan: 'free',
+          windows: [
+            { name: 'minute', limit: 60, remaining: 54, windowSeconds: 60, resetAt: new Date(minuteReset * 1000).toISOString() },
+            { name: 'day', limit: 1_000, remaining: 994, windowSeconds: 86_400, resetAt: new Date(dayReset * 1000).toISOString() },
+          ],
           minute: { limit: 60, remaining: 54, used: 6, reset: minuteReset },
           day: { limit: 1_000, remaining: 994, used: 6, reset: dayReset },
           concurrency: { limit: 3, inFlight: 0 },
@@ -55,12 +60,7 @@ describe.each(RATE_LIMIT_STORES)('GET /v1/rate_limit with the $name store', (sto
       t,
       clock,
     }) => {
-      const { headers } = await keyInFreshWindows(
-        t.app,
-        clock,
-        { plan: 'enterprise', limits: { perMinute: 2, perDay: 100 } },
-        10 * MINUTE + 30_000,
-      );
+      const { headers } = await keyInFreshWindows(t.app, clock, { plan: 'enterprise', limits: minuteAndDay(2, 100) }, 10 * MINUTE + 30_000);
       const lookup = () => t.app.inject({ url: '/v1/rate_limit', headers });
       for (let i = 0; i < 2; i++) expect((await t.app.inject({ url: '/v1/pets?limit=1', headers })).statusCode).toBe(200);
       const spent = await lookup();

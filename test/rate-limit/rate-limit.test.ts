@@ -3,6 +3,8 @@ import ipaddr from 'ipaddr.js';
 import { describe, expect, it } from 'vitest';
 import { clientOf } from '../../src/rate-limit/address.js';
 import { MemoryStore } from '../../src/rate-limit/stores/memory-store.js';
+import { ANONYMOUS } from '../../src/rate-limit/subjects.js';
+import { minuteAndDay } from '../../src/plans/limits.js';
 import { POSTGRES_URL } from '../support/databases.js';
 import { eventually } from '../support/eventually.js';
 import { databaseTest as databaseFixtures, describeAppTest } from '../support/fixtures.js';
@@ -20,7 +22,7 @@ describe.each(RATE_LIMIT_STORES)('rate limiting with the $name store', (store) =
   const test = describeAppTest({ clock: T0, envAtBuild: store.env })
     /** A key with the limits given, usable, and the clock at 10:00 on the next day. */
     .extend('keyOf', ({ t, clock }) => async (perMinute: number, perDay: number) => {
-      const { key } = await t.app.apiKeysRepository.create({ plan: 'enterprise', limits: { perMinute, perDay } });
+      const { key } = await t.app.apiKeysRepository.create({ plan: 'enterprise', limits: minuteAndDay(perMinute, perDay) });
       const headers = bearer(key);
       // Each try a day later, so that waiting spends none of the quota the test then counts.
       await waitForKey(async () => {
@@ -292,9 +294,12 @@ describe('a request answered before the limiter decides it', () => {
 describe('memory stays bounded', () => {
   it('forgets the least recently seen subjects past the cap, and expired ones on a sweep', async () => {
     const store = new MemoryStore({ threshold: 30, durationMs: 900_000 }, { maxSubjects: 1_000 });
-    for (let i = 0; i < 50_000; i++) await store.consume(`ip:flood-${i}`, { perMinute: 60, perDay: 1000 }, T0, 1, true);
+    for (let i = 0; i < 50_000; i++) await store.consume(`ip:flood-${i}`, ANONYMOUS, T0, 1, true);
     expect(store.size).toBe(1_000);
+    // A day's counts are kept through the next day, which a sliding day counts a share of.
     store.sweep(T0 + DAY);
+    expect(store.size).toBe(1_000);
+    store.sweep(T0 + 2 * DAY);
     expect(store.size).toBe(0);
     await store.close();
   });

@@ -1,27 +1,31 @@
 import { describe, expect, it } from 'vitest';
+import { minuteAndDay } from '../../src/plans/limits.js';
 import { DOMAIN_CODES } from '../../src/platform/domain-errors.js';
-import { checkCostsServed, checkPlanSettings } from '../../src/rate-limit/settings.js';
+import { checkCostsFitPlans, checkCostsServed } from '../../src/rate-limit/settings.js';
+import { buildTestApp } from '../support/app.js';
 
 describe("the rate limiter's settings against its plans and operations", () => {
-  const fitting = { costs: { createPet: 5 }, shadowPlans: ['free'], concurrency: { pro: 20 } };
+  const plans = [
+    { name: 'free', limits: minuteAndDay(60, 1_000), concurrency: 5, shadow: false },
+    { name: 'enterprise', limits: null, concurrency: 100, shadow: false },
+  ];
 
-  it('takes plans that are, and costs every plan can pay', () => {
-    expect(() => checkPlanSettings(fitting)).not.toThrow();
+  it('takes costs every plan can pay (a plan whose keys carry their own windows pays any)', () => {
+    expect(() => checkCostsFitPlans(plans, { createPet: 60 })).not.toThrow();
   });
 
-  it.each([
-    [
-      { ...fitting, shadowPlans: ['free', 'gold'] },
-      'Invalid RATE_LIMIT_SHADOW_PLANS: no plan gold; the plans are free, pro, business, enterprise',
-    ],
-    [
-      { ...fitting, concurrency: { silver: 3 } },
-      'Invalid RATE_LIMIT_CONCURRENCY: no plan silver; the plans are free, pro, business, enterprise',
-    ],
-    [{ ...fitting, costs: { createPet: 61 } }, "Invalid RATE_LIMIT_COSTS: createPet costs 61, more than the free plan's 60 a minute"],
-  ])('refuses %j with a configuration error naming the setting', (settings, message) => {
-    expect(() => checkPlanSettings(settings)).toThrow(
-      expect.objectContaining({ code: DOMAIN_CODES.config, message: expect.stringContaining(message) as string }),
+  it('refuses a cost above a window of a plan, with a configuration error naming the setting', () => {
+    expect(() => checkCostsFitPlans(plans, { createPet: 61 })).toThrow(
+      expect.objectContaining({
+        code: DOMAIN_CODES.config,
+        message: expect.stringContaining("Invalid RATE_LIMIT_COSTS: createPet costs 61, more than the free plan's 60 a minute") as string,
+      }),
+    );
+  });
+
+  it('stops the start when a setting names a plan that is no row of the plans table', async () => {
+    await expect(buildTestApp({ RATE_LIMIT_CONCURRENCY: 'free=2,silver=3' })).rejects.toThrow(
+      'Invalid RATE_LIMIT_CONCURRENCY: no plan silver; the plans are business, enterprise, free, pro',
     );
   });
 

@@ -6,6 +6,7 @@ import { describeAppTest } from '../support/fixtures.js';
 import { keyInFreshWindows } from '../support/keys.js';
 import { RATE_LIMIT_STORES, REDIS_URL } from '../support/redis.js';
 import { MINUTE, T0 } from '../support/time.js';
+import { minuteAndDay } from '../../src/plans/limits.js';
 
 const shadowRefusals = async (app: FastifyInstance) =>
   Object.fromEntries(
@@ -20,7 +21,7 @@ describe('RATE_LIMIT_SHADOW_PLANS', () => {
     expect(loadConfig({ RATE_LIMIT_SHADOW_PLANS: 'free,pro' }).rateLimitShadowPlans).toEqual(['free', 'pro']);
     expect(() => loadConfig({ RATE_LIMIT_SHADOW_PLANS: 'free;pro' })).toThrow('RATE_LIMIT_SHADOW_PLANS');
     await expect(buildTestApp({ RATE_LIMIT_SHADOW_PLANS: 'free,gold' })).rejects.toThrow(
-      'Invalid RATE_LIMIT_SHADOW_PLANS: no plan gold; the plans are free, pro, business, enterprise',
+      'Invalid RATE_LIMIT_SHADOW_PLANS: no plan gold; the plans are business, enterprise, free, pro',
     );
   });
 });
@@ -43,7 +44,7 @@ describe.each(RATE_LIMIT_STORES)('shadow mode with the $name store', (store) => 
     }) => {
       const { headers } = await keyInFreshWindows(t.app, clock, {
         plan: 'enterprise',
-        limits: { perMinute: 3, perDay: 100 },
+        limits: minuteAndDay(3, 100),
         enforceLimits: false,
       });
       const before = (await shadowRefusals(t.app)).enterprise ?? 0;
@@ -78,7 +79,7 @@ describe.each(RATE_LIMIT_STORES)('shadow mode with the $name store', (store) => 
       const { headers: business } = await keyInFreshWindows(t.app, clock, { plan: 'business' });
       const { headers: enforced } = await keyInFreshWindows(t.app, clock, {
         plan: 'enterprise',
-        limits: { perMinute: 1_000, perDay: 100_000 },
+        limits: minuteAndDay(1_000, 100_000),
       });
       const before = (await shadowRefusals(t.app)).business ?? 0;
       const spend = (headers: { authorization: string }) =>

@@ -4,6 +4,7 @@ import { describeAppTest } from '../support/fixtures.js';
 import { keyInFreshWindows } from '../support/keys.js';
 import { RATE_LIMIT_STORES, REDIS_URL } from '../support/redis.js';
 import { T0 } from '../support/time.js';
+import { minuteAndDay } from '../../src/plans/limits.js';
 
 describe.each(RATE_LIMIT_STORES)('watching usage with the $name store', (store) => {
   const test = describeAppTest({
@@ -19,7 +20,7 @@ describe.each(RATE_LIMIT_STORES)('watching usage with the $name store', (store) 
         crossed: ({ key, window, limit, used, threshold }) => heard.push(`${key.plan} ${window} ${threshold}%: ${used}/${limit}`),
         banned: ({ key, bannedUntil }) => heard.push(`${key.plan} banned for ${(bannedUntil - clock.now()) / 1000} s`),
       };
-      const { headers } = await keyInFreshWindows(t.app, clock, { plan: 'enterprise', limits: { perMinute: 12, perDay: 100 } });
+      const { headers } = await keyInFreshWindows(t.app, clock, { plan: 'enterprise', limits: minuteAndDay(12, 100) });
       t.app.rateLimit.watchUsage(watcher);
       const list = () => t.app.inject({ url: '/v1/pets?limit=1', headers });
       const create = () => t.app.inject({ method: 'POST', url: '/v1/pets', payload: { name: 'Rex', categoryId: 1 }, headers });

@@ -1,4 +1,5 @@
 import type { FastifyInstance } from 'fastify';
+import { minuteAndDay } from '../../src/plans/limits.js';
 import { buildApp, type AppDependencies } from '../../src/app.js';
 import { loadConfig } from '../../src/config/load.js';
 import type { Database } from '../../src/platform/db/database.js';
@@ -44,7 +45,7 @@ export async function buildTestApp(env: Record<string, string> = {}, deps: AppDe
   const { key } = await app.apiKeysRepository.create({
     plan: 'enterprise',
     name: 'tests',
-    limits: { perMinute: 1e9, perDay: 2e9 },
+    limits: minuteAndDay(1e9, 2e9),
     concurrency: 100_000,
   });
   // The notice of the key's creation makes the cache check the key again: awaited here, so that

@@ -1,11 +1,12 @@
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { test as base, type RunnerTestSuite } from 'vitest';
+import { onTestFinished, test as base, type RunnerTestSuite } from 'vitest';
 import type { AppDependencies } from '../../src/app.js';
 import { migrate } from '../../src/platform/db/migrate.js';
 import { buildTestApp, buildTwoInstances, type TestApp } from './app.js';
 import { createTestDatabase } from './databases.js';
+import { startRedis } from './redis.js';
 import { listen, portOf } from './http.js';
 import { T0, testClock, type TestClock } from './time.js';
 
@@ -153,4 +154,27 @@ export async function cleanupStack<T>(
     await undoAll();
     throw error;
   }
+}
+
+/**
+ * cleanupStack's setUp for server processes on engines of their own: a fresh migrated database on
+ * the PostgreSQL server and a private Redis (dropped and stopped in reverse, with whatever `setUp` deferred).
+ */
+export async function withDatabaseAndRedis<T>(
+  setUp: (
+    engines: { database: Awaited<ReturnType<typeof createTestDatabase>>; redis: Awaited<ReturnType<typeof startRedis>> },
+    defer: (each: () => unknown) => void,
+  ) => Promise<T>,
+): Promise<T> {
+  return cleanupStack(
+    (undo) => onTestFinished(undo),
+    async (defer) => {
+      const database = await createTestDatabase();
+      defer(() => database.drop());
+      await migrate(database.db);
+      const redis = await startRedis();
+      defer(() => redis.stop());
+      return setUp({ database, redis }, defer);
+    },
+  );
 }

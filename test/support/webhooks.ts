@@ -101,6 +101,7 @@ export function closedAfterEach() {
 export const DAY_CROSSING = {
   key: { id: 7, quotaId: 7, plan: 'pro' } as ApiKeyIdentity,
   window: 'day',
+  windowStart: T0,
   limit: 100,
   used: 80,
   threshold: 80,

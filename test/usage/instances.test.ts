@@ -13,6 +13,7 @@ import { POSTGRES_URL } from '../support/databases.js';
 import { cleanupStack, expect } from '../support/fixtures.js';
 import { REDIS_URL, redisStoreEnv } from '../support/redis.js';
 import { sqlAt } from '../support/scale.js';
+import { minuteAndDay } from '../../src/plans/limits.js';
 
 /** Requests answered in all, across both instances. */
 const REQUESTS = 1_000;
@@ -35,8 +36,8 @@ const test = base.extend(
         await migrate(db);
         const repository = createApiKeysRepository(db);
         // One key whose limits no caller reaches, one whose minute (shared in Redis) its callers spend, and are refused past, then banned.
-        const roomy = await repository.create({ plan: 'enterprise', name: 'roomy', limits: { perMinute: 1e9, perDay: 2e9 } });
-        const tight = await repository.create({ plan: 'enterprise', name: 'tight', limits: { perMinute: 150, perDay: 1e6 } });
+        const roomy = await repository.create({ plan: 'enterprise', name: 'roomy', limits: minuteAndDay(1e9, 2e9) });
+        const tight = await repository.create({ plan: 'enterprise', name: 'tight', limits: minuteAndDay(150, 1e6) });
         keys = [roomy.key, tight.key];
       } finally {
         await db.close();

@@ -13,6 +13,7 @@ import { bearer, keyInFreshWindows } from '../support/keys.js';
 import { openSocket } from '../support/raw-socket.js';
 import { DAY, MINUTE, T0, testClock, type TestClock } from '../support/time.js';
 import { csvOf, type UsageRow } from '../support/usage-csv.js';
+import { minuteAndDay } from '../../src/plans/limits.js';
 
 const HOUR = 60 * MINUTE;
 
@@ -65,12 +66,7 @@ describe('the usage record counts every decision on a request with a valid key',
     admin,
   }) => {
     const customerId = await newCustomer(t.app, 'cus_usage');
-    const { headers, keyId } = await freshKey(
-      t.app,
-      clock,
-      { plan: 'enterprise', limits: { perMinute: 6, perDay: 1_000 }, customerId },
-      dayOf(1),
-    );
+    const { headers, keyId } = await freshKey(t.app, clock, { plan: 'enterprise', limits: minuteAndDay(6, 1_000), customerId }, dayOf(1));
     const start = clock.now();
     const hour = Math.floor(start / HOUR) * HOUR;
 
@@ -112,12 +108,7 @@ describe('the usage record counts every decision on a request with a valid key',
     clock,
     admin,
   }) => {
-    const shadow = await freshKey(
-      t.app,
-      clock,
-      { plan: 'enterprise', limits: { perMinute: 1, perDay: 1_000 }, enforceLimits: false },
-      dayOf(2),
-    );
+    const shadow = await freshKey(t.app, clock, { plan: 'enterprise', limits: minuteAndDay(1, 1_000), enforceLimits: false }, dayOf(2));
     for (let i = 0; i < 3; i++) expect((await t.app.inject({ url: '/v1/pets?limit=1', headers: shadow.headers })).statusCode).toBe(200);
     const hour = Math.floor(clock.now() / HOUR) * HOUR;
     const range = `start=${iso(hour)}&end=${iso(hour + HOUR)}`;
@@ -126,7 +117,7 @@ describe('the usage record counts every decision on a request with a valid key',
     ]);
 
     // Limits stored below createPet's 3 units (as before RATE_LIMIT_COSTS rose): its 403 cost_exceeds_limit counts as rate limited.
-    const cheap = await freshKey(t.app, clock, { plan: 'enterprise', limits: { perMinute: 2, perDay: 1_000 } }, dayOf(2));
+    const cheap = await freshKey(t.app, clock, { plan: 'enterprise', limits: minuteAndDay(2, 1_000) }, dayOf(2));
     const refusal = await t.app.inject({
       method: 'POST',
       url: '/v1/pets',
@@ -179,12 +170,7 @@ describe('the refusals the limiter names by code', () => {
     clock,
     admin,
   }) => {
-    const { headers, quotaId, keyId } = await freshKey(
-      t.app,
-      clock,
-      { plan: 'enterprise', limits: { perMinute: 1_000, perDay: 10_000 } },
-      dayOf(4),
-    );
+    const { headers, quotaId, keyId } = await freshKey(t.app, clock, { plan: 'enterprise', limits: minuteAndDay(1_000, 10_000) }, dayOf(4));
     // A balance of 4 units: createPet's 3 and a listPets's 1, then each request is refused for its credits.
     await insertBalance(t.app.db, { quotaId }, 4);
     expect(await t.app.keyNotices.catchUp()).toBe(true);
@@ -210,8 +196,8 @@ describe('GET /admin/v1/usage', () => {
     admin,
   }) => {
     const customerId = await newCustomer(t.app, 'cus_buckets');
-    const a = await freshKey(t.app, clock, { plan: 'enterprise', limits: { perMinute: 1_000, perDay: 10_000 }, customerId }, dayOf(3));
-    const b = await freshKey(t.app, clock, { plan: 'enterprise', limits: { perMinute: 1_000, perDay: 10_000 }, customerId }, dayOf(3));
+    const a = await freshKey(t.app, clock, { plan: 'enterprise', limits: minuteAndDay(1_000, 10_000), customerId }, dayOf(3));
+    const b = await freshKey(t.app, clock, { plan: 'enterprise', limits: minuteAndDay(1_000, 10_000), customerId }, dayOf(3));
     const day = Math.floor(clock.now() / DAY) * DAY;
     const send = async (at: number, headers: { authorization: string }, count: number, create = false) => {
       clock.set(at);
@@ -328,7 +314,7 @@ describe('what the record keeps', () => {
     clock,
     admin,
   }) => {
-    const key = await freshKey(t.app, clock, { plan: 'enterprise', limits: { perMinute: 1_000, perDay: 10_000 } }, dayOf(5));
+    const key = await freshKey(t.app, clock, { plan: 'enterprise', limits: minuteAndDay(1_000, 10_000) }, dayOf(5));
     const hour = Math.floor(clock.now() / HOUR) * HOUR;
     await t.app.db.query('ALTER TABLE usage_hours RENAME TO usage_hours_away');
     for (let i = 0; i < 2; i++) expect((await t.app.inject({ url: '/v1/pets?limit=1', headers: key.headers })).statusCode).toBe(200);

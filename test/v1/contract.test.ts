@@ -5,6 +5,7 @@ import { appTest } from '../support/fixtures.js';
 import type { HttpResponse } from '../support/http.js';
 import { SUNSET, T0 } from '../support/time.js';
 import { bearer } from '../support/keys.js';
+import { minuteAndDay } from '../../src/plans/limits.js';
 
 /** Headers of HTTP itself or of every response alike, which the document does not repeat per operation. */
 const GENERAL_HEADERS = new Set([
@@ -104,7 +105,7 @@ test('live traffic over HTTP, every status of every operation, conforms to the O
   await call('GET', '/v1/pets/abc', { headers: auth });
   await call('GET', '/v1/pets/1');
 
-  const { key: limited } = await t.app.apiKeysRepository.create({ plan: 'enterprise', limits: { perMinute: 1, perDay: 10 } });
+  const { key: limited } = await t.app.apiKeysRepository.create({ plan: 'enterprise', limits: minuteAndDay(1, 10) });
   for (const path of ['/v1/pets', '/v1/pets', '/v1/pets/1']) await call('GET', path, { headers: bearer(limited) });
   await call('POST', '/v1/pets', { json: newPet, headers: bearer(limited) });
 

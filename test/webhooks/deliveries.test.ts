@@ -23,6 +23,7 @@ import {
   webhookEnv,
   DAY_CROSSING,
 } from '../support/webhooks.js';
+import { minuteAndDay } from '../../src/plans/limits.js';
 
 // Delivery attempts: kept across a restart, retried with backoff, and put back by an operator.
 
@@ -46,7 +47,7 @@ describe('webhook deliveries', () => {
     const dir = POSTGRES_URL ? undefined : await mkdtemp(join(tmpdir(), 'pets-webhooks-'));
     if (dir) closing.push(() => rm(dir, { recursive: true, force: true }));
     const first: TestApp = await buildTestApp({ ...webhookEnv(url), ...(dir && { DATA_DIR: dir }) }, depsOf(clock));
-    const { headers } = await keyInFreshWindows(first.app, clock, { plan: 'enterprise', limits: { perMinute: 2, perDay: 100 } });
+    const { headers } = await keyInFreshWindows(first.app, clock, { plan: 'enterprise', limits: minuteAndDay(2, 100) });
     await crossMinute(first.app, headers);
     // Nothing listens at the URL yet: the first attempt fails, and the event waits in the outbox.
     await eventually(async () => (await deliveriesOf(first.app))[0]?.last_error != null);
@@ -71,7 +72,7 @@ describe('webhook deliveries', () => {
     const t = await open(webhookEnv(receiver.url, { RATE_LIMIT_BAN_THRESHOLD: '1' }), clock);
     const admin = await openAdmin(t.app);
     closing.push(admin.close);
-    const { headers, quotaId } = await keyInFreshWindows(t.app, clock, { plan: 'enterprise', limits: { perMinute: 2, perDay: 100 } });
+    const { headers, quotaId } = await keyInFreshWindows(t.app, clock, { plan: 'enterprise', limits: minuteAndDay(2, 100) });
     await crossMinute(t.app, headers);
     for (let i = 0; i < 2; i++) expect((await t.app.inject({ url: '/v1/pets?limit=1', headers })).statusCode).toBe(429);
     await eventually(async () => (await deliveriesOf(t.app)).length === 2 && receiver.received.length >= 2);

@@ -19,6 +19,7 @@ import {
   webhookEnv,
   type Received,
 } from '../support/webhooks.js';
+import { minuteAndDay } from '../../src/plans/limits.js';
 
 // The events recorded in the outbox and what a receiver gets of them: signed, once per dedupe key.
 
@@ -30,7 +31,7 @@ describe('usage events', () => {
     closing.push(receiver.close);
     const clock = testClock(T0);
     const t = await open(webhookEnv(receiver.url), clock);
-    const { headers, quotaId } = await keyInFreshWindows(t.app, clock, { plan: 'enterprise', limits: { perMinute: 2, perDay: 100 } });
+    const { headers, quotaId } = await keyInFreshWindows(t.app, clock, { plan: 'enterprise', limits: minuteAndDay(2, 100) });
     await crossMinute(t.app, headers);
 
     await eventually(async () => (await deliveriesOf(t.app))[0]?.state === 'delivered', 15_000);
@@ -82,7 +83,7 @@ describe('usage events', () => {
     const t = await open(webhookEnv(url), clock);
     const admin = await openAdmin(t.app);
     closing.push(admin.close);
-    const { headers } = await keyInFreshWindows(t.app, clock, { plan: 'enterprise', limits: { perMinute: 2, perDay: 100 } });
+    const { headers } = await keyInFreshWindows(t.app, clock, { plan: 'enterprise', limits: minuteAndDay(2, 100) });
     await crossMinute(t.app, headers);
     // Delivered at the second attempt; a third means the second failed too.
     await eventually(async () => {
@@ -108,12 +109,14 @@ describe('usage events', () => {
     const t = await open(webhookEnv(`http://127.0.0.1:${await freePort()}/hooks`), clock);
     const deliveries = createWebhookDeliveriesRepository(t.app.db);
     const key = { id: 7, quotaId: 7, plan: 'pro' } as ApiKeyIdentity;
-    const crossing = { key, window: 'minute', limit: 100, used: 80, threshold: 80, resetAt: T0 + MINUTE } as const;
+    const crossing = { key, window: 'minute', windowStart: T0, limit: 100, used: 80, threshold: 80, resetAt: T0 + MINUTE } as const;
     // Each call makes a new event id, as each instance would; the quota, window start and threshold are the same.
     expect(await deliveries.record(usageThreshold(crossing, clock.now()))).toBe(true);
     expect(await deliveries.record(usageThreshold({ ...crossing, used: 81 }, clock.now()))).toBe(false);
     expect(await deliveries.record(usageThreshold({ ...crossing, threshold: 100, used: 100 }, clock.now()))).toBe(true);
-    expect(await deliveries.record(usageThreshold({ ...crossing, resetAt: T0 + 2 * MINUTE }, clock.now()))).toBe(true);
+    expect(await deliveries.record(usageThreshold({ ...crossing, windowStart: T0 + MINUTE, resetAt: T0 + 2 * MINUTE }, clock.now()))).toBe(
+      true,
+    );
     expect(await deliveries.record(keyBanned({ key, bannedUntil: T0 + 900_000 }, clock.now()))).toBe(true);
     expect(await deliveries.record(keyBanned({ key, bannedUntil: T0 + 900_000 }, clock.now()))).toBe(false);
     expect(await deliveriesOf(t.app)).toHaveLength(4);
@@ -163,7 +166,7 @@ describe('usage events', () => {
     const clock = testClock(T0);
     const a = await open(webhookEnv(receiver.url), clock);
     const b = await open({ ...webhookEnv(receiver.url), DATABASE_URL: a.databaseUrl! }, clock);
-    const { headers } = await keyInFreshWindows(a.app, clock, { plan: 'enterprise', limits: { perMinute: 2, perDay: 100 } });
+    const { headers } = await keyInFreshWindows(a.app, clock, { plan: 'enterprise', limits: minuteAndDay(2, 100) });
     await eventually(async () => (await b.app.inject({ url: '/v1/pets/0', headers })).statusCode !== 401);
     clock.advance(MINUTE);
     await crossMinute(a.app, headers);

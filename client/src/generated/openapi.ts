@@ -56,7 +56,7 @@ export interface paths {
       cookie?: never;
     };
     /**
-     * The key's rate limits and what is left of them; spends nothing of either window
+     * The key's rate limits and what is left of them; spends nothing of any window
      * @description Counts towards no window, no ban and no concurrency limit, and spends no credits; limited to 60 calls a minute per key of its own (429 `rate_limited`). A banned key gets its 429 `api_key_banned` here too.
      */
     get: operations['getRateLimit'];
@@ -114,9 +114,9 @@ export interface operations {
           'x-ratelimit-remaining'?: number;
           /** @description Unix time (seconds) when the binding window resets, or a ban ends */
           'x-ratelimit-reset'?: number;
-          /** @description Both windows, as in draft-ietf-httpapi-ratelimit-headers */
+          /** @description Every window by name, shortest first, as in draft-ietf-httpapi-ratelimit-headers */
           'ratelimit-policy'?: string;
-          /** @description What is left of both windows and seconds until each resets */
+          /** @description What is left of every window and seconds until each resets, shortest first */
           ratelimit?: string;
           /** @description This request's id, as logged and as quoted in every 5xx message: the `X-Request-Id` a trusted proxy sent (1 to 128 characters of `A-Z a-z 0-9 . _ : -`), else a new UUID */
           'x-request-id'?: string;
@@ -156,9 +156,9 @@ export interface operations {
           'x-ratelimit-remaining'?: number;
           /** @description Unix time (seconds) when the binding window resets, or a ban ends */
           'x-ratelimit-reset'?: number;
-          /** @description Both windows, as in draft-ietf-httpapi-ratelimit-headers */
+          /** @description Every window by name, shortest first, as in draft-ietf-httpapi-ratelimit-headers */
           'ratelimit-policy'?: string;
-          /** @description What is left of both windows and seconds until each resets */
+          /** @description What is left of every window and seconds until each resets, shortest first */
           ratelimit?: string;
           /** @description This request's id, as logged and as quoted in every 5xx message: the `X-Request-Id` a trusted proxy sent (1 to 128 characters of `A-Z a-z 0-9 . _ : -`), else a new UUID */
           'x-request-id'?: string;
@@ -175,9 +175,9 @@ export interface operations {
           'x-ratelimit-remaining'?: number;
           /** @description Unix time (seconds) when the binding window resets, or a ban ends */
           'x-ratelimit-reset'?: number;
-          /** @description Both windows, as in draft-ietf-httpapi-ratelimit-headers */
+          /** @description Every window by name, shortest first, as in draft-ietf-httpapi-ratelimit-headers */
           'ratelimit-policy'?: string;
-          /** @description What is left of both windows and seconds until each resets */
+          /** @description What is left of every window and seconds until each resets, shortest first */
           ratelimit?: string;
           /** @description This request's id, as logged and as quoted in every 5xx message: the `X-Request-Id` a trusted proxy sent (1 to 128 characters of `A-Z a-z 0-9 . _ : -`), else a new UUID */
           'x-request-id'?: string;
@@ -228,9 +228,9 @@ export interface operations {
           'x-ratelimit-remaining'?: number;
           /** @description Unix time (seconds) when the binding window resets, or a ban ends */
           'x-ratelimit-reset'?: number;
-          /** @description Both windows, as in draft-ietf-httpapi-ratelimit-headers */
+          /** @description Every window by name, shortest first, as in draft-ietf-httpapi-ratelimit-headers */
           'ratelimit-policy'?: string;
-          /** @description What is left of both windows and seconds until each resets */
+          /** @description What is left of every window and seconds until each resets, shortest first */
           ratelimit?: string;
           /** @description This request's id, as logged and as quoted in every 5xx message: the `X-Request-Id` a trusted proxy sent (1 to 128 characters of `A-Z a-z 0-9 . _ : -`), else a new UUID */
           'x-request-id'?: string;
@@ -281,9 +281,9 @@ export interface operations {
           'x-ratelimit-remaining'?: number;
           /** @description Unix time (seconds) when the binding window resets, or a ban ends */
           'x-ratelimit-reset'?: number;
-          /** @description Both windows, as in draft-ietf-httpapi-ratelimit-headers */
+          /** @description Every window by name, shortest first, as in draft-ietf-httpapi-ratelimit-headers */
           'ratelimit-policy'?: string;
-          /** @description What is left of both windows and seconds until each resets */
+          /** @description What is left of every window and seconds until each resets, shortest first */
           ratelimit?: string;
           /** @description This request's id, as logged and as quoted in every 5xx message: the `X-Request-Id` a trusted proxy sent (1 to 128 characters of `A-Z a-z 0-9 . _ : -`), else a new UUID */
           'x-request-id'?: string;
@@ -332,9 +332,9 @@ export interface operations {
           'x-ratelimit-remaining'?: number;
           /** @description Unix time (seconds) when the binding window resets, or a ban ends */
           'x-ratelimit-reset'?: number;
-          /** @description Both windows, as in draft-ietf-httpapi-ratelimit-headers */
+          /** @description Every window by name, shortest first, as in draft-ietf-httpapi-ratelimit-headers */
           'ratelimit-policy'?: string;
-          /** @description What is left of both windows and seconds until each resets */
+          /** @description What is left of every window and seconds until each resets, shortest first */
           ratelimit?: string;
           /** @description This request's id, as logged and as quoted in every 5xx message: the `X-Request-Id` a trusted proxy sent (1 to 128 characters of `A-Z a-z 0-9 . _ : -`), else a new UUID */
           'x-request-id'?: string;
@@ -385,9 +385,9 @@ export interface operations {
           'x-ratelimit-remaining'?: number;
           /** @description Unix time (seconds) when the binding window resets, or a ban ends */
           'x-ratelimit-reset'?: number;
-          /** @description Both windows, as in draft-ietf-httpapi-ratelimit-headers */
+          /** @description Every window by name, shortest first, as in draft-ietf-httpapi-ratelimit-headers */
           'ratelimit-policy'?: string;
-          /** @description What is left of both windows and seconds until each resets */
+          /** @description What is left of every window and seconds until each resets, shortest first */
           ratelimit?: string;
           /** @description This request's id, as logged and as quoted in every 5xx message: the `X-Request-Id` a trusted proxy sent (1 to 128 characters of `A-Z a-z 0-9 . _ : -`), else a new UUID */
           'x-request-id'?: string;
@@ -469,9 +469,9 @@ export interface operations {
           'x-ratelimit-remaining'?: number;
           /** @description Unix time (seconds) when the binding window resets, or a ban ends */
           'x-ratelimit-reset'?: number;
-          /** @description Both windows, as in draft-ietf-httpapi-ratelimit-headers */
+          /** @description Every window by name, shortest first, as in draft-ietf-httpapi-ratelimit-headers */
           'ratelimit-policy'?: string;
-          /** @description What is left of both windows and seconds until each resets */
+          /** @description What is left of every window and seconds until each resets, shortest first */
           ratelimit?: string;
           /** @description This request's id, as logged and as quoted in every 5xx message: the `X-Request-Id` a trusted proxy sent (1 to 128 characters of `A-Z a-z 0-9 . _ : -`), else a new UUID */
           'x-request-id'?: string;
@@ -505,9 +505,9 @@ export interface operations {
           'x-ratelimit-remaining'?: number;
           /** @description Unix time (seconds) when the binding window resets, or a ban ends */
           'x-ratelimit-reset'?: number;
-          /** @description Both windows, as in draft-ietf-httpapi-ratelimit-headers */
+          /** @description Every window by name, shortest first, as in draft-ietf-httpapi-ratelimit-headers */
           'ratelimit-policy'?: string;
-          /** @description What is left of both windows and seconds until each resets */
+          /** @description What is left of every window and seconds until each resets, shortest first */
           ratelimit?: string;
           /** @description This request's id, as logged and as quoted in every 5xx message: the `X-Request-Id` a trusted proxy sent (1 to 128 characters of `A-Z a-z 0-9 . _ : -`), else a new UUID */
           'x-request-id'?: string;
@@ -558,9 +558,9 @@ export interface operations {
           'x-ratelimit-remaining'?: number;
           /** @description Unix time (seconds) when the binding window resets, or a ban ends */
           'x-ratelimit-reset'?: number;
-          /** @description Both windows, as in draft-ietf-httpapi-ratelimit-headers */
+          /** @description Every window by name, shortest first, as in draft-ietf-httpapi-ratelimit-headers */
           'ratelimit-policy'?: string;
-          /** @description What is left of both windows and seconds until each resets */
+          /** @description What is left of every window and seconds until each resets, shortest first */
           ratelimit?: string;
           /** @description This request's id, as logged and as quoted in every 5xx message: the `X-Request-Id` a trusted proxy sent (1 to 128 characters of `A-Z a-z 0-9 . _ : -`), else a new UUID */
           'x-request-id'?: string;
@@ -609,9 +609,9 @@ export interface operations {
           'x-ratelimit-remaining'?: number;
           /** @description Unix time (seconds) when the binding window resets, or a ban ends */
           'x-ratelimit-reset'?: number;
-          /** @description Both windows, as in draft-ietf-httpapi-ratelimit-headers */
+          /** @description Every window by name, shortest first, as in draft-ietf-httpapi-ratelimit-headers */
           'ratelimit-policy'?: string;
-          /** @description What is left of both windows and seconds until each resets */
+          /** @description What is left of every window and seconds until each resets, shortest first */
           ratelimit?: string;
           /** @description This request's id, as logged and as quoted in every 5xx message: the `X-Request-Id` a trusted proxy sent (1 to 128 characters of `A-Z a-z 0-9 . _ : -`), else a new UUID */
           'x-request-id'?: string;
@@ -662,9 +662,9 @@ export interface operations {
           'x-ratelimit-remaining'?: number;
           /** @description Unix time (seconds) when the binding window resets, or a ban ends */
           'x-ratelimit-reset'?: number;
-          /** @description Both windows, as in draft-ietf-httpapi-ratelimit-headers */
+          /** @description Every window by name, shortest first, as in draft-ietf-httpapi-ratelimit-headers */
           'ratelimit-policy'?: string;
-          /** @description What is left of both windows and seconds until each resets */
+          /** @description What is left of every window and seconds until each resets, shortest first */
           ratelimit?: string;
           /** @description This request's id, as logged and as quoted in every 5xx message: the `X-Request-Id` a trusted proxy sent (1 to 128 characters of `A-Z a-z 0-9 . _ : -`), else a new UUID */
           'x-request-id'?: string;
@@ -713,9 +713,9 @@ export interface operations {
           'x-ratelimit-remaining'?: number;
           /** @description Unix time (seconds) when the binding window resets, or a ban ends */
           'x-ratelimit-reset'?: number;
-          /** @description Both windows, as in draft-ietf-httpapi-ratelimit-headers */
+          /** @description Every window by name, shortest first, as in draft-ietf-httpapi-ratelimit-headers */
           'ratelimit-policy'?: string;
-          /** @description What is left of both windows and seconds until each resets */
+          /** @description What is left of every window and seconds until each resets, shortest first */
           ratelimit?: string;
           /** @description This request's id, as logged and as quoted in every 5xx message: the `X-Request-Id` a trusted proxy sent (1 to 128 characters of `A-Z a-z 0-9 . _ : -`), else a new UUID */
           'x-request-id'?: string;
@@ -764,9 +764,9 @@ export interface operations {
           'x-ratelimit-remaining'?: number;
           /** @description Unix time (seconds) when the binding window resets, or a ban ends */
           'x-ratelimit-reset'?: number;
-          /** @description Both windows, as in draft-ietf-httpapi-ratelimit-headers */
+          /** @description Every window by name, shortest first, as in draft-ietf-httpapi-ratelimit-headers */
           'ratelimit-policy'?: string;
-          /** @description What is left of both windows and seconds until each resets */
+          /** @description What is left of every window and seconds until each resets, shortest first */
           ratelimit?: string;
           /** @description This request's id, as logged and as quoted in every 5xx message: the `X-Request-Id` a trusted proxy sent (1 to 128 characters of `A-Z a-z 0-9 . _ : -`), else a new UUID */
           'x-request-id'?: string;
@@ -815,9 +815,9 @@ export interface operations {
           'x-ratelimit-remaining'?: number;
           /** @description Unix time (seconds) when the binding window resets, or a ban ends */
           'x-ratelimit-reset'?: number;
-          /** @description Both windows, as in draft-ietf-httpapi-ratelimit-headers */
+          /** @description Every window by name, shortest first, as in draft-ietf-httpapi-ratelimit-headers */
           'ratelimit-policy'?: string;
-          /** @description What is left of both windows and seconds until each resets */
+          /** @description What is left of every window and seconds until each resets, shortest first */
           ratelimit?: string;
           /** @description This request's id, as logged and as quoted in every 5xx message: the `X-Request-Id` a trusted proxy sent (1 to 128 characters of `A-Z a-z 0-9 . _ : -`), else a new UUID */
           'x-request-id'?: string;
@@ -868,9 +868,9 @@ export interface operations {
           'x-ratelimit-remaining'?: number;
           /** @description Unix time (seconds) when the binding window resets, or a ban ends */
           'x-ratelimit-reset'?: number;
-          /** @description Both windows, as in draft-ietf-httpapi-ratelimit-headers */
+          /** @description Every window by name, shortest first, as in draft-ietf-httpapi-ratelimit-headers */
           'ratelimit-policy'?: string;
-          /** @description What is left of both windows and seconds until each resets */
+          /** @description What is left of every window and seconds until each resets, shortest first */
           ratelimit?: string;
           /** @description This request's id, as logged and as quoted in every 5xx message: the `X-Request-Id` a trusted proxy sent (1 to 128 characters of `A-Z a-z 0-9 . _ : -`), else a new UUID */
           'x-request-id'?: string;
@@ -919,9 +919,9 @@ export interface operations {
           'x-ratelimit-remaining'?: number;
           /** @description Unix time (seconds) when the binding window resets, or a ban ends */
           'x-ratelimit-reset'?: number;
-          /** @description Both windows, as in draft-ietf-httpapi-ratelimit-headers */
+          /** @description Every window by name, shortest first, as in draft-ietf-httpapi-ratelimit-headers */
           'ratelimit-policy'?: string;
-          /** @description What is left of both windows and seconds until each resets */
+          /** @description What is left of every window and seconds until each resets, shortest first */
           ratelimit?: string;
           /** @description This request's id, as logged and as quoted in every 5xx message: the `X-Request-Id` a trusted proxy sent (1 to 128 characters of `A-Z a-z 0-9 . _ : -`), else a new UUID */
           'x-request-id'?: string;
@@ -972,9 +972,9 @@ export interface operations {
           'x-ratelimit-remaining'?: number;
           /** @description Unix time (seconds) when the binding window resets, or a ban ends */
           'x-ratelimit-reset'?: number;
-          /** @description Both windows, as in draft-ietf-httpapi-ratelimit-headers */
+          /** @description Every window by name, shortest first, as in draft-ietf-httpapi-ratelimit-headers */
           'ratelimit-policy'?: string;
-          /** @description What is left of both windows and seconds until each resets */
+          /** @description What is left of every window and seconds until each resets, shortest first */
           ratelimit?: string;
           /** @description This request's id, as logged and as quoted in every 5xx message: the `X-Request-Id` a trusted proxy sent (1 to 128 characters of `A-Z a-z 0-9 . _ : -`), else a new UUID */
           'x-request-id'?: string;
@@ -1044,9 +1044,9 @@ export interface operations {
           'x-ratelimit-remaining'?: number;
           /** @description Unix time (seconds) when the binding window resets, or a ban ends */
           'x-ratelimit-reset'?: number;
-          /** @description Both windows, as in draft-ietf-httpapi-ratelimit-headers */
+          /** @description Every window by name, shortest first, as in draft-ietf-httpapi-ratelimit-headers */
           'ratelimit-policy'?: string;
-          /** @description What is left of both windows and seconds until each resets */
+          /** @description What is left of every window and seconds until each resets, shortest first */
           ratelimit?: string;
           /** @description RFC 9745: @<unix seconds> when the operation was deprecated */
           deprecation?: string;
@@ -1090,9 +1090,9 @@ export interface operations {
           'x-ratelimit-remaining'?: number;
           /** @description Unix time (seconds) when the binding window resets, or a ban ends */
           'x-ratelimit-reset'?: number;
-          /** @description Both windows, as in draft-ietf-httpapi-ratelimit-headers */
+          /** @description Every window by name, shortest first, as in draft-ietf-httpapi-ratelimit-headers */
           'ratelimit-policy'?: string;
-          /** @description What is left of both windows and seconds until each resets */
+          /** @description What is left of every window and seconds until each resets, shortest first */
           ratelimit?: string;
           /** @description RFC 9745: @<unix seconds> when the operation was deprecated */
           deprecation?: string;
@@ -1115,9 +1115,9 @@ export interface operations {
           'x-ratelimit-remaining'?: number;
           /** @description Unix time (seconds) when the binding window resets, or a ban ends */
           'x-ratelimit-reset'?: number;
-          /** @description Both windows, as in draft-ietf-httpapi-ratelimit-headers */
+          /** @description Every window by name, shortest first, as in draft-ietf-httpapi-ratelimit-headers */
           'ratelimit-policy'?: string;
-          /** @description What is left of both windows and seconds until each resets */
+          /** @description What is left of every window and seconds until each resets, shortest first */
           ratelimit?: string;
           /** @description RFC 9745: @<unix seconds> when the operation was deprecated */
           deprecation?: string;
@@ -1174,9 +1174,9 @@ export interface operations {
           'x-ratelimit-remaining'?: number;
           /** @description Unix time (seconds) when the binding window resets, or a ban ends */
           'x-ratelimit-reset'?: number;
-          /** @description Both windows, as in draft-ietf-httpapi-ratelimit-headers */
+          /** @description Every window by name, shortest first, as in draft-ietf-httpapi-ratelimit-headers */
           'ratelimit-policy'?: string;
-          /** @description What is left of both windows and seconds until each resets */
+          /** @description What is left of every window and seconds until each resets, shortest first */
           ratelimit?: string;
           /** @description RFC 9745: @<unix seconds> when the operation was deprecated */
           deprecation?: string;
@@ -1231,9 +1231,9 @@ export interface operations {
           'x-ratelimit-remaining'?: number;
           /** @description Unix time (seconds) when the binding window resets, or a ban ends */
           'x-ratelimit-reset'?: number;
-          /** @description Both windows, as in draft-ietf-httpapi-ratelimit-headers */
+          /** @description Every window by name, shortest first, as in draft-ietf-httpapi-ratelimit-headers */
           'ratelimit-policy'?: string;
-          /** @description What is left of both windows and seconds until each resets */
+          /** @description What is left of every window and seconds until each resets, shortest first */
           ratelimit?: string;
           /** @description RFC 9745: @<unix seconds> when the operation was deprecated */
           deprecation?: string;
@@ -1288,9 +1288,9 @@ export interface operations {
           'x-ratelimit-remaining'?: number;
           /** @description Unix time (seconds) when the binding window resets, or a ban ends */
           'x-ratelimit-reset'?: number;
-          /** @description Both windows, as in draft-ietf-httpapi-ratelimit-headers */
+          /** @description Every window by name, shortest first, as in draft-ietf-httpapi-ratelimit-headers */
           'ratelimit-policy'?: string;
-          /** @description What is left of both windows and seconds until each resets */
+          /** @description What is left of every window and seconds until each resets, shortest first */
           ratelimit?: string;
           /** @description RFC 9745: @<unix seconds> when the operation was deprecated */
           deprecation?: string;
@@ -1347,9 +1347,9 @@ export interface operations {
           'x-ratelimit-remaining'?: number;
           /** @description Unix time (seconds) when the binding window resets, or a ban ends */
           'x-ratelimit-reset'?: number;
-          /** @description Both windows, as in draft-ietf-httpapi-ratelimit-headers */
+          /** @description Every window by name, shortest first, as in draft-ietf-httpapi-ratelimit-headers */
           'ratelimit-policy'?: string;
-          /** @description What is left of both windows and seconds until each resets */
+          /** @description What is left of every window and seconds until each resets, shortest first */
           ratelimit?: string;
           /** @description RFC 9745: @<unix seconds> when the operation was deprecated */
           deprecation?: string;
@@ -1404,9 +1404,9 @@ export interface operations {
           'x-ratelimit-remaining'?: number;
           /** @description Unix time (seconds) when the binding window resets, or a ban ends */
           'x-ratelimit-reset'?: number;
-          /** @description Both windows, as in draft-ietf-httpapi-ratelimit-headers */
+          /** @description Every window by name, shortest first, as in draft-ietf-httpapi-ratelimit-headers */
           'ratelimit-policy'?: string;
-          /** @description What is left of both windows and seconds until each resets */
+          /** @description What is left of every window and seconds until each resets, shortest first */
           ratelimit?: string;
           /** @description RFC 9745: @<unix seconds> when the operation was deprecated */
           deprecation?: string;
@@ -1463,9 +1463,9 @@ export interface operations {
           'x-ratelimit-remaining'?: number;
           /** @description Unix time (seconds) when the binding window resets, or a ban ends */
           'x-ratelimit-reset'?: number;
-          /** @description Both windows, as in draft-ietf-httpapi-ratelimit-headers */
+          /** @description Every window by name, shortest first, as in draft-ietf-httpapi-ratelimit-headers */
           'ratelimit-policy'?: string;
-          /** @description What is left of both windows and seconds until each resets */
+          /** @description What is left of every window and seconds until each resets, shortest first */
           ratelimit?: string;
           /** @description RFC 9745: @<unix seconds> when the operation was deprecated */
           deprecation?: string;
@@ -1538,9 +1538,9 @@ export interface operations {
           'x-ratelimit-remaining'?: number;
           /** @description Unix time (seconds) when the binding window resets, or a ban ends */
           'x-ratelimit-reset'?: number;
-          /** @description Both windows, as in draft-ietf-httpapi-ratelimit-headers */
+          /** @description Every window by name, shortest first, as in draft-ietf-httpapi-ratelimit-headers */
           'ratelimit-policy'?: string;
-          /** @description What is left of both windows and seconds until each resets */
+          /** @description What is left of every window and seconds until each resets, shortest first */
           ratelimit?: string;
           /** @description This request's id, as logged and as quoted in every 5xx message: the `X-Request-Id` a trusted proxy sent (1 to 128 characters of `A-Z a-z 0-9 . _ : -`), else a new UUID */
           'x-request-id'?: string;
@@ -1548,10 +1548,26 @@ export interface operations {
         };
         content: {
           'application/json': {
-            /** @description The key's plan: free, pro, business or enterprise */
+            /** @description The key's plan (free, pro, business, enterprise, or one the operator made) */
             plan: string;
-            /** @description The minute window */
-            minute: {
+            /** @description Each of the key's windows (its own, else its plan's; of a customer's key the lesser of its and its customer's), shortest first */
+            windows: {
+              /** @description The window’s name, as RateLimit-Policy names it */
+              name: string;
+              /** @description Units the key may spend in the window */
+              limit: number;
+              /** @description Units left in the window */
+              remaining: number;
+              /** @description The window’s length in seconds */
+              windowSeconds: number;
+              /**
+               * Format: date-time
+               * @description When the window resets (a sliding one without room: when it next has room for a request of cost 1)
+               */
+              resetAt: string;
+            }[];
+            /** @description The window named minute, when the key has one (as in windows) */
+            minute?: {
               /** @description Units the key may spend per minute */
               limit: number;
               /** @description Units left in the window */
@@ -1561,8 +1577,8 @@ export interface operations {
               /** @description Unix time (seconds) when the window resets (on the minute, UTC), as X-RateLimit-Reset */
               reset: number;
             };
-            /** @description The day window */
-            day: {
+            /** @description The window named day, when the key has one (as in windows) */
+            day?: {
               /** @description Units the key may spend per day */
               limit: number;
               /** @description Units left in the window */
@@ -1616,9 +1632,9 @@ export interface operations {
           'x-ratelimit-remaining'?: number;
           /** @description Unix time (seconds) when the binding window resets, or a ban ends */
           'x-ratelimit-reset'?: number;
-          /** @description Both windows, as in draft-ietf-httpapi-ratelimit-headers */
+          /** @description Every window by name, shortest first, as in draft-ietf-httpapi-ratelimit-headers */
           'ratelimit-policy'?: string;
-          /** @description What is left of both windows and seconds until each resets */
+          /** @description What is left of every window and seconds until each resets, shortest first */
           ratelimit?: string;
           /** @description This request's id, as logged and as quoted in every 5xx message: the `X-Request-Id` a trusted proxy sent (1 to 128 characters of `A-Z a-z 0-9 . _ : -`), else a new UUID */
           'x-request-id'?: string;
@@ -1635,9 +1651,9 @@ export interface operations {
           'x-ratelimit-remaining'?: number;
           /** @description Unix time (seconds) when the binding window resets, or a ban ends */
           'x-ratelimit-reset'?: number;
-          /** @description Both windows, as in draft-ietf-httpapi-ratelimit-headers */
+          /** @description Every window by name, shortest first, as in draft-ietf-httpapi-ratelimit-headers */
           'ratelimit-policy'?: string;
-          /** @description What is left of both windows and seconds until each resets */
+          /** @description What is left of every window and seconds until each resets, shortest first */
           ratelimit?: string;
           /** @description This request's id, as logged and as quoted in every 5xx message: the `X-Request-Id` a trusted proxy sent (1 to 128 characters of `A-Z a-z 0-9 . _ : -`), else a new UUID */
           'x-request-id'?: string;
@@ -1688,9 +1704,9 @@ export interface operations {
           'x-ratelimit-remaining'?: number;
           /** @description Unix time (seconds) when the binding window resets, or a ban ends */
           'x-ratelimit-reset'?: number;
-          /** @description Both windows, as in draft-ietf-httpapi-ratelimit-headers */
+          /** @description Every window by name, shortest first, as in draft-ietf-httpapi-ratelimit-headers */
           'ratelimit-policy'?: string;
-          /** @description What is left of both windows and seconds until each resets */
+          /** @description What is left of every window and seconds until each resets, shortest first */
           ratelimit?: string;
           /** @description This request's id, as logged and as quoted in every 5xx message: the `X-Request-Id` a trusted proxy sent (1 to 128 characters of `A-Z a-z 0-9 . _ : -`), else a new UUID */
           'x-request-id'?: string;
@@ -1741,9 +1757,9 @@ export interface operations {
           'x-ratelimit-remaining'?: number;
           /** @description Unix time (seconds) when the binding window resets, or a ban ends */
           'x-ratelimit-reset'?: number;
-          /** @description Both windows, as in draft-ietf-httpapi-ratelimit-headers */
+          /** @description Every window by name, shortest first, as in draft-ietf-httpapi-ratelimit-headers */
           'ratelimit-policy'?: string;
-          /** @description What is left of both windows and seconds until each resets */
+          /** @description What is left of every window and seconds until each resets, shortest first */
           ratelimit?: string;
           /** @description This request's id, as logged and as quoted in every 5xx message: the `X-Request-Id` a trusted proxy sent (1 to 128 characters of `A-Z a-z 0-9 . _ : -`), else a new UUID */
           'x-request-id'?: string;
@@ -1792,9 +1808,9 @@ export interface operations {
           'x-ratelimit-remaining'?: number;
           /** @description Unix time (seconds) when the binding window resets, or a ban ends */
           'x-ratelimit-reset'?: number;
-          /** @description Both windows, as in draft-ietf-httpapi-ratelimit-headers */
+          /** @description Every window by name, shortest first, as in draft-ietf-httpapi-ratelimit-headers */
           'ratelimit-policy'?: string;
-          /** @description What is left of both windows and seconds until each resets */
+          /** @description What is left of every window and seconds until each resets, shortest first */
           ratelimit?: string;
           /** @description This request's id, as logged and as quoted in every 5xx message: the `X-Request-Id` a trusted proxy sent (1 to 128 characters of `A-Z a-z 0-9 . _ : -`), else a new UUID */
           'x-request-id'?: string;
@@ -1845,9 +1861,9 @@ export interface operations {
           'x-ratelimit-remaining'?: number;
           /** @description Unix time (seconds) when the binding window resets, or a ban ends */
           'x-ratelimit-reset'?: number;
-          /** @description Both windows, as in draft-ietf-httpapi-ratelimit-headers */
+          /** @description Every window by name, shortest first, as in draft-ietf-httpapi-ratelimit-headers */
           'ratelimit-policy'?: string;
-          /** @description What is left of both windows and seconds until each resets */
+          /** @description What is left of every window and seconds until each resets, shortest first */
           ratelimit?: string;
           /** @description This request's id, as logged and as quoted in every 5xx message: the `X-Request-Id` a trusted proxy sent (1 to 128 characters of `A-Z a-z 0-9 . _ : -`), else a new UUID */
           'x-request-id'?: string;

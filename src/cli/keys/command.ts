@@ -6,6 +6,7 @@ import { byCode, DOMAIN_CODES, domainError, fieldOf } from '../../platform/domai
 import type { Actor } from '../../audit/repository.js';
 import type { AdminTokensRepository } from '../../admin/tokens-repository.js';
 import { API_KEY_CODES } from '../../api-keys/errors.js';
+import { PLAN_CODES } from '../../plans/errors.js';
 import type { ApiKeysRepository } from '../../api-keys/repository.js';
 import { expiryOf as checkedExpiry, type KeyRules } from '../../api-keys/rules.js';
 import { Id } from '../../platform/schemas/common.js';
@@ -114,9 +115,10 @@ export function noArguments(positionals: string[]): void {
 
 /** The refusals of the rules shared with the admin API, by their code, as bad arguments say them. */
 const USAGE_REFUSALS: Record<string, (message: string, field: string | undefined) => string> = {
-  [API_KEY_CODES.limits]: (message, field) => (field ? `--${optionOf(field)} ${message}` : message),
+  [PLAN_CODES.limits]: (message, field) => (field ? `--${optionOf(field)} ${message}` : message),
   [API_KEY_CODES.expiry]: (message) => `--expires-at ${message}`,
   [API_KEY_CODES.unknownCustomer]: (message) => `--customer ${message}`,
+  [API_KEY_CODES.unknownPlan]: (message) => `--plan ${message}`,
 };
 
 /** A refusal of the rules shared with the admin API as the UsageError of bad arguments; undefined for any other error. */
@@ -125,7 +127,7 @@ export function usageRefusalOf(error: unknown): InstanceType<typeof UsageError> 
   return usage && new UsageError(usage((error as Error).message, fieldOf(error)));
 }
 
-/** The refusals of the rules shared with the admin API, as bad arguments: limits that do not go with the plan, an expiry that is no future date. */
+/** The refusals of the rules shared with the admin API, as bad arguments: an expiry that is no future date (those of the plan and limits need the database: see runKeysCommand). */
 export function sharedRule<T>(work: () => T): T {
   try {
     return work();

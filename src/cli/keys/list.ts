@@ -26,8 +26,9 @@ export const list: KeysCommand = {
             key.id,
             key.name || '-',
             key.plan,
-            `${key.perMinute}/minute`,
-            `${key.perDay}/day`,
+            // Its windows named minute and day (its own, else its plan's); the JSON has every window (`limits`: its own).
+            key.perMinute === null ? '-' : `${key.perMinute}/minute`,
+            key.perDay === null ? '-' : `${key.perDay}/day`,
             key.readOnly ? 'read-only' : 'read-write',
             key.createdAt,
             key.expiresAt ? `expires ${key.expiresAt}` : 'no expiry',

@@ -1,11 +1,15 @@
-import type { Limits } from '../../api-keys/plans.js';
+import type { ApiKeyIdentity } from '../../api-keys/identity.js';
+import type { Limits } from '../../plans/limits.js';
+import type { PlanBook } from '../../plans/ports.js';
 import { clientOf } from '../address.js';
 import type { Inspection, RateLimitStore, StoreKind } from '../stores/store.js';
-import { addressSubject, ANONYMOUS, keySubject, type KeyQuota } from '../subjects.js';
+import { addressSubject, ANONYMOUS, keyPolicy, keySubject, type KeyPolicy, type KeyQuota } from '../subjects.js';
 
 /** What the admin API reads of the limiter and changes in it: a key's usage, the bans. */
 export interface AdminOperations {
-  /** What a key's quota holds now (both windows, a ban), counting nothing, and which store answered (the admin API). */
+  /** What the limiter applies to a key: its own windows, else its plan's; its shadow mode and concurrency limit (keyPolicy). */
+  policyOf(key: Pick<ApiKeyIdentity, 'plan' | 'limits' | 'enforceLimits' | 'concurrency'>): KeyPolicy;
+  /** What a key's quota holds now (each of its windows, a ban), counting nothing, and which store answered (the admin API). */
   usage(key: KeyQuota, limits: Limits, now: number): Promise<Inspection>;
   /** Lifts a key's ban in the store decisions go to now (the admin API); says which. */
   liftBan(key: KeyQuota, now: number): Promise<StoreKind>;
@@ -19,8 +23,9 @@ export interface AdminOperations {
 }
 
 /** The admin API's operations on the store; `ipv6Prefix` as the limiter counts addresses (see clientOf). */
-export function adminOperations(store: RateLimitStore, ipv6Prefix: number): AdminOperations {
+export function adminOperations(store: RateLimitStore, plans: PlanBook, ipv6Prefix: number): AdminOperations {
   return {
+    policyOf: (key) => keyPolicy(plans, key),
     usage: (key, limits, now) => store.inspect(keySubject(key), limits, now),
     liftBan: (key, now) => store.liftBan(keySubject(key), now),
 

@@ -34,22 +34,29 @@ export const adminKeyUsage: FastifyPluginAsyncTypebox<AdminBansOptions & { keys:
       schema: {
         operationId: 'getKeyUsage',
         tags: ['keys'],
-        summary: "What the key's minute and day windows hold now, and its ban, from the store the limiter uses",
+        summary: "What the key's windows hold now, and its ban, from the store the limiter uses",
         params: KeyParams,
         response: { 200: KeyUsage, 400: ErrorBody, 404: ErrorBody },
       },
     },
     async (request) => {
       const key = foundKey(await keys.get(request.params.id), request.params.id);
-      const { decision, source } = await rateLimit.usage(key, key, admin.now());
-      const window = ({ limit, used, resetAt }: { limit: number; used: number; resetAt: number }) => ({
+      const { decision, source } = await rateLimit.usage(key, rateLimit.policyOf(key).limits, admin.now());
+      const windows = decision.windows.map(({ name, windowSeconds, limit, used, resetAt }) => ({
+        name,
+        windowSeconds,
         limit,
         used,
         resetAt: new Date(resetAt).toISOString(),
-      });
+      }));
+      const named = (name: string) => {
+        const window = windows.find((window) => window.name === name);
+        return window && { limit: window.limit, used: window.used, resetAt: window.resetAt };
+      };
       return {
-        minute: window(decision.minute),
-        day: window(decision.day),
+        windows,
+        minute: named('minute'),
+        day: named('day'),
         bannedUntil: decision.outcome === 'banned' ? new Date(decision.bannedUntil).toISOString() : null,
         source,
       };
@@ -71,7 +78,7 @@ export const adminKeyUsage: FastifyPluginAsyncTypebox<AdminBansOptions & { keys:
     async (request, reply) => {
       const key = foundKey(await keys.get(request.params.id), request.params.id);
       const now = admin.now();
-      const { decision } = await rateLimit.usage(key, key, now);
+      const { decision } = await rateLimit.usage(key, rateLimit.policyOf(key).limits, now);
       const source = await rateLimit.liftBan(key, now);
       if (decision.outcome === 'banned') {
         await audit.record(actorOf(request), 'key.ban_lift', key.id, { bannedUntil: new Date(decision.bannedUntil).toISOString(), source });

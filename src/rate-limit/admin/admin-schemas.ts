@@ -8,14 +8,21 @@ const Source = Type.Union([Type.Literal('redis'), Type.Literal('memory')], {
 
 const UsageWindow = Type.Object({
   limit: Type.Integer(),
-  used: Type.Integer({ description: 'Requests counted in the window so far' }),
+  used: Type.Integer({ description: 'Units counted in the window so far (of a sliding window, with the previous window’s share)' }),
   resetAt: Timestamp,
+});
+
+const NamedUsageWindow = Type.Object({
+  name: Type.String(),
+  windowSeconds: Type.Integer(),
+  ...UsageWindow.properties,
 });
 
 export const KeyUsage = Type.Object(
   {
-    minute: UsageWindow,
-    day: UsageWindow,
+    windows: Type.Array(NamedUsageWindow, { description: "Each of the key's windows (its own, else its plan's), shortest first" }),
+    minute: Type.Optional({ ...UsageWindow, description: 'The window named minute, when the key has one' }),
+    day: Type.Optional({ ...UsageWindow, description: 'The window named day, when the key has one' }),
     bannedUntil: Nullable({ ...Timestamp, description: 'When the ban ends; null when not banned' }),
     source: Source,
   },

@@ -1,6 +1,6 @@
 import type { FastifyBaseLogger } from 'fastify';
 import type { BalanceRecords, LiveBalances } from '../../credits/ports.js';
-import type { Limits } from '../../api-keys/plans.js';
+import type { Limits } from '../../plans/limits.js';
 import type { MemoryStore } from './memory-store.js';
 import { OutageCredits } from './outage-credits.js';
 import { pingAll } from './redis-connection.js';

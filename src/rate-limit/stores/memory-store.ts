@@ -1,14 +1,15 @@
 import { Lru } from '../../platform/lib/lru.js';
-import { DAY_MS, MINUTE_MS } from '../../platform/time.js';
-import type { Limits } from '../../api-keys/plans.js';
+import { MINUTE_MS } from '../../platform/time.js';
+import type { Limits } from '../../plans/limits.js';
 import { MemoryCredits } from './memory-credits.js';
+import { WindowCounters } from './memory-windows.js';
 import {
   decideWithout,
   hasRoom,
   served,
   usage,
-  windowsOf,
   windowStart,
+  type Windows,
   type BanPolicy,
   type Admission,
   type Bans,
@@ -23,10 +24,9 @@ import {
 } from './store.js';
 
 interface Counters {
+  windows: WindowCounters;
+  /** The minute (aligned) whose refusals `refused` and `shadowRefused` count. */
   minute: number;
-  minuteUsed: number;
-  day: number;
-  dayUsed: number;
   refused: number;
   /** Refusals this minute in shadow mode, counted apart from those that ban. */
   shadowRefused: number;
@@ -39,7 +39,7 @@ const MAX_SUBJECTS = 100_000;
 /**
  * Counters in this process: the default for one instance, and the fallback of an instance whose
  * Redis is unreachable (which decides balances of credits in their record, not here). A subject
- * costs one small entry, dropped once its day window and any ban are over; the cap bounds memory
+ * costs one small entry, dropped once its windows and any ban are over; the cap bounds memory
  * however many distinct keys or addresses arrive.
  */
 export class MemoryStore implements RateLimitStore {
@@ -73,45 +73,36 @@ export class MemoryStore implements RateLimitStore {
 
   #decide(subject: string, limits: Limits, now: number, cost: number, bans: boolean, credits?: readonly CreditClaim[]): Decision {
     const counters = this.#current(subject, now);
-    if (bans && counters.bannedUntil > now) return this.#banned(counters, limits, now);
-    const room = hasRoom(limits, counters.minuteUsed, counters.dayUsed, cost);
+    const windows = this.#windows(counters, limits, now, cost);
+    if (bans && counters.bannedUntil > now) return { outcome: 'banned', ...windows, bannedUntil: counters.bannedUntil, banStarted: false };
+    const room = hasRoom(windows, cost);
     // Served (allowed, or past its windows in shadow mode) only if every balance holds the cost too.
     const assessed = credits && (room || !bans) ? this.#credits.assess(credits, cost) : undefined;
-    if (assessed?.refusal)
-      return { outcome: assessed.refusal, ...usage(limits, now, counters.minuteUsed, counters.dayUsed), credits: assessed.standings };
-    const decision = room ? this.#count(counters, limits, now, cost) : this.#refuse(counters, limits, now, bans);
+    if (assessed?.refusal) return { outcome: assessed.refusal, ...windows, credits: assessed.standings };
+    const decision = room ? this.#count(counters, limits, now, cost) : this.#refuse(counters, windows, now, bans);
     return assessed ? { ...decision, credits: this.#credits.spend(credits!, assessed.standings, cost) } : decision;
   }
 
-  /** The subject's counters, their windows rolled over to the ones `now` is in. */
+  /** The subject's counters, its refusals rolled over to the minute `now` is in. */
   #current(subject: string, now: number): Counters {
     const minute = windowStart(now, MINUTE_MS);
-    const day = windowStart(now, DAY_MS);
-    const counters = this.#take(subject, minute, day);
-    if (counters.minute !== minute) Object.assign(counters, { minute, minuteUsed: 0, refused: 0, shadowRefused: 0 });
-    if (counters.day !== day) Object.assign(counters, { day, dayUsed: 0 });
+    const counters = this.#take(subject, minute);
+    if (counters.minute !== minute) Object.assign(counters, { minute, refused: 0, shadowRefused: 0 });
     return counters;
   }
 
-  #banned(counters: Counters, limits: Limits, now: number): Decision {
-    const windows = usage(limits, now, counters.minuteUsed, counters.dayUsed);
-    return { outcome: 'banned', ...windows, bannedUntil: counters.bannedUntil, banStarted: false };
-  }
+  #windows = (counters: Counters, limits: Limits, now: number, cost: number) =>
+    usage(limits, now, counters.windows.countsAt(limits, now), cost);
 
-  /** Counts the cost in the subject's counters (and in `shared`'s, a customer's); the subject's windows are the decision's. */
-  #count(counters: Counters, limits: Limits, now: number, cost: number, shared?: Counters): Decision {
-    counters.minuteUsed += cost;
-    counters.dayUsed += cost;
-    if (shared) {
-      shared.minuteUsed += cost;
-      shared.dayUsed += cost;
-    }
-    return { outcome: 'allowed', ...usage(limits, now, counters.minuteUsed, counters.dayUsed) };
+  /** Counts the cost in the subject's windows (and in `shared`'s, a customer's); the subject's windows are the decision's. */
+  #count(counters: Counters, limits: Limits, now: number, cost: number, shared?: { counters: Counters; limits: Limits }): Decision {
+    counters.windows.add(limits, now, cost);
+    shared?.counters.windows.add(shared.limits, now, cost);
+    return { outcome: 'allowed', ...this.#windows(counters, limits, now, cost) };
   }
 
   /** Counts a refusal of the subject: apart in shadow mode (`bans` false), else towards its ban. */
-  #refuse(counters: Counters, limits: Limits, now: number, bans: boolean): Decision {
-    const windows = usage(limits, now, counters.minuteUsed, counters.dayUsed);
+  #refuse(counters: Counters, windows: Windows, now: number, bans: boolean): Decision {
     if (!bans) return { outcome: 'limited', refusals: ++counters.shadowRefused, ...windows };
     counters.refused += 1;
     if (counters.refused > this.#ban.threshold) {
@@ -135,10 +126,8 @@ export class MemoryStore implements RateLimitStore {
 
   #check(subject: string, limits: Limits, now: number, cost: number): Decision {
     const counters = this.#subjects.peek(subject);
-    if (!counters) return decideWithout(limits, now, 0, 0, 0, cost);
-    const minuteUsed = counters.minute === windowStart(now, MINUTE_MS) ? counters.minuteUsed : 0;
-    const dayUsed = counters.day === windowStart(now, DAY_MS) ? counters.dayUsed : 0;
-    return decideWithout(limits, now, minuteUsed, dayUsed, counters.bannedUntil, cost);
+    if (!counters) return decideWithout(limits, now, [], 0, cost);
+    return decideWithout(limits, now, counters.windows.countsAt(limits, now), counters.bannedUntil, cost);
   }
 
   async inspect(subject: string, limits: Limits, now: number): Promise<Inspection> {
@@ -170,10 +159,7 @@ export class MemoryStore implements RateLimitStore {
   }
 
   async decideShared(subject: string, limits: Limits, now: number, claim: Claim, shared: Shared): Promise<SharedAdmission> {
-    const customerNow = () => {
-      const { minute, day } = this.#check(shared.subject, shared.limits, now, claim.cost);
-      return { minute, day };
-    };
+    const customerNow = () => ({ windows: this.#check(shared.subject, shared.limits, now, claim.cost).windows });
     const full = (of: string, limit: number) => limit > 0 && (this.#inFlight.get(of)?.size ?? 0) >= limit;
     const customerBusy = full(shared.subject, shared.slots);
     if (customerBusy || full(subject, claim.slot.limit)) {
@@ -193,20 +179,20 @@ export class MemoryStore implements RateLimitStore {
   /** decideShared's counting decision: both subjects counted, or neither; the refusals the key's. */
   #decideBoth(subject: string, limits: Limits, now: number, { cost, bans, credits }: Claim, shared: Shared): Decision {
     const own = this.#current(subject, now);
-    if (bans && own.bannedUntil > now) return this.#banned(own, limits, now);
+    const windows = this.#windows(own, limits, now, cost);
+    if (bans && own.bannedUntil > now) return { outcome: 'banned', ...windows, bannedUntil: own.bannedUntil, banStarted: false };
     const customer = this.#current(shared.subject, now);
-    const ownRoom = hasRoom(limits, own.minuteUsed, own.dayUsed, cost);
-    const room = ownRoom && hasRoom(shared.limits, customer.minuteUsed, customer.dayUsed, cost);
+    const ownRoom = hasRoom(windows, cost);
+    const room = ownRoom && hasRoom(this.#windows(customer, shared.limits, now, cost), cost);
     // Served (allowed, or past the windows in shadow mode) only if every balance holds the cost too.
     const assessed = credits && (room || !bans) ? this.#credits.assess(credits, cost) : undefined;
-    if (assessed?.refusal)
-      return { outcome: assessed.refusal, ...usage(limits, now, own.minuteUsed, own.dayUsed), credits: assessed.standings };
+    if (assessed?.refusal) return { outcome: assessed.refusal, ...windows, credits: assessed.standings };
     const spent = (decision: Decision) =>
       assessed ? { ...decision, credits: this.#credits.spend(credits!, assessed.standings, cost) } : decision;
-    if (room) return spent(this.#count(own, limits, now, cost, customer));
+    if (room) return spent(this.#count(own, limits, now, cost, { counters: customer, limits: shared.limits }));
     // Refused by the customer's windows alone: towards no ban of the key, unless a would-be refusal of shadow mode.
-    if (ownRoom && bans) return { outcome: 'limited', refusals: own.refused, ...usage(limits, now, own.minuteUsed, own.dayUsed) };
-    return spent(this.#refuse(own, limits, now, bans));
+    if (ownRoom && bans) return { outcome: 'limited', refusals: own.refused, ...windows };
+    return spent(this.#refuse(own, windows, now, bans));
   }
 
   /** decideShared's decision counting nothing: the key's ban or windows, then the customer's. */
@@ -235,9 +221,7 @@ export class MemoryStore implements RateLimitStore {
     if (credits) this.#credits.refund(credits, decision.credits, cost);
     const counters = this.#subjects.peek(subject);
     if (!counters) return;
-    const { minute, day } = windowsOf(decision);
-    if (counters.minute === minute) counters.minuteUsed = Math.max(0, counters.minuteUsed - cost);
-    if (counters.day === day) counters.dayUsed = Math.max(0, counters.dayUsed - cost);
+    counters.windows.takeBack(decision.windows, cost);
   }
 
   async refundShared(subject: string, customerSubject: string, decision: Decision, cost: number, credits?: readonly CreditClaim[]) {
@@ -253,11 +237,10 @@ export class MemoryStore implements RateLimitStore {
     return this.#credits.size;
   }
 
-  /** Forgets subjects whose day window and ban are both over (nothing of them matters any more), and balances long unused. */
+  /** Forgets subjects whose windows and ban are all over (nothing of them matters any more), and balances long unused. */
   sweep(now: number) {
-    const day = windowStart(now, DAY_MS);
     for (const [subject, counters] of this.#subjects.entries()) {
-      if (counters.day !== day && counters.bannedUntil <= now) this.#subjects.delete(subject);
+      if (counters.windows.stale(now) && counters.bannedUntil <= now) this.#subjects.delete(subject);
     }
     this.#credits.sweep(now);
   }
@@ -267,10 +250,10 @@ export class MemoryStore implements RateLimitStore {
   }
 
   /** The subject's counters, moved to the most recently seen end; the least recent go past the cap. */
-  #take(subject: string, minute: number, day: number): Counters {
+  #take(subject: string, minute: number): Counters {
     const counters = this.#subjects.get(subject);
     if (counters) return counters;
-    const fresh = { minute, minuteUsed: 0, day, dayUsed: 0, refused: 0, shadowRefused: 0, bannedUntil: 0 };
+    const fresh = { windows: new WindowCounters(), minute, refused: 0, shadowRefused: 0, bannedUntil: 0 };
     this.#subjects.set(subject, fresh);
     return fresh;
   }

@@ -1,4 +1,4 @@
-import type { Limits } from '../../api-keys/plans.js';
+import type { Limits } from '../../plans/limits.js';
 import type { MemoryStore } from './memory-store.js';
 import type { BalanceRecords, RecordedBalance } from '../../credits/ports.js';
 import { OutageSpending } from './outage-spending.js';
@@ -147,7 +147,7 @@ export class OutageCredits {
       return { ...decision, credits: standingsOf(claims, spending.balances, true) };
     }
     await takeBack();
-    const windows = decision.outcome === 'allowed' ? uncountedWindows(decision, cost) : { minute: decision.minute, day: decision.day };
+    const windows = decision.outcome === 'allowed' ? uncountedWindows(decision, cost) : { windows: decision.windows };
     return { outcome: 'credits_exhausted', ...windows, credits: standingsOf(claims, spending.balances, false) };
   }
 
@@ -156,7 +156,4 @@ export class OutageCredits {
   }
 }
 
-const uncountedWindows = ({ minute, day }: Windows, cost: number): Windows => ({
-  minute: uncounted(minute, cost),
-  day: uncounted(day, cost),
-});
+const uncountedWindows = ({ windows }: Windows, cost: number): Windows => ({ windows: windows.map((window) => uncounted(window, cost)) });

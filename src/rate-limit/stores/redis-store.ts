@@ -1,6 +1,6 @@
 import { Cluster, type Redis } from 'ioredis';
-import { DAY_MS, MINUTE_MS } from '../../platform/time.js';
-import type { Limits } from '../../api-keys/plans.js';
+import { MINUTE_MS } from '../../platform/time.js';
+import type { Limits } from '../../plans/limits.js';
 import type { LiveBalances } from '../../credits/ports.js';
 import { CREDIT_KEY_INFIX, creditStandings, globEscape, readLiveBalances, scanLiveBalances } from './redis-credits.js';
 import {
@@ -8,22 +8,22 @@ import {
   BAN_STARTED,
   BANNED,
   BUSY,
+  COUNTS_AT,
+  countsAt,
   CREDITS_EXHAUSTED,
-  DECIDE_CREDITS_AT,
-  DECIDE_SHARED_CREDITS_AT,
+  afterCounts,
   decisionArgs,
   defineScripts,
   scriptArgs,
   UNSEEDED,
   type DecideResult,
-  type DecideSharedResult,
   type DecisionCall,
+  type WindowCall,
 } from './redis-scripts.js';
 import {
   decideWithout,
   NO_SLOT,
   usage,
-  windowsOf,
   windowStart,
   type BanPolicy,
   type Admission,
@@ -36,6 +36,7 @@ import {
   type Shared,
   type SharedAdmission,
   type StoreKind,
+  type WindowUsage,
 } from './store.js';
 
 /** How long a lease holds a slot unless renewed: what a request of an instance that stops can hold on to. */
@@ -60,6 +61,24 @@ function newReleases(): Releases {
     sendWith = (command) => void command.then(() => resolve(), reject);
   });
   return { leases: [], sent, sendWith };
+}
+
+/**
+ * The key of a window's counter, by its length and the start of its fixed window: a minute's and a
+ * day's keep the names of earlier builds, so that their counts carry over during a rolling deploy.
+ */
+export const counterKey = (base: string, windowSeconds: number, start: number) =>
+  windowSeconds === 60 ? `${base}:m:${start}` : windowSeconds === 86_400 ? `${base}:d:${start}` : `${base}:w${windowSeconds}:${start}`;
+
+/** Each window of `limits` at `now` as the scripts take it, its counters under `base` (a sliding one's previous too). */
+function windowCalls(base: string, limits: Limits, now: number): WindowCall[] {
+  return limits.map(({ limit, windowSeconds, algorithm }) => {
+    const windowMs = windowSeconds * 1000;
+    const start = windowStart(now, windowMs);
+    const sliding = algorithm === 'sliding';
+    const previous = sliding ? counterKey(base, windowSeconds, start - windowMs) : undefined;
+    return { limit, windowMs, elapsed: now - start, sliding, current: counterKey(base, windowSeconds, start), previous };
+  });
 }
 
 /** Counters shared by every instance through Redis: one count per subject, however many instances. */
@@ -153,7 +172,8 @@ export class RedisStore implements RateLimitStore {
     const credits = claim.credits ?? [];
     const args = decisionArgs({
       keys: this.#subjectKeys(own, now, claim.bans),
-      args: this.#decisionArgs(limits, now, claim),
+      args: this.#decisionArgs(now, claim),
+      windows: windowCalls(own, limits, now),
       customer: shared && this.#customerSide(shared, now),
       credits,
       creditKeys: credits.map(this.#creditKey),
@@ -166,28 +186,17 @@ export class RedisStore implements RateLimitStore {
     return deciding;
   }
 
-  /** A subject's counts, refusals (counted apart when they ban no one), ban and slots at `now`: the scripts' first KEYS. */
+  /** A subject's refusals this minute (counted apart when they ban no one), ban and slots: the scripts' first KEYS. */
   #subjectKeys(base: string, now: number, bans: boolean): DecisionCall['keys'] {
-    const minute = windowStart(now, MINUTE_MS);
-    return {
-      minute: `${base}:m:${minute}`,
-      day: `${base}:d:${windowStart(now, DAY_MS)}`,
-      refusals: `${base}:${bans ? 'r' : 's'}:${minute}`,
-      ban: `${base}:ban`,
-      slots: `${base}:c`,
-    };
+    return { refusals: `${base}:${bans ? 'r' : 's'}:${windowStart(now, MINUTE_MS)}`, ban: `${base}:ban`, slots: `${base}:c` };
   }
 
-  /** The scripts' first ARGV: the subject's limits, the ban policy, the claim. */
-  #decisionArgs(limits: Limits, now: number, { cost, bans, count, slot }: Claim): DecisionCall['args'] {
+  /** The scripts' first ARGV: the ban policy, the claim. */
+  #decisionArgs(now: number, { cost, bans, count, slot }: Claim): DecisionCall['args'] {
     return {
-      minuteLimit: limits.perMinute,
-      dayLimit: limits.perDay,
       now,
       banThreshold: this.#ban.threshold,
       banMs: this.#ban.durationMs,
-      minuteTtl: 2 * MINUTE_MS,
-      dayTtl: 2 * DAY_MS,
       cost,
       bans: bans ? 1 : 0,
       count: count ? 1 : 0,
@@ -197,21 +206,16 @@ export class RedisStore implements RateLimitStore {
     };
   }
 
-  /** DECIDE_SHARED's KEYS and ARGV of a customer's key's customer: its counts and slots, its limits. */
+  /** DECIDE_SHARED's KEYS and ARGV of a customer's key's customer: its slots, its windows. */
   #customerSide({ subject, limits, slots }: Shared, now: number): DecisionCall['customer'] {
     const base = this.#base(subject);
-    const keys = {
-      customerMinute: `${base}:m:${windowStart(now, MINUTE_MS)}`,
-      customerDay: `${base}:d:${windowStart(now, DAY_MS)}`,
-      customerSlots: `${base}:c`,
-    };
-    return { keys, args: { customerMinuteLimit: limits.perMinute, customerDayLimit: limits.perDay, customerSlots: slots } };
+    return { keys: { customerSlots: `${base}:c` }, args: { customerSlots: slots }, windows: windowCalls(base, limits, now) };
   }
 
-  /** The decision of a script's answer: its first five as DECIDE's, the balances' standings from `credits` on. */
-  #decision(limits: Limits, now: number, decided: readonly (number | null)[], credits = DECIDE_CREDITS_AT): Decision {
-    const [code, minuteUsed, dayUsed, last] = decided as DecideResult;
-    const windows = usage(limits, now, minuteUsed, dayUsed);
+  /** The decision of a script's answer for a request of this cost: the subject's windows first, the balances' standings from `credits` on. */
+  #decision(limits: Limits, now: number, decided: DecideResult, cost: number, credits = afterCounts(limits.length)): Decision {
+    const [code, last] = decided;
+    const windows = usage(limits, now, countsAt(decided, COUNTS_AT, limits.length), cost);
     const standings = decided.length > credits ? { credits: creditStandings(decided, credits) } : {};
     if (code === BANNED || code === BAN_STARTED)
       return { outcome: 'banned', ...windows, bannedUntil: last, banStarted: code === BAN_STARTED, ...standings };
@@ -230,30 +234,32 @@ export class RedisStore implements RateLimitStore {
     bans: boolean,
     credits?: readonly CreditClaim[],
   ): Promise<Decision> {
-    return this.#decision(limits, now, await this.#decide(subject, limits, now, { cost, bans, count: true, slot: NO_SLOT, credits }));
+    return this.#decision(limits, now, await this.#decide(subject, limits, now, { cost, bans, count: true, slot: NO_SLOT, credits }), cost);
   }
 
   async admit(subject: string, limits: Limits, now: number, claim: Claim): Promise<Admission> {
     const decided = await this.#decide(subject, limits, now, claim);
-    const [code, minuteUsed, dayUsed, banEnd, taken] = decided;
-    if (code === BUSY) return { outcome: 'busy', standing: decideWithout(limits, now, minuteUsed, dayUsed, banEnd, claim.cost) };
+    const [code, banEnd, taken] = decided;
+    const own = countsAt(decided, COUNTS_AT, limits.length);
+    if (code === BUSY) return { outcome: 'busy', standing: decideWithout(limits, now, own, banEnd, claim.cost) };
     if (taken === 1) this.#holdLease(`${this.#base(subject)}:c`, claim.slot.lease);
-    return this.#decision(limits, now, decided);
+    return this.#decision(limits, now, decided, claim.cost);
   }
 
   async decideShared(subject: string, limits: Limits, now: number, claim: Claim, shared: Shared): Promise<SharedAdmission> {
-    const decided = (await this.#decide(subject, limits, now, claim, shared)) as DecideSharedResult;
-    const [code, minuteUsed, dayUsed, last, taken, sharedMinute, sharedDay] = decided;
-    const customerWindows = usage(shared.limits, now, sharedMinute, sharedDay);
+    const decided = await this.#decide(subject, limits, now, claim, shared);
+    const [code, last, taken] = decided;
+    const customerWindows = usage(shared.limits, now, countsAt(decided, afterCounts(limits.length), shared.limits.length), claim.cost);
     if (code === BUSY) {
-      const standing = decideWithout(limits, now, minuteUsed, dayUsed, last, claim.cost);
+      const standing = decideWithout(limits, now, countsAt(decided, COUNTS_AT, limits.length), last, claim.cost);
       return { admission: { outcome: 'busy', standing, customerBusy: taken === 1 }, customer: customerWindows };
     }
     if (taken === 1) {
       if (claim.slot.limit > 0) this.#holdLease(`${this.#base(subject)}:c`, claim.slot.lease);
       if (shared.slots > 0) this.#holdLease(`${this.#base(shared.subject)}:c`, claim.slot.lease);
     }
-    return { admission: this.#decision(limits, now, decided, DECIDE_SHARED_CREDITS_AT), customer: customerWindows };
+    const admission = this.#decision(limits, now, decided, claim.cost, afterCounts(limits.length + shared.limits.length));
+    return { admission, customer: customerWindows };
   }
 
   /**
@@ -299,15 +305,16 @@ export class RedisStore implements RateLimitStore {
   async check(subject: string, limits: Limits, now: number, cost: number, credits?: readonly CreditClaim[]): Promise<Decision> {
     if (credits) {
       const claim = { cost, bans: true, count: false, slot: NO_SLOT, credits };
-      return this.#decision(limits, now, await this.#decide(subject, limits, now, claim));
+      return this.#decision(limits, now, await this.#decide(subject, limits, now, claim), cost);
     }
     const base = this.#base(subject);
-    const [minuteUsed, dayUsed, bannedUntil] = await this.redis.mget(
-      `${base}:m:${windowStart(now, MINUTE_MS)}`,
-      `${base}:d:${windowStart(now, DAY_MS)}`,
-      `${base}:ban`,
-    );
-    return decideWithout(limits, now, Number(minuteUsed ?? 0), Number(dayUsed ?? 0), Number(bannedUntil ?? 0), cost);
+    const windows = windowCalls(base, limits, now);
+    const counters = windows.flatMap(({ current, previous }) => (previous ? [current, previous] : [current]));
+    const [bannedUntil, ...stored] = await this.redis.mget(`${base}:ban`, ...counters);
+    let at = 0;
+    const read = () => Number(stored[at++] ?? 0);
+    const counts = windows.map(({ previous }) => ({ current: read(), previous: previous ? read() : 0 }));
+    return decideWithout(limits, now, counts, Number(bannedUntil ?? 0), cost);
   }
 
   async inspect(subject: string, limits: Limits, now: number): Promise<Inspection> {
@@ -340,17 +347,20 @@ export class RedisStore implements RateLimitStore {
     return 'redis';
   }
 
-  async refund(subject: string, decision: Decision, cost: number, credits?: readonly CreditClaim[]) {
+  /** The counters these windows counted in, each once (windows of the same length share theirs): each one's current fixed window's. */
+  #countedIn(subject: string, windows: readonly WindowUsage[]) {
     const base = this.#base(subject);
-    const { minute, day } = windowsOf(decision);
-    await this.#refund([`${base}:m:${minute}`, `${base}:d:${day}`], decision, cost, credits);
+    return [...new Set(windows.map(({ windowSeconds, start }) => counterKey(base, windowSeconds, start)))];
   }
 
+  async refund(subject: string, decision: Decision, cost: number, credits?: readonly CreditClaim[]) {
+    await this.#refund(this.#countedIn(subject, decision.windows), decision, cost, credits);
+  }
+
+  /** The decision's windows are its key's and its customer's (see lesserWindows): each subject's counters of them, where it has one. */
   async refundShared(subject: string, customerSubject: string, decision: Decision, cost: number, credits?: readonly CreditClaim[]) {
-    const [own, customer] = [this.#base(subject), this.#base(customerSubject)];
-    const { minute, day } = windowsOf(decision);
-    const counts = [`${own}:m:${minute}`, `${own}:d:${day}`, `${customer}:m:${minute}`, `${customer}:d:${day}`];
-    await this.#refund(counts, decision, cost, credits);
+    const counters = [...this.#countedIn(subject, decision.windows), ...this.#countedIn(customerSubject, decision.windows)];
+    await this.#refund(counters, decision, cost, credits);
   }
 
   /** REFUND of the counts, and of the balances the decision spent from, each in the version it spent in. */

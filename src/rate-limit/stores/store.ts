@@ -1,5 +1,5 @@
-import type { Limits } from '../../api-keys/plans.js';
-import { DAY_MS, MINUTE_MS } from '../../platform/time.js';
+import type { Limits, RateWindow } from '../../plans/limits.js';
+import { DAY_MS } from '../../platform/time.js';
 
 /**
  * How long a store keeps a balance of credits neither seeded nor spent from: once dropped, its
@@ -7,18 +7,35 @@ import { DAY_MS, MINUTE_MS } from '../../platform/time.js';
  */
 export const CREDITS_TTL_MS = DAY_MS;
 
-/** One fixed window, aligned to the UTC clock: a minute or a day. */
+/** One window of a subject's limits as a decision left it. */
 export interface WindowUsage {
+  name: string;
   limit: number;
-  /** Requests counted in this window, this one included when it was allowed. */
+  windowSeconds: number;
+  /**
+   * Units counted in it, this request's included when it was counted; of a sliding window, its
+   * current fixed window's plus the previous one's, weighted by its share still inside the last
+   * windowSeconds and rounded up (see slidingCount).
+   */
   used: number;
-  /** When the window ends, in ms since the epoch. */
+  /** The start of the fixed window (of a sliding one, the current one) this decision counted in, in ms since the epoch. */
+  start: number;
+  /**
+   * When the window resets, in ms since the epoch: a fixed one at its end; a sliding one, once it
+   * has no room for the request's cost, when it next has; else at its current fixed window's end.
+   */
   resetAt: number;
 }
 
+/** A decision's windows: each of the subject's limits, in their order (shortest first). */
 export interface Windows {
-  minute: WindowUsage;
-  day: WindowUsage;
+  windows: WindowUsage[];
+}
+
+/** What a store read of one window: the count of its current fixed window and, of a sliding one, the previous one's (0 for a fixed). */
+export interface WindowCount {
+  current: number;
+  previous: number;
 }
 
 /**
@@ -100,13 +117,22 @@ export interface SharedAdmission {
   customer: Windows;
 }
 
-/** Each window of the two with fewer units left, the key's on a tie: what the headers and a 429 show of a customer's key. */
-export const lesserWindows = (own: Windows, customer: Windows): Windows => {
+/** Shortest first, by name on a tie: the order of Limits, the headers and the quota endpoint. */
+export const byLength = (a: Pick<RateWindow, 'name' | 'windowSeconds'>, b: Pick<RateWindow, 'name' | 'windowSeconds'>) =>
+  a.windowSeconds - b.windowSeconds || (a.name < b.name ? -1 : a.name > b.name ? 1 : 0);
+
+/**
+ * What the headers and a 429 show of a customer's key: of each window the key and its customer
+ * both have (same name and length), the one with fewer units left, the key's on a tie; the others as they are.
+ */
+export const lesserWindows = (own: readonly WindowUsage[], customer: readonly WindowUsage[]): WindowUsage[] => {
   const left = (window: WindowUsage) => window.limit - window.used;
-  return {
-    minute: left(customer.minute) < left(own.minute) ? customer.minute : own.minute,
-    day: left(customer.day) < left(own.day) ? customer.day : own.day,
-  };
+  const same = (a: WindowUsage) => (b: WindowUsage) => a.name === b.name && a.windowSeconds === b.windowSeconds;
+  const lesser = own.map((window) => {
+    const theirs = customer.find(same(window));
+    return theirs && left(theirs) < left(window) ? theirs : window;
+  });
+  return [...lesser, ...customer.filter((window) => !own.some(same(window)))].sort(byLength);
 };
 
 /** Whether a request so decided is served, and so holds the slot it asked for: allowed, or refused by its windows in shadow mode. */
@@ -201,26 +227,55 @@ export interface Inspection {
 
 export const windowStart = (now: number, size: number) => now - (now % size);
 
-/** The starts of the two windows a decision counted in. */
-export const windowsOf = (decision: Decision) => ({ minute: decision.minute.resetAt - MINUTE_MS, day: decision.day.resetAt - DAY_MS });
+/** A sliding window's count: its current fixed window's, plus the previous one's share still inside the last windowSeconds, rounded up. */
+export const slidingCount = (windowMs: number, elapsed: number, { current, previous }: WindowCount) =>
+  current + Math.ceil((previous * (windowMs - elapsed)) / windowMs);
+
+/**
+ * When a sliding window that has no room for `cost` next has, with nothing more counted: within
+ * its current fixed window as the previous one's share shrinks, else within the next one as the
+ * current one's does.
+ */
+function slidingRoomAt(window: RateWindow, start: number, { current, previous }: WindowCount, cost: number) {
+  const windowMs = window.windowSeconds * 1000;
+  const spare = window.limit - cost - current;
+  if (spare >= 0 && previous > 0) {
+    const at = start + Math.ceil(windowMs - (spare * windowMs) / previous);
+    if (at < start + windowMs) return at;
+  }
+  const spareNext = window.limit - cost;
+  if (current <= spareNext) return start + windowMs;
+  return start + windowMs + Math.ceil(windowMs - (Math.max(0, spareNext) * windowMs) / current);
+}
+
+/** One window as it stands at `now` with these counts, for a request of this cost. */
+export function windowUsage(window: RateWindow, now: number, count: WindowCount, cost = 1): WindowUsage {
+  const windowMs = window.windowSeconds * 1000;
+  const start = windowStart(now, windowMs);
+  const { name, limit, windowSeconds } = window;
+  if (window.algorithm === 'fixed') return { name, limit, windowSeconds, used: count.current, start, resetAt: start + windowMs };
+  const used = slidingCount(windowMs, now - start, count);
+  const resetAt = used + cost > limit ? slidingRoomAt(window, start, count, cost) : start + windowMs;
+  return { name, limit, windowSeconds, used, start, resetAt };
+}
+
+/** Each window of `limits` as it stands with these counts (in the same order). */
+export const usage = (limits: Limits, now: number, counts: readonly WindowCount[], cost = 1): Windows => ({
+  windows: limits.map((window, i) => windowUsage(window, now, counts[i] ?? NO_COUNT, cost)),
+});
+
+/** The count of a window nothing was counted in yet. */
+export const NO_COUNT: WindowCount = { current: 0, previous: 0 };
 
 /** A window as it stood before a request of this cost was counted in it. */
 export const uncounted = (window: WindowUsage, cost: number): WindowUsage => ({ ...window, used: Math.max(0, window.used - cost) });
 
-/** Whether both windows have room for `cost` more units. */
-export const hasRoom = (limits: Limits, minuteUsed: number, dayUsed: number, cost: number) =>
-  minuteUsed + cost <= limits.perMinute && dayUsed + cost <= limits.perDay;
+/** Whether every window has room for `cost` more units. */
+export const hasRoom = ({ windows }: Windows, cost: number) => windows.every((window) => window.used + cost <= window.limit);
 
 /** The decision on counts as they stand, for a request of this cost, without counting anything. */
-export function decideWithout(limits: Limits, now: number, minuteUsed: number, dayUsed: number, bannedUntil: number, cost = 1): Decision {
-  const windows = usage(limits, now, minuteUsed, dayUsed);
+export function decideWithout(limits: Limits, now: number, counts: readonly WindowCount[], bannedUntil: number, cost = 1): Decision {
+  const windows = usage(limits, now, counts, cost);
   if (bannedUntil > now) return { outcome: 'banned', ...windows, bannedUntil, banStarted: false };
-  return hasRoom(limits, minuteUsed, dayUsed, cost) ? { outcome: 'allowed', ...windows } : { outcome: 'limited', refusals: 0, ...windows };
-}
-
-export function usage(limits: Limits, now: number, minuteUsed: number, dayUsed: number) {
-  return {
-    minute: { limit: limits.perMinute, used: minuteUsed, resetAt: windowStart(now, MINUTE_MS) + MINUTE_MS },
-    day: { limit: limits.perDay, used: dayUsed, resetAt: windowStart(now, DAY_MS) + DAY_MS },
-  };
+  return hasRoom(windows, cost) ? { outcome: 'allowed', ...windows } : { outcome: 'limited', refusals: 0, ...windows };
 }

@@ -9,6 +9,7 @@ import { countPets } from '../../support/pets.js';
 import { MINUTE, SUNSET, T0 } from '../../support/time.js';
 import { RATE_LIMIT_STORES, REDIS_URL, redisStoreEnv, type StoreVariant } from '../../support/redis.js';
 import { bearer } from '../../support/keys.js';
+import { minuteAndDay } from '../../../src/plans/limits.js';
 
 /** What a 304 must repeat of the 200 (RFC 9110 15.4.5), and what this service adds to every response. */
 const REPEATED = ['etag', 'cache-control', 'x-content-type-options', 'x-ratelimit-limit', 'x-ratelimit-reset', 'ratelimit-policy'];
@@ -195,7 +196,7 @@ describe.each(stores)('a 304 and the rate limit, with the $name store', (store) 
 
   describe.skipIf(store.usesRedis && !REDIS_URL)('', () => {
     test('is admitted like any request but counts in neither window; a 200 still does', async ({ t, clock }) => {
-      const { key } = await t.app.apiKeysRepository.create({ plan: 'enterprise', limits: { perMinute: 3, perDay: 5 } });
+      const { key } = await t.app.apiKeysRepository.create({ plan: 'enterprise', limits: minuteAndDay(3, 5) });
       const auth = bearer(key);
       clock.advance(MINUTE);
       const fresh = await t.app.inject({ url: '/v1/pets', headers: auth });
@@ -220,7 +221,7 @@ describe.each(stores)('a 304 and the rate limit, with the $name store', (store) 
     });
 
     test('a revalidation that was to be a 304 but is refused further on (410 once the sunset has come) counts', async ({ t, clock }) => {
-      const { key } = await t.app.apiKeysRepository.create({ plan: 'enterprise', limits: { perMinute: 5, perDay: 100 } });
+      const { key } = await t.app.apiKeysRepository.create({ plan: 'enterprise', limits: minuteAndDay(5, 100) });
       const auth = bearer(key);
       const created = await t.app.inject({ method: 'POST', url: '/v1/pets', headers: t.auth, payload: { name: 'Sunset', categoryId: 1 } });
       const url = `/v1/pets/${created.json().id}`;
@@ -244,7 +245,7 @@ describe.skipIf(!POSTGRES_URL || !REDIS_URL)('a 304 and the rate limit across tw
     const a = await buildTestApp(env, { now: () => clock });
     const b = await buildTestApp({ ...env, DATABASE_URL: a.databaseUrl! }, { now: () => clock });
     try {
-      const { key } = await a.app.apiKeysRepository.create({ plan: 'enterprise', limits: { perMinute: 4, perDay: 100 } });
+      const { key } = await a.app.apiKeysRepository.create({ plan: 'enterprise', limits: minuteAndDay(4, 100) });
       const auth = bearer(key);
       clock += MINUTE;
       const fresh = await a.app.inject({ url: '/v1/pets', headers: auth });

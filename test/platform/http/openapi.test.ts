@@ -262,6 +262,11 @@ describe('the admin OpenAPI document at /admin/v1/openapi.json, on the admin lis
     ['/customers/{id}', 'get', 'getCustomer', false],
     ['/customers/{id}', 'patch', 'changeCustomer', true],
     ['/customers/{id}/credits', 'post', 'changeCustomerCredits', true],
+    ['/plans', 'post', 'createPlan', true],
+    ['/plans', 'get', 'listPlans', false],
+    ['/plans/{name}', 'get', 'getPlan', false],
+    ['/plans/{name}', 'patch', 'changePlan', true],
+    ['/plans/{name}', 'delete', 'deletePlan', true],
     ['/keys/{id}/usage', 'get', 'getKeyUsage', false],
     ['/keys/{id}/ban', 'delete', 'liftKeyBan', true],
     ['/usage', 'get', 'getUsage', false],
@@ -338,6 +343,24 @@ describe('the admin OpenAPI document at /admin/v1/openapi.json, on the admin lis
       schemaOf('/customers/{id}', 'patch', 200),
       (await admin.request('PATCH', `/admin/v1/customers/${customer.body.id}`, { json: { name: 'Renamed' } })).body,
     );
+    const plan = await admin.request('POST', '/admin/v1/plans', {
+      json: { name: 'documented', limits: [{ name: 'second', limit: 5, windowSeconds: 1, algorithm: 'sliding' }] },
+    });
+    check(schemaOf('/plans', 'post', 201), plan.body);
+    check(schemaOf('/plans', 'post', 409), (await admin.request('POST', '/admin/v1/plans', { json: { name: 'free', limits: null } })).body);
+    check(schemaOf('/plans', 'get', 200), (await admin.request('GET', '/admin/v1/plans')).body);
+    check(schemaOf('/plans/{name}', 'get', 200), (await admin.request('GET', '/admin/v1/plans/enterprise')).body);
+    check(schemaOf('/plans/{name}', 'get', 404), (await admin.request('GET', '/admin/v1/plans/nosuch')).body);
+    check(
+      schemaOf('/plans/{name}', 'patch', 200),
+      (await admin.request('PATCH', '/admin/v1/plans/documented', { json: { concurrency: 3, shadow: true } })).body,
+    );
+    check(
+      schemaOf('/plans/{name}', 'patch', 400),
+      (await admin.request('PATCH', '/admin/v1/plans/documented', { json: { limits: [] } })).body,
+    );
+    check(schemaOf('/plans/{name}', 'delete', 409), (await admin.request('DELETE', '/admin/v1/plans/enterprise')).body);
+    expect((await admin.request('DELETE', '/admin/v1/plans/documented')).status).toBe(204);
     // The usage record of the app's own key, whose requests this file sent: its hour, by operation.
     await t.app.usage.flush();
     const hour = Math.floor(t.app.now() / 3_600_000) * 3_600_000;
@@ -348,7 +371,15 @@ describe('the admin OpenAPI document at /admin/v1/openapi.json, on the admin lis
     check(schemaOf('/usage', 'get', 200), usage.body);
     check(schemaOf('/usage', 'get', 400), (await admin.request('GET', `/admin/v1/usage?${window}`)).body);
     // A usage event recorded as the rate limiter's watcher would (this app has no WEBHOOK_URL, so it stays pending).
-    const crossing = { key: created.body, window: 'minute', limit: 5, used: 4, threshold: 80, resetAt: t.app.now() } as const;
+    const crossing = {
+      key: created.body,
+      window: 'minute',
+      windowStart: t.app.now() - 60_000,
+      limit: 5,
+      used: 4,
+      threshold: 80,
+      resetAt: t.app.now(),
+    } as const;
     await createWebhookDeliveriesRepository(t.app.db).record(usageThreshold(crossing, t.app.now()));
     const deliveries = await admin.request('GET', '/admin/v1/webhook-deliveries?state=pending');
     expect(deliveries.body).toHaveLength(1);
