@@ -92,12 +92,6 @@ export interface QuotaSettings {
 
 type ApiKeyRecordRow = ApiKeyRow & { state: KeyState; plan_limits: LimitWindow[] | null };
 
-/** A plan as a key's rules read it: its windows, null for a plan whose keys each carry their own. */
-export interface KeyPlan {
-  name: string;
-  limits: Limits | null;
-}
-
 /** A usable key's row, with its customer's limits (null without a customer or limits) and its balances of credits (null without). */
 type UsableKeyRow = ApiKeyRow & {
   customer_limits: LimitWindow[] | null;
@@ -209,12 +203,6 @@ export function createApiKeysRepository(db: Database) {
      */
     async retire(tx: Queryable, id: number, successorId: number, overlapSeconds: number, quotaId: number): Promise<number[]> {
       return (await tx.query<{ id: number }>(statements.retire, [id, successorId, overlapSeconds, quotaId])).map((row) => row.id);
-    },
-
-    /** The plan so named, locked against its deletion until the transaction ends; undefined for none. */
-    async lockPlan(tx: Queryable, name: string): Promise<KeyPlan | undefined> {
-      const [row] = await tx.query<{ name: string; limits: LimitWindow[] | null }>(statements.lockPlan, [name]);
-      return row && { name: row.name, limits: windowsOf(row.limits) };
     },
 
     /** Sets the key's plan, limits, name and enforcement, and the plan, limits and enforcement of the keys of its quota still in their overlap; those keys. */

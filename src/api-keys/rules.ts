@@ -7,7 +7,12 @@ import { MissingLimitsError, RevokedKeyError, RotatedKeyError, UnknownPlanError 
 import { parseExpiry } from './expiry.js';
 import { DEFAULT_OVERLAP_SECONDS } from './lifecycle.js';
 import { checkedWindows, limitOf, sameWindows, withShortForm } from '../plans/windows.js';
-import type { ApiKeyRecord, ApiKeysRepository, IssuedApiKey, KeyPlan, NewApiKey } from './repository.js';
+import type { ApiKeyRecord, ApiKeysRepository, IssuedApiKey, NewApiKey } from './repository.js';
+import { lockPlan } from '../plans/rules.js';
+import type { PlanRecord } from '../plans/repository.js';
+
+/** A plan as a key's rules read it: its windows, null for a plan whose keys each carry their own. */
+type KeyPlan = Pick<PlanRecord, 'name' | 'limits'>;
 
 /** The limits a create or a change gives: a list of windows (null: the plan's), and the short form of a minute and a day. */
 export interface LimitsRequest {
@@ -128,7 +133,7 @@ export function createKeyRules(db: Database, keys: ApiKeysRepository, costs: Rec
 
   /** The plan so named, locked against a concurrent DELETE of it until the transaction ends; an UnknownPlanError for none. */
   async function planOf(tx: Queryable, name: string): Promise<KeyPlan> {
-    const plan = await keys.lockPlan(tx, name);
+    const plan = await lockPlan(tx, name);
     if (!plan) throw new UnknownPlanError(name);
     return plan;
   }
@@ -189,7 +194,7 @@ export function createKeyRules(db: Database, keys: ApiKeysRepository, costs: Rec
         const old = await changeable(tx, id, 'create a new key instead');
         if (!old) return undefined;
         // A working key's plan is in the table (a plan in use cannot be deleted): locked all the same, as a create locks it.
-        await keys.lockPlan(tx, old.plan);
+        await lockPlan(tx, old.plan);
         const { plan, limits, name, readOnly, enforceLimits, concurrency, customerId } = old;
         const successor = { plan, limits, name, readOnly, enforceLimits, concurrency, customerId, expiresAt };
         const created = await keys.create(successor, { tx, quotaId: old.quotaId });

@@ -85,9 +85,6 @@ export const statements = {
            WHERE id = $1 OR ((quota_id = $5 OR id = $5) AND revoked_at IS NULL AND expires_at > now())
            RETURNING ${RECORD_COLUMNS}`,
   },
-  // A key's plan, locked against a DELETE of it until the transaction ends, so that no key is made on (or
-  // moved to) a plan deleted meanwhile. The plans' own lockPlan (src/plans/) does the same: to be folded into it.
-  lockPlan: { name: 'api_keys_lock_plan', text: 'SELECT name, limits FROM plans WHERE name = $1 FOR SHARE' },
   // Usable keys for the key filter (src/api-keys/key-filter.ts): expired ones would only be refused.
   countUsable: { name: 'api_keys_count_usable', text: `SELECT count(*)::int AS count FROM api_keys WHERE ${USABLE}` },
   usableHashes: {
