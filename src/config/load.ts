@@ -1,7 +1,7 @@
 import type { TSchema } from '@sinclair/typebox';
 import { Value } from '@sinclair/typebox/value';
 import { invalidSetting } from '../platform/config/errors.js';
-import { addressesOf, databaseReplicaUrls, defaultBaseUrl } from '../platform/config/parsers.js';
+import { addressesOf, corsOriginsOf, databaseReplicaUrls, defaultBaseUrl, type CorsOrigins } from '../platform/config/parsers.js';
 import { redisSettings, type RedisCredentials, type RedisTarget } from '../rate-limit/stores/redis-settings.js';
 import { rateLimitSettings } from '../rate-limit/settings.js';
 import { webhookSettings, type WebhookSettings } from '../webhooks/settings.js';
@@ -15,6 +15,7 @@ const PARSED_SETTINGS = [
   'PUBLIC_BASE_URL',
   'DATABASE_REPLICA_URLS',
   'TRUST_PROXY',
+  'CORS_ORIGINS',
   'TRACING_TRUSTED_PARENTS',
   'REDIS_URL',
   'REDIS_CLUSTER_NODES',
@@ -40,6 +41,8 @@ export type Config = Omit<Settings, (typeof PARSED_SETTINGS)[number]> & {
   databaseReplicaUrls: string[];
   /** TRUST_PROXY's addresses and CIDRs: Fastify's trustProxy, and the proxies whose X-Request-Id is kept. */
   trustedProxies: string[];
+  /** CORS_ORIGINS: the origins whose pages may call the API, `*` for any, `off` for no CORS. */
+  corsOrigins: CorsOrigins;
   /** TRACING_TRUSTED_PARENTS' addresses and CIDRs: the callers whose `traceparent` decides sampling. */
   tracingTrustedParents: string[];
   /** Where the shared rate-limit counters live, if anywhere. */
@@ -85,6 +88,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     PUBLIC_BASE_URL: settings.PUBLIC_BASE_URL ?? defaultBaseUrl(settings.HOST, settings.PORT),
     databaseReplicaUrls: replicaUrls,
     trustedProxies,
+    corsOrigins: corsOriginsOf(settings.CORS_ORIGINS),
     tracingTrustedParents,
     ...redis,
     ...rateLimits,

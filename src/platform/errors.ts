@@ -77,6 +77,15 @@ export const errors = {
       'www-authenticate': `${REALM}, error="invalid_token"`,
     }),
   readOnlyKey: () => new ApiError(403, 'forbidden', 'This API key is read-only; use a key with write access to change data'),
+  /** A browser key (its allowedOrigins) used from a page of another origin, or with no Origin at all. */
+  originNotAllowed: (origin: string | undefined) =>
+    new ApiError(
+      403,
+      'origin_not_allowed',
+      origin === undefined
+        ? 'This API key may only be used from the web origins it is bound to, and the request has no Origin'
+        : `This API key may not be used from ${origin}: it is bound to other web origins`,
+    ),
   /** An operation RATE_LIMIT_COSTS prices above a window of the key: no wait would let it through, so no Retry-After. */
   costExceedsLimit: (cost: number, limit: number, window: string) =>
     new ApiError(

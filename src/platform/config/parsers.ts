@@ -2,6 +2,7 @@ import { isIP } from 'node:net';
 import type { Static, TObject, TProperties } from '@sinclair/typebox';
 import { invalidSetting, redactPasswords, SettingNeedsError } from './errors.js';
 import type { database } from './settings/database.js';
+import { originProblem } from '../schemas/origin.js';
 
 // The platform's settings whose values the schema checks only as text, parsed and checked here, a function per
 // group of settings, so that no other code parses them again; each feature parses its own in its settings.ts.
@@ -57,4 +58,23 @@ function isAddressOrCidr(entry: string): boolean {
 export function defaultBaseUrl(host: string, port: number): string {
   const reachable = host === '0.0.0.0' || host === '::' ? 'localhost' : host.includes(':') ? `[${host}]` : host;
   return `http://${reachable}:${port}/v1`;
+}
+
+/** CORS_ORIGINS: any origin, the listed ones, or off (no CORS at all). */
+export type CorsOrigins = '*' | 'off' | string[];
+
+/** CORS_ORIGINS parsed: `*`, `off`, or its origins, each as a browser sends it. */
+export function corsOriginsOf(value: string): CorsOrigins {
+  const trimmed = value.trim();
+  if (trimmed === '*' || trimmed === 'off') return trimmed;
+  const origins = trimmed
+    .split(',')
+    .map((origin) => origin.trim())
+    .filter(Boolean);
+  if (origins.length === 0) throw invalidSetting('CORS_ORIGINS', value, 'must be *, off, or a comma-separated list of origins');
+  for (const origin of origins) {
+    const problem = originProblem(origin);
+    if (problem) throw invalidSetting('CORS_ORIGINS', value, problem);
+  }
+  return origins;
 }

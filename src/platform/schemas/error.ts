@@ -6,6 +6,7 @@ export const ERROR_CODES = [
   'unauthorized',
   'forbidden',
   'cost_exceeds_limit',
+  'origin_not_allowed',
   'not_found',
   'method_not_allowed',
   'request_timeout',

@@ -33,6 +33,17 @@ export const proxies = {
   }),
 };
 
+/** Which web pages may call the API from a browser (docs/api.md, "Calling from a browser"). */
+export const cors = {
+  CORS_ORIGINS: Type.String({
+    default: '*',
+    examples: ['https://shop.example.com, http://localhost:5173'],
+    description:
+      'The web origins whose pages may call the API (CORS, never on the admin listener): `*` any origin (the API takes a bearer key ' +
+      'a page holds itself, never a cookie); a comma-separated list of exact origins, `scheme://host[:port]`; `off`: no CORS headers at all.',
+  }),
+};
+
 /** Where the admin API listens, if anywhere. */
 export const adminListener = {
   ADMIN_PORT: Type.Optional(
