@@ -134,6 +134,10 @@ describe('a page from an origin outside CORS_ORIGINS', () => {
     // The first call's preflight, logged at debug level only, got no Access-Control-Allow-Origin: the listing itself was never sent.
     expect(await service.logged({ msg: 'preflight', origin: outsider.origin })).toBe(1);
     expect(await service.logged({ ...listing, status: 200 })).toBe(servedBefore);
+    // To the official client, as to any script, a refused answer is a failed network.
+    expect(await outsider.useClient(service.api, key)).toEqual({
+      error: expect.stringMatching(/^ConnectionError: network_error .*Failed to fetch/),
+    });
   });
 });
 
