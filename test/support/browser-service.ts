@@ -75,9 +75,9 @@ export async function startBrowserService(corsOrigins: string[]) {
       return body.key!;
     },
     /**
-     * How many requests like `like` the server has logged (preflights included). Its log is written a moment after each
-     * answer, in order: a request of this module's own, once its line is there, says every request
-     * answered before it is logged too.
+     * How many requests like `like` the server has logged, preflights included. Its log is written
+     * a moment after each answer, in order: a request of this module's own, once its line is there,
+     * says every request answered before it is logged too.
      */
     async logged(like: Partial<RequestLine>) {
       const marker = (await fetch(`${server.origin}/healthz`)).headers.get('x-request-id');

@@ -157,5 +157,3 @@ export async function openPage(context: BrowserContext, origin: string) {
     },
   };
 }
-
-export type TestPage = Awaited<ReturnType<typeof openPage>>;
