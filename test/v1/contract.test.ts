@@ -16,6 +16,9 @@ const GENERAL_HEADERS = new Set([
   'keep-alive',
   'x-content-type-options',
   'cache-control',
+  // CORS (docs/api.md, "Calling from a browser"): on every answer of the listener alike.
+  'access-control-allow-origin',
+  'access-control-expose-headers',
 ]);
 
 interface Documented {
