@@ -3,7 +3,15 @@ import { keyCache } from '../api-keys/settings.js';
 import { idempotency } from '../idempotency/settings.js';
 import { petsCache } from '../pets/settings.js';
 import { database, databasePool } from '../platform/config/settings/database.js';
-import { adminListener, connections, cors, listener, proxies, publicBaseUrl, shutdownAndLoadShedding } from '../platform/config/settings/http.js';
+import {
+  adminListener,
+  connections,
+  cors,
+  listener,
+  proxies,
+  publicBaseUrl,
+  shutdownAndLoadShedding,
+} from '../platform/config/settings/http.js';
 import { logs, metrics, tracing } from '../platform/config/settings/observability.js';
 import { redis } from '../rate-limit/stores/redis-settings.js';
 import { rateLimits } from '../rate-limit/settings.js';
