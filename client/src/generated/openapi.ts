@@ -194,6 +194,7 @@ export interface operations {
               | 'unauthorized'
               | 'forbidden'
               | 'cost_exceeds_limit'
+              | 'origin_not_allowed'
               | 'not_found'
               | 'method_not_allowed'
               | 'request_timeout'
@@ -247,6 +248,59 @@ export interface operations {
               | 'unauthorized'
               | 'forbidden'
               | 'cost_exceeds_limit'
+              | 'origin_not_allowed'
+              | 'not_found'
+              | 'method_not_allowed'
+              | 'request_timeout'
+              | 'idempotency_key_in_use'
+              | 'conflict'
+              | 'gone'
+              | 'payload_too_large'
+              | 'unsupported_media_type'
+              | 'idempotency_key_mismatch'
+              | 'headers_too_large'
+              | 'rate_limited'
+              | 'api_key_banned'
+              | 'concurrency_limited'
+              | 'credits_exhausted'
+              | 'internal_error'
+              | 'service_unavailable';
+            /** @description Human-readable description */
+            message: string;
+            /** @description The HTTP status code, repeated */
+            status: number;
+          };
+        };
+      };
+      /** @description The API key is bound to web origins (a browser key) and the request’s Origin is missing or not one of them (`origin_not_allowed`) */
+      403: {
+        headers: {
+          /** @description Units allowed in the binding window (requests, unless an operation costs more) */
+          'x-ratelimit-limit'?: number;
+          /** @description Units left in the binding window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Unix time (seconds) when the binding window resets, or a ban ends */
+          'x-ratelimit-reset'?: number;
+          /** @description Every window by name, shortest first, as in draft-ietf-httpapi-ratelimit-headers */
+          'ratelimit-policy'?: string;
+          /** @description What is left of every window and seconds until each resets, shortest first */
+          ratelimit?: string;
+          /** @description This request's id, as logged and as quoted in every 5xx message: the `X-Request-Id` a trusted proxy sent (1 to 128 characters of `A-Z a-z 0-9 . _ : -`), else a new UUID */
+          'x-request-id'?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            /**
+             * @description Machine-readable error code
+             * @enum {string}
+             */
+            code:
+              | 'bad_request'
+              | 'unauthorized'
+              | 'forbidden'
+              | 'cost_exceeds_limit'
+              | 'origin_not_allowed'
               | 'not_found'
               | 'method_not_allowed'
               | 'request_timeout'
@@ -300,6 +354,7 @@ export interface operations {
               | 'unauthorized'
               | 'forbidden'
               | 'cost_exceeds_limit'
+              | 'origin_not_allowed'
               | 'not_found'
               | 'method_not_allowed'
               | 'request_timeout'
@@ -351,6 +406,7 @@ export interface operations {
               | 'unauthorized'
               | 'forbidden'
               | 'cost_exceeds_limit'
+              | 'origin_not_allowed'
               | 'not_found'
               | 'method_not_allowed'
               | 'request_timeout'
@@ -404,6 +460,7 @@ export interface operations {
               | 'unauthorized'
               | 'forbidden'
               | 'cost_exceeds_limit'
+              | 'origin_not_allowed'
               | 'not_found'
               | 'method_not_allowed'
               | 'request_timeout'
@@ -524,6 +581,7 @@ export interface operations {
               | 'unauthorized'
               | 'forbidden'
               | 'cost_exceeds_limit'
+              | 'origin_not_allowed'
               | 'not_found'
               | 'method_not_allowed'
               | 'request_timeout'
@@ -577,6 +635,7 @@ export interface operations {
               | 'unauthorized'
               | 'forbidden'
               | 'cost_exceeds_limit'
+              | 'origin_not_allowed'
               | 'not_found'
               | 'method_not_allowed'
               | 'request_timeout'
@@ -600,7 +659,7 @@ export interface operations {
           };
         };
       };
-      /** @description The API key is read-only (`forbidden`) */
+      /** @description The API key is read-only (`forbidden`). The API key is bound to web origins (a browser key) and the request’s Origin is missing or not one of them (`origin_not_allowed`) */
       403: {
         headers: {
           /** @description Units allowed in the binding window (requests, unless an operation costs more) */
@@ -628,6 +687,7 @@ export interface operations {
               | 'unauthorized'
               | 'forbidden'
               | 'cost_exceeds_limit'
+              | 'origin_not_allowed'
               | 'not_found'
               | 'method_not_allowed'
               | 'request_timeout'
@@ -681,6 +741,7 @@ export interface operations {
               | 'unauthorized'
               | 'forbidden'
               | 'cost_exceeds_limit'
+              | 'origin_not_allowed'
               | 'not_found'
               | 'method_not_allowed'
               | 'request_timeout'
@@ -732,6 +793,7 @@ export interface operations {
               | 'unauthorized'
               | 'forbidden'
               | 'cost_exceeds_limit'
+              | 'origin_not_allowed'
               | 'not_found'
               | 'method_not_allowed'
               | 'request_timeout'
@@ -783,6 +845,7 @@ export interface operations {
               | 'unauthorized'
               | 'forbidden'
               | 'cost_exceeds_limit'
+              | 'origin_not_allowed'
               | 'not_found'
               | 'method_not_allowed'
               | 'request_timeout'
@@ -834,6 +897,7 @@ export interface operations {
               | 'unauthorized'
               | 'forbidden'
               | 'cost_exceeds_limit'
+              | 'origin_not_allowed'
               | 'not_found'
               | 'method_not_allowed'
               | 'request_timeout'
@@ -887,6 +951,7 @@ export interface operations {
               | 'unauthorized'
               | 'forbidden'
               | 'cost_exceeds_limit'
+              | 'origin_not_allowed'
               | 'not_found'
               | 'method_not_allowed'
               | 'request_timeout'
@@ -938,6 +1003,7 @@ export interface operations {
               | 'unauthorized'
               | 'forbidden'
               | 'cost_exceeds_limit'
+              | 'origin_not_allowed'
               | 'not_found'
               | 'method_not_allowed'
               | 'request_timeout'
@@ -991,6 +1057,7 @@ export interface operations {
               | 'unauthorized'
               | 'forbidden'
               | 'cost_exceeds_limit'
+              | 'origin_not_allowed'
               | 'not_found'
               | 'method_not_allowed'
               | 'request_timeout'
@@ -1140,6 +1207,7 @@ export interface operations {
               | 'unauthorized'
               | 'forbidden'
               | 'cost_exceeds_limit'
+              | 'origin_not_allowed'
               | 'not_found'
               | 'method_not_allowed'
               | 'request_timeout'
@@ -1199,6 +1267,65 @@ export interface operations {
               | 'unauthorized'
               | 'forbidden'
               | 'cost_exceeds_limit'
+              | 'origin_not_allowed'
+              | 'not_found'
+              | 'method_not_allowed'
+              | 'request_timeout'
+              | 'idempotency_key_in_use'
+              | 'conflict'
+              | 'gone'
+              | 'payload_too_large'
+              | 'unsupported_media_type'
+              | 'idempotency_key_mismatch'
+              | 'headers_too_large'
+              | 'rate_limited'
+              | 'api_key_banned'
+              | 'concurrency_limited'
+              | 'credits_exhausted'
+              | 'internal_error'
+              | 'service_unavailable';
+            /** @description Human-readable description */
+            message: string;
+            /** @description The HTTP status code, repeated */
+            status: number;
+          };
+        };
+      };
+      /** @description The API key is bound to web origins (a browser key) and the request’s Origin is missing or not one of them (`origin_not_allowed`) */
+      403: {
+        headers: {
+          /** @description Units allowed in the binding window (requests, unless an operation costs more) */
+          'x-ratelimit-limit'?: number;
+          /** @description Units left in the binding window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Unix time (seconds) when the binding window resets, or a ban ends */
+          'x-ratelimit-reset'?: number;
+          /** @description Every window by name, shortest first, as in draft-ietf-httpapi-ratelimit-headers */
+          'ratelimit-policy'?: string;
+          /** @description What is left of every window and seconds until each resets, shortest first */
+          ratelimit?: string;
+          /** @description RFC 9745: @<unix seconds> when the operation was deprecated */
+          deprecation?: string;
+          /** @description RFC 8594: when the operation is removed; from then on it answers 410 */
+          sunset?: string;
+          /** @description rel="successor-version" and rel="deprecation" links */
+          link?: string;
+          /** @description This request's id, as logged and as quoted in every 5xx message: the `X-Request-Id` a trusted proxy sent (1 to 128 characters of `A-Z a-z 0-9 . _ : -`), else a new UUID */
+          'x-request-id'?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            /**
+             * @description Machine-readable error code
+             * @enum {string}
+             */
+            code:
+              | 'bad_request'
+              | 'unauthorized'
+              | 'forbidden'
+              | 'cost_exceeds_limit'
+              | 'origin_not_allowed'
               | 'not_found'
               | 'method_not_allowed'
               | 'request_timeout'
@@ -1256,6 +1383,7 @@ export interface operations {
               | 'unauthorized'
               | 'forbidden'
               | 'cost_exceeds_limit'
+              | 'origin_not_allowed'
               | 'not_found'
               | 'method_not_allowed'
               | 'request_timeout'
@@ -1313,6 +1441,7 @@ export interface operations {
               | 'unauthorized'
               | 'forbidden'
               | 'cost_exceeds_limit'
+              | 'origin_not_allowed'
               | 'not_found'
               | 'method_not_allowed'
               | 'request_timeout'
@@ -1372,6 +1501,7 @@ export interface operations {
               | 'unauthorized'
               | 'forbidden'
               | 'cost_exceeds_limit'
+              | 'origin_not_allowed'
               | 'not_found'
               | 'method_not_allowed'
               | 'request_timeout'
@@ -1429,6 +1559,7 @@ export interface operations {
               | 'unauthorized'
               | 'forbidden'
               | 'cost_exceeds_limit'
+              | 'origin_not_allowed'
               | 'not_found'
               | 'method_not_allowed'
               | 'request_timeout'
@@ -1488,6 +1619,7 @@ export interface operations {
               | 'unauthorized'
               | 'forbidden'
               | 'cost_exceeds_limit'
+              | 'origin_not_allowed'
               | 'not_found'
               | 'method_not_allowed'
               | 'request_timeout'
@@ -1670,6 +1802,7 @@ export interface operations {
               | 'unauthorized'
               | 'forbidden'
               | 'cost_exceeds_limit'
+              | 'origin_not_allowed'
               | 'not_found'
               | 'method_not_allowed'
               | 'request_timeout'
@@ -1723,6 +1856,59 @@ export interface operations {
               | 'unauthorized'
               | 'forbidden'
               | 'cost_exceeds_limit'
+              | 'origin_not_allowed'
+              | 'not_found'
+              | 'method_not_allowed'
+              | 'request_timeout'
+              | 'idempotency_key_in_use'
+              | 'conflict'
+              | 'gone'
+              | 'payload_too_large'
+              | 'unsupported_media_type'
+              | 'idempotency_key_mismatch'
+              | 'headers_too_large'
+              | 'rate_limited'
+              | 'api_key_banned'
+              | 'concurrency_limited'
+              | 'credits_exhausted'
+              | 'internal_error'
+              | 'service_unavailable';
+            /** @description Human-readable description */
+            message: string;
+            /** @description The HTTP status code, repeated */
+            status: number;
+          };
+        };
+      };
+      /** @description The API key is bound to web origins (a browser key) and the request’s Origin is missing or not one of them (`origin_not_allowed`) */
+      403: {
+        headers: {
+          /** @description Units allowed in the binding window (requests, unless an operation costs more) */
+          'x-ratelimit-limit'?: number;
+          /** @description Units left in the binding window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Unix time (seconds) when the binding window resets, or a ban ends */
+          'x-ratelimit-reset'?: number;
+          /** @description Every window by name, shortest first, as in draft-ietf-httpapi-ratelimit-headers */
+          'ratelimit-policy'?: string;
+          /** @description What is left of every window and seconds until each resets, shortest first */
+          ratelimit?: string;
+          /** @description This request's id, as logged and as quoted in every 5xx message: the `X-Request-Id` a trusted proxy sent (1 to 128 characters of `A-Z a-z 0-9 . _ : -`), else a new UUID */
+          'x-request-id'?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            /**
+             * @description Machine-readable error code
+             * @enum {string}
+             */
+            code:
+              | 'bad_request'
+              | 'unauthorized'
+              | 'forbidden'
+              | 'cost_exceeds_limit'
+              | 'origin_not_allowed'
               | 'not_found'
               | 'method_not_allowed'
               | 'request_timeout'
@@ -1776,6 +1962,7 @@ export interface operations {
               | 'unauthorized'
               | 'forbidden'
               | 'cost_exceeds_limit'
+              | 'origin_not_allowed'
               | 'not_found'
               | 'method_not_allowed'
               | 'request_timeout'
@@ -1827,6 +2014,7 @@ export interface operations {
               | 'unauthorized'
               | 'forbidden'
               | 'cost_exceeds_limit'
+              | 'origin_not_allowed'
               | 'not_found'
               | 'method_not_allowed'
               | 'request_timeout'
@@ -1880,6 +2068,7 @@ export interface operations {
               | 'unauthorized'
               | 'forbidden'
               | 'cost_exceeds_limit'
+              | 'origin_not_allowed'
               | 'not_found'
               | 'method_not_allowed'
               | 'request_timeout'
