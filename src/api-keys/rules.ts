@@ -41,7 +41,8 @@ export type KeyToCreate = Omit<NewApiKey, 'limits'> & LimitsRequest;
 
 /**
  * A change of a key's plan, limits, name, enforcement or origins; absent fields keep their value (a null concurrency is its
- * plan's, null limits its plan's windows, null origins any). A new plan with limits of its own takes the key back to them unless the change gives limits.
+ * plan's, null limits its plan's windows, null origins any). A new plan with limits of its own takes the key back to them
+ * unless the change gives limits.
  */
 export interface ApiKeyChange extends LimitsRequest {
   plan?: string;
@@ -230,8 +231,8 @@ export function createKeyRules(db: Database, keys: ApiKeysRepository, costs: Rec
      * keys rotated into this one and still in their overlap take them too, so a cut (or a binding to origins) binds every key
      * counting in the quota.
      * Undefined when there is no such key; an UnknownPlanError for a plan not in the plans table; a limits error when a key
-     * of the plan needs limits, or new ones repeat a name or an operation costs more than them; an origin error (origins.ts); a RevokedKeyError or
-     * RotatedKeyError for a revoked or rotated key.
+     * of the plan needs limits, or new ones repeat a name or an operation costs more than them; an origin error (origins.ts)
+     * for an origin not as browsers send it or listed twice; a RevokedKeyError or RotatedKeyError for a revoked or rotated key.
      */
     update(id: number, change: ApiKeyChange, { actor }: Pick<ChangeOptions, 'actor'> = {}) {
       return db.transaction(async (tx): Promise<ApiKeyRecord | undefined> => {

@@ -79,7 +79,8 @@ export const statements = {
            RETURNING id`,
   },
   // The key, and the rotated keys of its quota still in their overlap: one statement, so one notice names them all.
-  // Limits and origins stay on each key's row, so the limiter and auth read them from the key presented, with no lookup of the quota's newest key.
+  // Limits and origins stay on each key's row, so the limiter and auth read them from the key presented, with no
+  // lookup of the quota's newest key.
   update: {
     name: 'api_keys_update',
     text: `UPDATE api_keys SET plan = $2, limits = $3::jsonb, name = CASE WHEN id = $1 THEN $4 ELSE name END,

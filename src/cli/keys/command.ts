@@ -70,7 +70,7 @@ const optionOf = (field: string) => OPTION_NAMES[field] ?? field.replace(/[A-Z]/
 const isListOfStrings = (schema: TSchema): boolean =>
   (schema.type === 'array' && (schema.items as TSchema).type === 'string') || ((schema.anyOf ?? []) as TSchema[]).some(isListOfStrings);
 
-/** The options of a command that takes what `schema` describes: `--per-minute` for perMinute; booleans are flags; lists of strings repeat. */
+/** The options of a command that takes what `schema` describes: `--per-minute` for perMinute; booleans: flags; lists of strings repeat. */
 export const optionsOf = (schema: TObject): ParseArgsOptionsConfig =>
   Object.fromEntries(
     Object.entries(schema.properties).map(([field, property]) => [
@@ -139,7 +139,10 @@ export function usageRefusalOf(error: unknown): InstanceType<typeof UsageError> 
   return usage && new UsageError(escapedForTerminal(usage((error as Error).message, fieldOf(error))));
 }
 
-/** The refusals of the rules shared with the admin API, as bad arguments: an expiry that is no future date, an origin as no browser sends it (those of the plan and limits need the database: see runKeysCommand). */
+/**
+ * The refusals of the rules shared with the admin API, as bad arguments: an expiry that is no future date, an origin as no
+ * browser sends it (those of the plan and limits need the database: see runKeysCommand).
+ */
 export function sharedRule<T>(work: () => T): T {
   try {
     return work();
