@@ -5,12 +5,13 @@ import { listenerOptions, serveJson } from './platform/http/listener.js';
 import { requestIdGenerator } from './platform/http/request-id.js';
 import apiKeys from './api-keys/plugin.js';
 import database from './platform/db/plugin.js';
+import cors from './platform/http/cors.js';
 import errorHandler from './platform/http/error-handler.js';
 import health from './platform/http/health.js';
 import loadShedding from './platform/http/load-shedding.js';
 import metrics from './platform/observability/metrics.js';
 import { KEY_IN_REQUEST_LOG, SECURITY_SCHEME } from './auth/plugin.js';
-import openapi from './platform/http/openapi.js';
+import openapi, { documentedResponseHeaders } from './platform/http/openapi.js';
 import rateLimit from './rate-limit/plugin.js';
 import pets from './pets/plugin.js';
 import plans from './plans/plugin.js';
@@ -100,19 +101,7 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
   app.decorate('flushLog', flushLog);
 
   await app.register(errorHandler);
-  await app.register(shutdown);
-  await app.register(database, config);
-  await app.register(metrics);
-  await app.register(pets, { cacheMaxBytes: config.PETS_CACHE_MAX_BYTES });
-  await app.register(plans, {
-    shadowPlans: config.rateLimitShadowPlans,
-    concurrency: config.rateLimitConcurrency,
-  });
-  await app.register(apiKeys, { cacheMaxEntries: config.KEY_CACHE_MAX_ENTRIES, costs: config.rateLimitCosts });
-  await app.register(loadShedding, {
-    maxEventLoopDelayMs: config.LOAD_SHED_EVENT_LOOP_DELAY_MS,
-    maxPoolWaiting: config.LOAD_SHED_POOL_WAITING,
-  });
+  // Before any route, and before cors, which reads the document once it is complete.
   await app.register(openapi, {
     info: {
       title: 'Pet store',
@@ -135,6 +124,23 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
       name: SECURITY_SCHEME,
       description: 'An API key, sent as `Authorization: Bearer <API key>`. `docs/api-keys.md` says how keys are issued.',
     },
+  });
+  // Ahead of shutdown and load shedding, whose answers a page must be able to read too.
+  if (config.corsOrigins !== 'off') {
+    await app.register(cors, { origins: config.corsOrigins, documentedHeaders: () => documentedResponseHeaders(app.swagger()) });
+  }
+  await app.register(shutdown);
+  await app.register(database, config);
+  await app.register(metrics);
+  await app.register(pets, { cacheMaxBytes: config.PETS_CACHE_MAX_BYTES });
+  await app.register(plans, {
+    shadowPlans: config.rateLimitShadowPlans,
+    concurrency: config.rateLimitConcurrency,
+  });
+  await app.register(apiKeys, { cacheMaxEntries: config.KEY_CACHE_MAX_ENTRIES, costs: config.rateLimitCosts });
+  await app.register(loadShedding, {
+    maxEventLoopDelayMs: config.LOAD_SHED_EVENT_LOOP_DELAY_MS,
+    maxPoolWaiting: config.LOAD_SHED_POOL_WAITING,
   });
   await app.register(health);
   await app.register(credits, { refilled: config.webhooks ? recordRefills(app.db) : undefined });

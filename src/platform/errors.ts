@@ -223,12 +223,10 @@ export const quote = (text: string) => (text.length > MAX_QUOTED_LENGTH ? `${tex
 /**
  * Whether a request target is a path: origin-form (`/pets`) or an http(s) absolute-form
  * (`http://host/pets`). The router takes any other Node lets through (the asterisk-form `*` of
- * `OPTIONS *`, `ftp://host/pets`) as a path that matches nothing, where it is no path at all.
+ * `OPTIONS *`, `ftp://host/pets`) as a path, which a catch-all route (CORS's preflight) would
+ * match, where it is no path at all: every listener refuses it first (platform/http/listener.ts).
  */
-const isPath = (url: string) => url.startsWith('/') || /^https?:\/\//i.test(url);
+export const isPath = (url: string) => url.startsWith('/') || /^https?:\/\//i.test(url);
 
 export const notFoundHandler = (request: FastifyRequest, reply: FastifyReply) =>
-  sendApiError(
-    reply,
-    isPath(request.url) ? errors.notFound(`No route for ${request.method} ${quote(request.url.split('?')[0]!)}`) : errors.targetNotPath(),
-  );
+  sendApiError(reply, errors.notFound(`No route for ${request.method} ${quote(request.url.split('?')[0]!)}`));

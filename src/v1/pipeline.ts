@@ -9,6 +9,7 @@ import { documentOperation } from './contract.js';
 import pets from '../pets/routes.js';
 import rateLimitRoutes from '../rate-limit/routes.js';
 import { checkCostsServed } from '../rate-limit/settings.js';
+import { isPreflight } from '../platform/http/cors.js';
 
 export const API_PREFIX = '/v1';
 
@@ -32,7 +33,9 @@ export interface V1Options {
  *               request's slot of its key's concurrency limit before the answer leaves, and gives
  *               a response answered before it decided (load shedding, shutdown, a failed key
  *               lookup) the headers of its caller as they stand; the usage record counts a request
- *               the limiter admitted as served, with the units it spent (none when free)
+ *               the limiter admitted as served, with the units it spent (none when free). A CORS
+ *               preflight is answered in the app's first onRequest hooks (platform/http/cors.ts) and
+ *               passes none of this
  *
  * Unknown paths pass the same pipeline through this context's own not-found handler.
  */
@@ -90,6 +93,8 @@ const v1: FastifyPluginAsync<V1Options> = async (app, options) => {
     if (!app.conditionalRequests.answerKnown(request, reply)) done();
   });
   app.addHook('onSend', (request, reply, payload, done) => {
+    // A CORS preflight, answered before everything here (platform/http/cors.ts), costs and reads nothing either.
+    if (isPreflight(request)) return done(null, payload);
     const answer = app.conditionalRequests.finish(request, reply, payload);
     const key = app.auth.keyOf(request);
     const settling = app.rateLimit.settle(request, reply, { key, free: answer.free });

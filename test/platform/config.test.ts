@@ -177,6 +177,22 @@ describe('configuration', () => {
     expect(loadConfig({}).trustedProxies).toEqual([]);
   });
 
+  it('takes CORS_ORIGINS as any origin, off, or origins exactly as browsers send them', () => {
+    expect(loadConfig({}).corsOrigins).toBe('*');
+    expect(loadConfig({ CORS_ORIGINS: 'off' }).corsOrigins).toBe('off');
+    expect(loadConfig({ CORS_ORIGINS: ' https://shop.example.com,,http://localhost:5173 ' }).corsOrigins).toEqual([
+      'https://shop.example.com',
+      'http://localhost:5173',
+    ]);
+    expect(() => loadConfig({ CORS_ORIGINS: 'https://Shop.example.com' })).toThrow(
+      'Invalid CORS_ORIGINS="https://Shop.example.com": "https://Shop.example.com" is not an origin as browsers send it; write "https://shop.example.com"',
+    );
+    expect(() => loadConfig({ CORS_ORIGINS: 'https://shop.example.com/' })).toThrow('write "https://shop.example.com"');
+    expect(() => loadConfig({ CORS_ORIGINS: 'https://shop.example.com:443' })).toThrow('write "https://shop.example.com"');
+    expect(() => loadConfig({ CORS_ORIGINS: 'shop.example.com' })).toThrow('"shop.example.com" is not a web origin');
+    expect(() => loadConfig({ CORS_ORIGINS: ',' })).toThrow('must be *, off, or a comma-separated list of origins');
+  });
+
   it('derives the public base URL from the listen address unless given', () => {
     expect(loadConfig({ HOST: '0.0.0.0', PORT: '8080' }).PUBLIC_BASE_URL).toBe('http://localhost:8080/v1');
     expect(loadConfig({ PUBLIC_BASE_URL: 'https://api.example.com/v1' }).PUBLIC_BASE_URL).toBe('https://api.example.com/v1');

@@ -9,8 +9,10 @@ test('a failure inside the service is a 500 Error that leaks nothing, logged wit
   // A real fault: the table the repository reads is gone.
   await t.db.query('ALTER TABLE pets RENAME TO pets_elsewhere');
   try {
-    const response = await t.app.inject({ method: 'GET', url: '/v1/pets', headers: t.auth });
+    const response = await t.app.inject({ method: 'GET', url: '/v1/pets', headers: { ...t.auth, origin: 'https://shop.example.com' } });
     expect(response.statusCode).toBe(500);
+    // A page can read it (CORS_ORIGINS: any origin).
+    expect(response.headers['access-control-allow-origin']).toBe('*');
     expect(response.headers['content-type']).toMatch(/^application\/json/);
     const body = response.json();
     expect(body).toEqual({ code: 'internal_error', message: expect.any(String), status: 500 });

@@ -95,10 +95,13 @@ describe('load shedding', () => {
     while (Date.now() < blockedUntil); // a real stall of the event loop
     await eventually(async () => t.app.isUnderPressure());
 
-    const shed = await t.app.inject({ url: '/v1/pets', headers: t.auth });
+    const shed = await t.app.inject({ url: '/v1/pets', headers: { ...t.auth, origin: 'https://shop.example.com' } });
     expect(shed.statusCode).toBe(503);
     expect(shed.json()).toEqual({ code: 'service_unavailable', message: expect.any(String), status: 503 });
     expect(shed.headers['retry-after']).toBe('5');
+    // A page can read it, Retry-After included (CORS_ORIGINS: any origin).
+    expect(shed.headers['access-control-allow-origin']).toBe('*');
+    expect(shed.headers['access-control-expose-headers']).toContain('retry-after');
     // Under /v1, the rate-limit headers all the same: the key's (known from memory), else the address's.
     const anonymous = await t.app.inject({ url: '/v1/no-such-path' });
     expect([shed.statusCode, anonymous.statusCode]).toEqual([503, 503]);

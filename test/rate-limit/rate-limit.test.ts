@@ -270,7 +270,9 @@ describe('a request answered before the limiter decides it', () => {
       const before = await t.app.inject({ url: '/v1/pets?limit=1', headers: t.auth });
       client = await openSocket(await portOf(t.app));
       // The request's head is begun before the close, so that its connection is not idle and stays open through it.
-      client.socket.write(`GET /v1/pets?limit=1 HTTP/1.1\r\nHost: x\r\nAuthorization: ${t.auth.authorization}\r\n`);
+      client.socket.write(
+        `GET /v1/pets?limit=1 HTTP/1.1\r\nHost: x\r\nOrigin: https://shop.example.com\r\nAuthorization: ${t.auth.authorization}\r\n`,
+      );
       closing = t.close();
       await eventually(async () => t.app.shutdown.draining);
       client.socket.write('\r\n');
@@ -284,6 +286,8 @@ describe('a request answered before the limiter decides it', () => {
       expect(headers.get('x-ratelimit-limit')).toBe('1000000000');
       expect(headers.get('x-ratelimit-remaining')).toBe(before.headers['x-ratelimit-remaining']);
       expect(headers.get('x-ratelimit-reset')).toBe(before.headers['x-ratelimit-reset']);
+      // A page can read it (CORS_ORIGINS: any origin).
+      expect(headers.get('access-control-allow-origin')).toBe('*');
     } finally {
       client?.socket.destroy();
       await (closing ?? t.close());

@@ -74,7 +74,7 @@ export function corsOriginsOf(value: string): CorsOrigins {
   if (origins.length === 0) throw invalidSetting('CORS_ORIGINS', value, 'must be *, off, or a comma-separated list of origins');
   for (const origin of origins) {
     const problem = originProblem(origin);
-    if (problem) throw invalidSetting('CORS_ORIGINS', value, problem);
+    if (problem) throw invalidSetting('CORS_ORIGINS', value, redactPasswords(problem));
   }
   return origins;
 }

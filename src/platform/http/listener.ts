@@ -2,7 +2,7 @@ import { isUtf8 } from 'node:buffer';
 import type { FastifyInstance } from 'fastify';
 import type { SettingValues } from '../config/parsers.js';
 import type { connections } from '../config/settings/http.js';
-import { errors } from '../errors.js';
+import { errors, isPath, sendApiError } from '../errors.js';
 import { formatValidationError, validatorCompiler } from '../validation.js';
 import { clientErrorHandler, frameworkErrors } from './client-errors.js';
 import { escapeMalformedPath } from './malformed-url.js';
@@ -33,7 +33,7 @@ export const listenerOptions = (config: SettingValues<typeof connections>, calle
 
 /**
  * What such a listener does on every request: security headers and the request id on every
- * response, a response sent before the body was read closes the connection, and JSON (TypeBox
+ * response, a target that is no path refused before any route, a response sent before the body was read closes the connection, and JSON (TypeBox
  * validated) is the only media type read: anything else is a 415. JSON is UTF-8 (RFC 8259): a
  * body that is not is a 400, where decoding it leniently would store U+FFFD in place of what was
  * sent. An empty body is a 400 only where the operation needs one.
@@ -42,7 +42,8 @@ export function serveJson(listener: FastifyInstance) {
   // Callback hooks: they run on every request, and need no promise.
   listener.addHook('onRequest', (request, reply, done) => {
     reply.headers(SECURITY_HEADERS).header(REQUEST_ID_HEADER, request.id);
-    done();
+    if (isPath(request.url)) return done();
+    sendApiError(reply, errors.targetNotPath());
   });
   listener.addHook('onSend', closeIfBodyUnread);
   listener.setValidatorCompiler(validatorCompiler);

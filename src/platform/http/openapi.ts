@@ -47,6 +47,19 @@ export default fp<OpenApiOptions>(
   { name: 'openapi' },
 );
 
+/** The response headers an OpenAPI document names on any of its operations, each once, in lower case. */
+export function documentedResponseHeaders(document: { paths?: Record<string, object | undefined> }): string[] {
+  const names = new Set<string>();
+  for (const operations of Object.values(document.paths ?? {})) {
+    for (const operation of Object.values(operations ?? {}) as Array<{ responses?: Record<string, { headers?: object }> }>) {
+      for (const response of Object.values(operation.responses ?? {})) {
+        for (const name of Object.keys(response.headers ?? {})) names.add(name.toLowerCase());
+      }
+    }
+  }
+  return [...names].sort();
+}
+
 /** Error responses a route declares without a description get their status's, not "Default Response". */
 function describeErrors(schema: FastifySchema): FastifySchema {
   const responses = schema.response as Record<string, { description?: string }> | undefined;

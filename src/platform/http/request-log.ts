@@ -1,5 +1,6 @@
 import { LogController, type FastifyReply, type FastifyRequest } from 'fastify';
 import { roundMs } from '../observability/log-output.js';
+import { isPreflight } from './cors.js';
 
 /**
  * Who made a request, as its line names them: the field (`keyId` on the API, `adminTokenId` on
@@ -30,6 +31,8 @@ export class RequestLog extends LogController {
   override requestCompleted(error: Error | null | undefined, request: FastifyRequest, reply: FastifyReply) {
     const line = this.#lineOf(request, reply, reply.statusCode);
     if (error) reply.log.error({ ...line, err: error }, 'request failed');
+    // A browser asks before most of its calls; the answer costs nothing and says little (its origin, allowed or not).
+    else if (isPreflight(request)) reply.log.debug({ ...line, origin: request.headers.origin }, 'preflight');
     else reply.log.info(line, 'request');
   }
 
