@@ -133,6 +133,8 @@ describe('a browser key on /v1', () => {
     const refused = await request('GET', '/v1/pets?limit=1', { headers: { ...bearer(key), origin: SHOP } });
     expect(refused.status).toBe(403);
     expect(refused.body.code).toBe('origin_not_allowed');
+    // Readable by the page that was refused (CORS_ORIGINS is any origin by default), so its developer sees why.
+    expect(refused.headers.get('access-control-allow-origin')).toBe('*');
     expect(Number(refused.headers.get('x-ratelimit-remaining'))).toBe(Number(served.headers.get('x-ratelimit-remaining')) - 1);
     // A write from another origin is refused for its origin, before the scope or the body is looked at.
     const write = await request('POST', '/v1/pets', {
