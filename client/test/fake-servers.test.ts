@@ -344,6 +344,7 @@ describe('4. what is retried', () => {
   it.each([
     [400, 'bad_request', PetStoreError],
     [403, 'forbidden', PermissionDeniedError],
+    [403, 'origin_not_allowed', PermissionDeniedError],
     [409, 'conflict', ConflictError],
     [410, 'gone', PetStoreError],
     [422, 'idempotency_key_mismatch', ConflictError],

@@ -132,7 +132,7 @@ function changeKey(admin: Admin, { rules, credits, actorOf }: AdminKeysOptions) 
       schema: {
         operationId: 'changeKey',
         tags: ['keys'],
-        summary: "Change a key's plan, limits, name or credits; effective on every instance within a second",
+        summary: "Change a key's plan, limits, name, origins or credits; effective on every instance within a second",
         params: KeyParams,
         body: AdminKeyChange,
         response: { 200: AdminKey, 400: ErrorBody, 404: ErrorBody, 409: ErrorBody, 413: ErrorBody, 415: ErrorBody },
@@ -155,7 +155,7 @@ function rotateKey(admin: Admin, { rules, credits, actorOf }: AdminKeysOptions) 
       schema: {
         operationId: 'rotateKey',
         tags: ['keys'],
-        summary: 'Replace a key with a new one of the same plan, limits, name, scope and quota; the old one works for the overlap',
+        summary: 'Replace a key with a new one of the same plan, limits, name, scope, origins and quota; the old one works for the overlap',
         params: KeyParams,
         body: RotateKey,
         response: {

@@ -4,6 +4,7 @@ import { DATE_TIME, LATEST_EXPIRY } from './expiry.js';
 import { Limits, type Limits as LimitsList } from '../plans/limits.js';
 import { Credits, CreditsChange, CreditsInput } from '../credits/schemas.js';
 import { Cursor, Id, Literals, Name, Nullable, PageLimit, Timestamp } from '../platform/schemas/common.js';
+import { Origin } from '../platform/schemas/origin.js';
 
 /** A plan's name, as the plans table bounds it (migrations/019); which plans there are is the table's (GET /admin/v1/plans). */
 export const Plan = Type.String({
@@ -54,6 +55,20 @@ const ConcurrencyInput = Type.Union([Concurrency, Type.Null()], {
   'x-error-message': 'must be an integer from 1 to 100000, or null',
 });
 
+/** A browser key's web origins: each as browsers send it (the key rules check that, and that none repeats). */
+export const AllowedOrigins = Type.Array(Origin, {
+  minItems: 1,
+  maxItems: 20,
+  description:
+    'The web origins the key may be used from (a browser key): a request with it whose Origin is missing or not one of them is refused, 403 `origin_not_allowed`; 1 to 20, each once, exactly as browsers send Origin (lowercase, no path, no default port)',
+  'x-error-message': 'must be a list of 1 to 20 web origins',
+});
+/** In a body: null lets the key be used from any origin again. */
+const AllowedOriginsInput = Type.Union([AllowedOrigins, Type.Null()], {
+  description: `${AllowedOrigins.description}; null: any origin`,
+  'x-error-message': 'must be a list of 1 to 20 web origins, or null',
+});
+
 // The column's bound; '' is a key without a name.
 export const KeyName = Name({
   max: 200,
@@ -82,6 +97,7 @@ export const AdminKey = Type.Object(
       Type.Integer({ description: 'The limit of the key’s window named day (its own, else its plan’s); null when it has none' }),
     ),
     readOnly: Type.Boolean({ description: 'May call the GET operations only' }),
+    allowedOrigins: Nullable({ ...AllowedOrigins, description: `${AllowedOrigins.description}; null: any origin` }),
     enforceLimits: EnforceLimits,
     concurrency: Nullable(Concurrency),
     state: KeyState,
@@ -121,6 +137,7 @@ export const NewAdminKey = Type.Object(
     perDay: Type.Optional(Limit('day')),
     expiresAt: Type.Optional(FutureTimestamp),
     readOnly: Type.Optional(Type.Boolean({ description: 'A key for the GET operations only' })),
+    allowedOrigins: Type.Optional(AllowedOriginsInput),
     enforceLimits: Type.Optional({ ...EnforceLimits, default: true }),
     concurrency: Type.Optional(ConcurrencyInput),
     customerId: Type.Optional(Type.Integer({ ...Id, description: 'The customer the key belongs to; by default none' })),
@@ -139,16 +156,17 @@ export const AdminKeyChange = Type.Object(
     name: Type.Optional(KeyName),
     enforceLimits: Type.Optional(EnforceLimits),
     concurrency: Type.Optional(ConcurrencyInput),
+    allowedOrigins: Type.Optional(AllowedOriginsInput),
     credits: Type.Optional(CreditsChange),
   },
   {
     title: 'AdminKeyChange',
     description:
-      'Absent fields keep their value; limits null takes the plan’s windows again; a new plan with limits replaces the key’s own unless the change gives limits (one without keeps them); credits set the balance (and its refill: none unless given), null removes it',
+      'Absent fields keep their value; limits null takes the plan’s windows again, allowedOrigins null any origin; a new plan with limits replaces the key’s own unless the change gives limits (one without keeps them); credits set the balance (and its refill: none unless given), null removes it',
     additionalProperties: false,
     minProperties: 1,
     'x-error-message':
-      'must be a JSON object with at least one of plan, limits, perMinute, perDay, name, enforceLimits, concurrency, credits',
+      'must be a JSON object with at least one of plan, limits, perMinute, perDay, name, enforceLimits, concurrency, allowedOrigins, credits',
   },
 );
 export type AdminKeyChange = Static<typeof AdminKeyChange>;

@@ -12,6 +12,8 @@ export const API_KEY_CODES = {
   unknownCustomer: 'PETSTORE_UNKNOWN_CUSTOMER',
   /** A plan that is not in the plans table (rules.ts). */
   unknownPlan: 'PETSTORE_UNKNOWN_PLAN',
+  /** An allowed origin not written as browsers send it, or listed twice (origins.ts). */
+  origin: 'PETSTORE_ORIGIN',
 } as const;
 
 /** A refusal of the limits given, as the body's field it names, when it names one. */
@@ -21,6 +23,8 @@ const badLimits: ApiAnswer = {
 const badExpiry: ApiAnswer = { error: ({ message }) => errors.badRequest(`body/expiresAt ${message}`) };
 const unknownCustomer: ApiAnswer = { error: ({ message }) => errors.badRequest(`body/customerId ${message}`) };
 const unknownPlan: ApiAnswer = { error: ({ message }) => errors.badRequest(`body/plan ${message}`) };
+/** A refusal of an allowed origin, as the body's field it names (`body/allowedOrigins/1`). */
+const badOrigin: ApiAnswer = { error: (domain) => errors.badRequest(`body/${fieldOf(domain)} ${domain.message}`) };
 const conflictingState: ApiAnswer = { error: ({ message }) => errors.conflict(message) };
 
 export const MissingLimitsError = domainError(
@@ -45,3 +49,8 @@ export const RotatedKeyError = domainError(API_KEY_CODES.keyState, 'API key %s w
 export const UnknownCustomerError = domainError(API_KEY_CODES.unknownCustomer, 'is %s, which names no customer', unknownCustomer);
 /** The API's and the keys command's refusal of a plan not in the plans table. */
 export const UnknownPlanError = domainError(API_KEY_CODES.unknownPlan, 'is %s, which names no plan', unknownPlan);
+
+/** Thrown with its `field`, the origin's place in the list (`allowedOrigins/0`); the value is originProblem's account. */
+export const OriginFormError = domainError(API_KEY_CODES.origin, '%s', badOrigin);
+/** Thrown with its `field`, the second place of the origin; the value is the origin, quoted. */
+export const RepeatedOriginError = domainError(API_KEY_CODES.origin, 'repeats %s: each origin is listed once', badOrigin);

@@ -31,6 +31,8 @@ export interface ApiKeyIdentity {
   /** Its own windows, which replace its plan's; null: its plan's. */
   limits: Limits | null;
   readOnly: boolean;
+  /** The web origins it may be used from (a browser key: a request without one of them in Origin is refused); null for any. */
+  allowedOrigins: string[] | null;
   /** When the key stops working, in ms since the epoch; null for never. */
   expiresAt: number | null;
   /** False in shadow mode: past its limits it is served, and counted as a would-be refusal. */

@@ -32,6 +32,8 @@ export interface ApiKeyRecord {
   concurrency: number | null;
   /** The customer the key belongs to; null for a key of its own. */
   customerId: number | null;
+  /** The web origins it may be used from (see ApiKeyIdentity); null for any. */
+  allowedOrigins: string[] | null;
 }
 
 interface ApiKeyRow {
@@ -48,6 +50,7 @@ interface ApiKeyRow {
   enforce_limits: boolean;
   concurrency: number | null;
   customer_id: number | null;
+  allowed_origins: string[] | null;
 }
 
 /** Stored windows (jsonb) in the limiter's form; null for none. */
@@ -71,6 +74,8 @@ export interface NewApiKey {
   concurrency?: number | null;
   /** The customer it belongs to (an UnknownCustomerError when there is none with this id); by default none. */
   customerId?: number | null;
+  /** The web origins it may be used from, checked (origins.ts); by default (null) any. */
+  allowedOrigins?: string[] | null;
 }
 
 /** A new key: the only time its secret exists outside its holder's hands. */
@@ -80,7 +85,10 @@ export interface IssuedApiKey {
   record: ApiKeyRecord;
 }
 
-/** The plan, limits, name and enforcement a key and the rotated keys of its quota still in their overlap take (limits null: the plan's). */
+/**
+ * The plan, limits, name, enforcement and origins a key and the rotated keys of its quota still in their overlap take
+ * (limits null: the plan's; name the key's alone).
+ */
 export interface QuotaSettings {
   plan: string;
   limits: Limits | null;
@@ -88,6 +96,7 @@ export interface QuotaSettings {
   quotaId: number;
   enforceLimits: boolean;
   concurrency: number | null;
+  allowedOrigins: string[] | null;
 }
 
 type ApiKeyRecordRow = ApiKeyRow & { state: KeyState; plan_limits: LimitWindow[] | null };
@@ -116,6 +125,7 @@ const identityOf = (row: UsableKeyRow): ApiKeyIdentity => ({
   plan: row.plan,
   limits: windowsOf(row.limits),
   readOnly: row.read_only,
+  allowedOrigins: row.allowed_origins,
   expiresAt: row.expires_at && new Date(row.expires_at).getTime(),
   enforceLimits: row.enforce_limits,
   concurrency: row.concurrency,
@@ -150,6 +160,7 @@ function recordOf(row: ApiKeyRecordRow): ApiKeyRecord {
     enforceLimits: row.enforce_limits,
     concurrency: row.concurrency,
     customerId: row.customer_id,
+    allowedOrigins: row.allowed_origins,
   };
 }
 
@@ -181,6 +192,7 @@ export function createApiKeysRepository(db: Database) {
           key.enforceLimits ?? true,
           key.concurrency ?? null,
           key.customerId ?? null,
+          key.allowedOrigins ?? null,
         ])
         .catch((error: unknown) => {
           if ((error as { code?: unknown }).code === FOREIGN_KEY_VIOLATION)
@@ -205,11 +217,11 @@ export function createApiKeysRepository(db: Database) {
       return (await tx.query<{ id: number }>(statements.retire, [id, successorId, overlapSeconds, quotaId])).map((row) => row.id);
     },
 
-    /** Sets the key's plan, limits, name and enforcement, and the plan, limits and enforcement of the keys of its quota still in their overlap; those keys. */
+    /** Sets the key's settings, and all but its name on the keys of its quota still in their overlap; those keys. */
     async updateQuota(
       tx: Queryable,
       id: number,
-      { plan, limits, name, quotaId, enforceLimits, concurrency }: QuotaSettings,
+      { plan, limits, name, quotaId, enforceLimits, concurrency, allowedOrigins }: QuotaSettings,
     ): Promise<ApiKeyRecord[]> {
       const rows = await tx.query<ApiKeyRecordRow>(statements.update, [
         id,
@@ -219,6 +231,7 @@ export function createApiKeysRepository(db: Database) {
         quotaId,
         enforceLimits,
         concurrency,
+        allowedOrigins,
       ]);
       return rows.map(recordOf);
     },

@@ -9,6 +9,7 @@ import { DEFAULT_OVERLAP_SECONDS } from './lifecycle.js';
 import { checkedWindows, limitOf, sameWindows, withShortForm } from '../plans/windows.js';
 import type { ApiKeyRecord, ApiKeysRepository, IssuedApiKey, NewApiKey } from './repository.js';
 import { lockPlan } from '../plans/rules.js';
+import { checkedOrigins, sameOrigins } from './origins.js';
 import type { PlanRecord } from '../plans/repository.js';
 
 /** A plan as a key's rules read it: its windows, null for a plan whose keys each carry their own. */
@@ -31,20 +32,25 @@ export interface KeyRequest extends LimitsRequest {
   enforceLimits?: boolean;
   concurrency?: number | null;
   customerId?: number;
+  /** The web origins it may be used from, checked by newKey (origins.ts); null or absent: any. */
+  allowedOrigins?: readonly string[] | null;
 }
 
 /** A key to create, its expiry checked: its limits are checked with its plan, in the create's transaction. */
 export type KeyToCreate = Omit<NewApiKey, 'limits'> & LimitsRequest;
 
 /**
- * A change of a key's plan, limits, name or enforcement; absent fields keep their value (a null concurrency is its plan's,
- * null limits its plan's windows). A new plan with limits of its own takes the key back to them unless the change gives limits.
+ * A change of a key's plan, limits, name, enforcement or origins; absent fields keep their value (a null concurrency is its
+ * plan's, null limits its plan's windows, null origins any). A new plan with limits of its own takes the key back to them
+ * unless the change gives limits.
  */
 export interface ApiKeyChange extends LimitsRequest {
   plan?: string;
   name?: string;
   enforceLimits?: boolean;
   concurrency?: number | null;
+  /** The web origins it may be used from (checked: origins.ts); null: any. */
+  allowedOrigins?: readonly string[] | null;
   /** A set of the quota's credits (a new version from remaining, with this refill), or null to remove them. */
   credits?: CreditsSetting | null;
 }
@@ -57,11 +63,12 @@ export const expiryOf = (expiresAt: string | undefined, now: number): Date | und
   expiresAt === undefined ? undefined : parseExpiry(expiresAt, now);
 
 /**
- * The key a request or a command line asks for, its expiry checked (in the future: an expiry error, errors.ts). Touches no
- * database, so the keys command refuses bad arguments before it opens one; the plan and limits are checked by the create.
+ * The key a request or a command line asks for, its expiry (in the future: an expiry error, errors.ts) and origins
+ * (origins.ts) checked. Touches no database, so the keys command refuses bad arguments before it opens one; the plan and
+ * limits are checked by the create.
  */
-export function newKey({ expiresAt, ...settings }: KeyRequest, now: number): KeyToCreate {
-  return { ...settings, expiresAt: expiryOf(expiresAt, now) };
+export function newKey({ expiresAt, allowedOrigins, ...settings }: KeyRequest, now: number): KeyToCreate {
+  return { ...settings, expiresAt: expiryOf(expiresAt, now), allowedOrigins: allowedOrigins && checkedOrigins(allowedOrigins) };
 }
 
 /**
@@ -86,10 +93,10 @@ const sameQuotaOf = (id: number, ids: number[]) => {
 const ascending = (ids: number[]) => ids.sort((a, b) => a - b);
 
 /** What an update may change, in the order its audit entry records them before and after. */
-const SETTINGS = ['plan', 'limits', 'perMinute', 'perDay', 'name', 'enforceLimits', 'concurrency'] as const;
+const SETTINGS = ['plan', 'limits', 'perMinute', 'perDay', 'name', 'enforceLimits', 'concurrency', 'allowedOrigins'] as const;
 type KeySettings = Pick<ApiKeyRecord, (typeof SETTINGS)[number]>;
 
-const settingsOf = ({ plan, limits, perMinute, perDay, name, enforceLimits, concurrency }: KeySettings): KeySettings => ({
+const settingsOf = ({ plan, limits, perMinute, perDay, name, enforceLimits, concurrency, allowedOrigins }: KeySettings): KeySettings => ({
   plan,
   limits,
   perMinute,
@@ -97,10 +104,18 @@ const settingsOf = ({ plan, limits, perMinute, perDay, name, enforceLimits, conc
   name,
   enforceLimits,
   concurrency,
+  allowedOrigins,
 });
 
-const sameSettings = (a: KeySettings, b: KeySettings) =>
-  SETTINGS.every((field) => (field === 'limits' ? sameWindows(a.limits, b.limits) : a[field] === b[field]));
+/** Each setting compared as what it is: lists of windows and of origins item by item. */
+const sameSetting = (a: KeySettings, b: KeySettings, field: (typeof SETTINGS)[number]) =>
+  field === 'limits'
+    ? sameWindows(a.limits, b.limits)
+    : field === 'allowedOrigins'
+      ? sameOrigins(a.allowedOrigins, b.allowedOrigins)
+      : a[field] === b[field];
+
+const sameSettings = (a: KeySettings, b: KeySettings) => SETTINGS.every((field) => sameSetting(a, b, field));
 
 /**
  * A key's settings once changed (absent fields keep their value) on `plan` (its plan after the change, locked); a limits
@@ -119,6 +134,8 @@ function settingsAfter(before: ApiKeyRecord, change: ApiKeyChange, plan: KeyPlan
     name: change.name ?? before.name,
     enforceLimits: change.enforceLimits ?? before.enforceLimits,
     concurrency: change.concurrency === undefined ? before.concurrency : change.concurrency,
+    allowedOrigins:
+      change.allowedOrigins === undefined ? before.allowedOrigins : change.allowedOrigins && checkedOrigins(change.allowedOrigins),
   };
 }
 
@@ -160,7 +177,8 @@ export function createKeyRules(db: Database, keys: ApiKeysRepository, costs: Rec
         const issued = await keys.create({ ...fields, limits }, { tx: target });
         const changed = setting && (await credits.replace(target, { quotaId: issued.record.quotaId }, setting));
         if (actor) {
-          const { plan, name, perMinute, perDay, expiresAt, readOnly, enforceLimits, concurrency, customerId } = issued.record;
+          const { plan, name, perMinute, perDay, expiresAt, readOnly, enforceLimits, concurrency, customerId, allowedOrigins } =
+            issued.record;
           await recordAudit(target, actor, 'key.create', issued.id, {
             plan,
             name,
@@ -171,6 +189,7 @@ export function createKeyRules(db: Database, keys: ApiKeysRepository, costs: Rec
             readOnly,
             enforceLimits,
             concurrency,
+            allowedOrigins,
             // Only a key of a customer says so: a key of its own is recorded as before customers were; so for credits.
             ...(customerId !== null && { customerId }),
             ...creditsAudit(changed, 'after'),
@@ -180,7 +199,7 @@ export function createKeyRules(db: Database, keys: ApiKeysRepository, costs: Rec
       }),
 
     /**
-     * Replaces a key with a new one of the same plan, limits, name, scope, enforcement, quota and customer; the old one
+     * Replaces a key with a new one of the same plan, limits, name, scope, enforcement, origins, quota and customer; the old one
      * keeps working for `overlapSeconds` more (a day by default; never longer than it would have),
      * or stops at once for 0, and so do the keys rotated into it still in their overlap. Undefined
      * when there is no key with that id; a RevokedKeyError or RotatedKeyError for a revoked or rotated key.
@@ -195,8 +214,8 @@ export function createKeyRules(db: Database, keys: ApiKeysRepository, costs: Rec
         if (!old) return undefined;
         // A working key's plan is in the table (a plan in use cannot be deleted): locked all the same, as a create locks it.
         await lockPlan(tx, old.plan);
-        const { plan, limits, name, readOnly, enforceLimits, concurrency, customerId } = old;
-        const successor = { plan, limits, name, readOnly, enforceLimits, concurrency, customerId, expiresAt };
+        const { plan, limits, name, readOnly, enforceLimits, concurrency, customerId, allowedOrigins } = old;
+        const successor = { plan, limits, name, readOnly, enforceLimits, concurrency, customerId, allowedOrigins, expiresAt };
         const created = await keys.create(successor, { tx, quotaId: old.quotaId });
         const retired = await keys.retire(tx, id, created.id, overlapSeconds, old.quotaId);
         if (actor) {
@@ -207,12 +226,13 @@ export function createKeyRules(db: Database, keys: ApiKeysRepository, costs: Rec
     },
 
     /**
-     * Changes a key's plan, limits, name, enforcement (shadow mode, concurrency) or credits (its quota's: a set, or null to remove them),
-     * effective wherever the key is cached as soon as the change notice arrives. The plan and limits are the quota's: the keys rotated into this one
-     * and still in their overlap take them too, so a cut binds every key counting in the quota.
+     * Changes a key's plan, limits, name, enforcement (shadow mode, concurrency), origins or credits (its quota's: a set, or null to
+     * remove them), effective wherever the key is cached as soon as the change notice arrives. All but the name are the quota's: the
+     * keys rotated into this one and still in their overlap take them too, so a cut (or a binding to origins) binds every key
+     * counting in the quota.
      * Undefined when there is no such key; an UnknownPlanError for a plan not in the plans table; a limits error when a key
-     * of the plan needs limits, or new ones repeat a name or an operation costs more than them; a RevokedKeyError or
-     * RotatedKeyError for a revoked or rotated key.
+     * of the plan needs limits, or new ones repeat a name or an operation costs more than them; an origin error (origins.ts)
+     * for an origin not as browsers send it or listed twice; a RevokedKeyError or RotatedKeyError for a revoked or rotated key.
      */
     update(id: number, change: ApiKeyChange, { actor }: Pick<ChangeOptions, 'actor'> = {}) {
       return db.transaction(async (tx): Promise<ApiKeyRecord | undefined> => {
@@ -221,10 +241,7 @@ export function createKeyRules(db: Database, keys: ApiKeysRepository, costs: Rec
         const after = settingsAfter(before, change, await planOf(tx, change.plan ?? before.plan), costs);
         const same = sameSettings(after, before);
         if (same && change.credits === undefined) return before;
-        const { plan, limits, name, enforceLimits, concurrency } = after;
-        const updated = same
-          ? [before]
-          : await keys.updateQuota(tx, id, { plan, limits, name, quotaId: before.quotaId, enforceLimits, concurrency });
+        const updated = same ? [before] : await keys.updateQuota(tx, id, { ...after, quotaId: before.quotaId });
         let changed: CreditsChanged | undefined;
         if (change.credits !== undefined) {
           // The quota's first key too: a credits operation through another key of the quota waits, so `before` is exact.

@@ -17,6 +17,7 @@ const COLUMN_NAMES = [
   'enforce_limits',
   'concurrency',
   'customer_id',
+  'allowed_origins',
 ];
 const COLUMNS = COLUMN_NAMES.join(', ');
 /** The key's columns beside its customer's limits (NULL without a customer or limits) and both balances of credits, in one read. */
@@ -38,8 +39,9 @@ const USABLE = 'revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now()
 export const statements = {
   insert: {
     name: 'api_keys_insert',
-    text: `INSERT INTO api_keys (name, plan, limits, key_hash, expires_at, read_only, quota_id, enforce_limits, concurrency, customer_id)
-           VALUES ($1, $2, $3::jsonb, $4, $5, $6, $7, $8, $9, $10) RETURNING ${RECORD_COLUMNS}`,
+    text: `INSERT INTO api_keys (name, plan, limits, key_hash, expires_at, read_only, quota_id, enforce_limits, concurrency, customer_id,
+                                  allowed_origins)
+           VALUES ($1, $2, $3::jsonb, $4, $5, $6, $7, $8, $9, $10, $11::text[]) RETURNING ${RECORD_COLUMNS}`,
   },
   list: { name: 'api_keys_list', text: `SELECT ${RECORD_COLUMNS} FROM api_keys ORDER BY id` },
   get: { name: 'api_keys_get', text: `SELECT ${RECORD_COLUMNS} FROM api_keys WHERE id = $1` },
@@ -77,11 +79,12 @@ export const statements = {
            RETURNING id`,
   },
   // The key, and the rotated keys of its quota still in their overlap: one statement, so one notice names them all.
-  // Limits stay on each key's row, so the limiter reads them from the key presented, with no lookup of the quota's newest key.
+  // Limits and origins stay on each key's row, so the limiter and auth read them from the key presented, with no
+  // lookup of the quota's newest key.
   update: {
     name: 'api_keys_update',
     text: `UPDATE api_keys SET plan = $2, limits = $3::jsonb, name = CASE WHEN id = $1 THEN $4 ELSE name END,
-                              enforce_limits = $6, concurrency = $7
+                              enforce_limits = $6, concurrency = $7, allowed_origins = $8::text[]
            WHERE id = $1 OR ((quota_id = $5 OR id = $5) AND revoked_at IS NULL AND expires_at > now())
            RETURNING ${RECORD_COLUMNS}`,
   },

@@ -54,8 +54,11 @@ export interface Authenticator {
    * not spend a lookup (the rate limiter's budget). A valid key becomes `request.apiKey`.
    */
   authenticate(request: FastifyRequest, now: number): Promise<Authentication>;
-  /** Why a request so authenticated may not go on here (401, 403, or the 429 of its lookup), if it may not. */
-  refusal(authentication: Authentication, config: FastifyContextConfig): ApiError | undefined;
+  /**
+   * Why a request so authenticated may not go on here (401, 403, or the 429 of its lookup), if it may not: `config` is
+   * its route's, `origin` its `Origin` header (a browser key's request must come from one of its origins).
+   */
+  refusal(authentication: Authentication, config: FastifyContextConfig, origin: string | undefined): ApiError | undefined;
   /**
    * The caller's key: the one authenticate found, or, for a request answered before it was
    * authenticated (load shedding, shutdown, a key lookup that failed), the one memory knows.
@@ -146,11 +149,15 @@ export default fp(
         return recordIdentity(request, spent.refusal ? { kind: 'lookup-refused', refusal: spent.refusal } : credential);
       },
 
-      refusal(authentication, config) {
+      refusal(authentication, config, origin) {
         if (authentication.kind === 'lookup-refused') return authentication.refusal;
         if (authentication.kind === 'missing') return errors.credentialsMissing();
         if (authentication.kind === 'invalid' || authentication.kind === 'unverified') return errors.credentialsInvalid();
-        if (authentication.kind === 'key' && authentication.key.readOnly && config.writes) return errors.readOnlyKey();
+        if (authentication.kind !== 'key') return undefined;
+        const { allowedOrigins, readOnly } = authentication.key;
+        // Compared exactly: the key's origins are stored as browsers send them (src/api-keys/origins.ts).
+        if (allowedOrigins !== null && (origin === undefined || !allowedOrigins.includes(origin))) return errors.originNotAllowed(origin);
+        if (readOnly && config.writes) return errors.readOnlyKey();
         return undefined;
       },
 

@@ -75,7 +75,7 @@ function copyOf(input: unknown): unknown {
  * where the other choice is null): what is wrong with a field of it, named, rather than the union's
  * wording for the whole. Any other union error stays as it is (a value none of the choices' types).
  */
-function insideUnion(error: ValueError): ValueError[] {
+export function insideUnion(error: ValueError): ValueError[] {
   if (error.type !== ValueErrorType.Union) return [error];
   const inside = error.errors
     .map((choice) => [...choice])

@@ -24,7 +24,8 @@ export function documentOperation(route: RouteOptions, { idempotencyKeyRetention
   let responses = schema.response as ResponseSchemas;
   let headers = schema.headers as TSchema | undefined;
 
-  // Authentication: a bearer key, unless public; read-only keys may not write, nor a key call what costs more than its windows hold.
+  // Authentication: a bearer key, unless public; read-only keys may not write, browser keys answer only their origins,
+  // and no key may call what costs more than its windows hold.
   if (!config.public) {
     schema.security = [{ [SECURITY_SCHEME]: [] }];
     responses = {
@@ -38,10 +39,11 @@ export function documentOperation(route: RouteOptions, { idempotencyKeyRetention
     const cost = config.cost ?? 1;
     const refusals = [
       config.writes && 'The API key is read-only (`forbidden`)',
+      'The API key is bound to web origins (a browser key) and the request’s Origin is missing or not one of them (`origin_not_allowed`)',
       cost > 1 &&
         `The operation costs ${cost} units, more than a window of the API key holds (\`cost_exceeds_limit\`): no wait lets it through, so no Retry-After`,
     ].filter((refusal) => typeof refusal === 'string');
-    if (refusals.length > 0) responses = { ...responses, 403: { ...ErrorBody, description: refusals.join('. ') } };
+    responses = { ...responses, 403: { ...ErrorBody, description: refusals.join('. ') } };
   }
 
   // Safe retries: the Idempotency-Key, its replay, and the two ways a key is refused.

@@ -23,7 +23,8 @@ export interface V1Options {
  *
  *   onRequest   auth finds the caller (a key not known here is looked up only if the limiter lets
  *               its address spend a lookup); the limiter decides (429 ends here), then auth refuses
- *               (401, 403, the 429 of a lookup): every request is counted, refused ones too; the
+ *               (401; 403 for a read-only key's write, or a browser key's request from an origin not
+ *               its own; the 429 of a lookup): every request is counted, refused ones too; the
  *               usage record (app.usage) counts each refusal of a request with a valid key
  *   validation  the operation's schemas (400); a deprecated operation past its sunset is a 410
  *   preHandler  a revalidation of a tag known current is answered 304 here, before the handler
@@ -83,7 +84,7 @@ const v1: FastifyPluginAsync<V1Options> = async (app, options) => {
       throw error;
     }
     if (key) app.usage.admitted(request, schema?.operationId, cost);
-    const refusal = app.auth.refusal(authentication, config);
+    const refusal = app.auth.refusal(authentication, config, request.headers.origin);
     if (refusal) throw refusal;
   });
 

@@ -23,6 +23,7 @@ describe('create', () => {
       perMinute: 500,
       perDay: 50_000,
       readOnly: false,
+      allowedOrigins: null,
       enforceLimits: true,
       concurrency: null,
       state: 'active',

@@ -53,8 +53,26 @@ describe('the audit trail', () => {
         action: 'key.update',
         keyId: id,
         details: {
-          before: { plan: 'free', perMinute: 60, perDay: 1_000, name: 'audited', enforceLimits: true, concurrency: null, limits: null },
-          after: { plan: 'pro', perMinute: 300, perDay: 10_000, name: 'audited', enforceLimits: true, concurrency: null, limits: null },
+          before: {
+            plan: 'free',
+            perMinute: 60,
+            perDay: 1_000,
+            name: 'audited',
+            enforceLimits: true,
+            concurrency: null,
+            limits: null,
+            allowedOrigins: null,
+          },
+          after: {
+            plan: 'pro',
+            perMinute: 300,
+            perDay: 10_000,
+            name: 'audited',
+            enforceLimits: true,
+            concurrency: null,
+            limits: null,
+            allowedOrigins: null,
+          },
         },
       },
       {
@@ -75,6 +93,7 @@ describe('the audit trail', () => {
           enforceLimits: true,
           concurrency: null,
           limits: null,
+          allowedOrigins: null,
         },
       },
     ]);

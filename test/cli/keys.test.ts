@@ -306,6 +306,32 @@ describe('npm run --silent keys', () => {
         ['create', '--plan', 'free', '--expires-at', '9999-12-31T23:59:59-14:00'],
         '--expires-at must be no later than 9999-12-31T23:59:59Z',
       ],
+      // The admin API's words: body/allowedOrigins/1 there, --allowed-origin here.
+      [
+        ['create', '--plan', 'free', '--allowed-origin', 'https://shop.example.com', '--allowed-origin', 'https://A.com'],
+        '--allowed-origin "https://A.com" is not an origin as browsers send it; write "https://a.com"',
+      ],
+      [
+        ['create', '--plan', 'free', '--allowed-origin', 'https://a.com:443'],
+        '--allowed-origin "https://a.com:443" is not an origin as browsers send it; write "https://a.com"',
+      ],
+      [
+        ['create', '--plan', 'free', '--allowed-origin', 'https://a.com/'],
+        '--allowed-origin must be a web origin, scheme://host[:port], as browsers send it in Origin',
+      ],
+      [
+        ['create', '--plan', 'free', '--allowed-origin', 'not a URL'],
+        '--allowed-origin must be a web origin, scheme://host[:port], as browsers send it in Origin',
+      ],
+      [
+        ['create', '--plan', 'free', '--allowed-origin', 'https://a.com', '--allowed-origin', 'https://a.com'],
+        '--allowed-origin repeats "https://a.com": each origin is listed once',
+      ],
+      [
+        ['create', '--plan', 'free', ...Array.from({ length: 21 }, (_, i) => ['--allowed-origin', `https://shop${i}.example.com`]).flat()],
+        '--allowed-origin must be a list of 1 to 20 web origins, or null',
+      ],
+      [['rotate', '1', '--allowed-origin', 'https://a.com'], "--allowed-origin does not apply to 'rotate'"],
     ];
     for (const [args, message] of refusals) {
       const result = parsed(args);
@@ -339,6 +365,31 @@ describe('npm run --silent keys', () => {
     },
   );
 
+  test('--allowed-origin, repeated, binds the key to those origins: listed with it, and on /v1 served from them only', async ({
+    env,
+    server,
+  }) => {
+    const shop = 'https://shop.example.com';
+    const dev = 'http://localhost:5173';
+    const created = await keys(
+      ['create', '--plan', 'free', '--read-only', '--name', 'storefront', '--allowed-origin', shop, '--allowed-origin', dev],
+      env,
+    );
+    expect(created).toMatchObject({ code: 0, stderr: '' });
+    const key = lastLine(created.stdout);
+    const records = await listJson(env);
+    expect(records.find((record) => record.name === 'storefront')).toMatchObject({ allowedOrigins: [shop, dev], readOnly: true });
+    // Keys made without it may be used from any origin.
+    expect(records.filter((record) => record.name !== 'storefront').every((record) => record.allowedOrigins === null)).toBe(true);
+    // On the embedded database, the server the command went through serves the key at once.
+    if (server) {
+      const status = async (origin: string) =>
+        (await fetch(`${server.origin}/v1/pets?limit=1`, { headers: { ...bearer(key), origin } })).status;
+      expect(await status(dev)).toBe(200);
+      expect(await status('https://copycat.example')).toBe(403);
+    }
+  });
+
   test('--per-minute on a key of any plan replaces its plan’s minute with a window of its own', async ({ env }) => {
     const created = await keys(['create', '--plan', 'free', '--per-minute', '10', '--name', 'own minute'], env);
     expect(created.code).toBe(0);
@@ -362,6 +413,11 @@ describe('npm run --silent keys', () => {
       [['list', '-\u009b2J'], 'unknown option "-\\u009b"'],
       [['list', '--x\nkeys: forged'], 'unknown option "--x\\nkeys: forged"'],
       [['create', '--plan', 'free', 'line\r\nkeys: forged\u202e'], 'unexpected argument "line\\r\\nkeys: forged\\u202e"'],
+      // An origin the rules refuse, repeated in their words (quoted as JSON, which leaves a C1 CSI as it is).
+      [
+        ['create', '--plan', 'free', '--allowed-origin', 'https://a\u009b2J.com'],
+        '--allowed-origin "https://a\\u009b2J.com" is not a web origin (scheme://host[:port])',
+      ],
     ];
     const results = refusals.map(([args]) => parsed(args));
     expect(await keys(refusals[0]![0], env)).toEqual({ ...results[0], code: 2 });

@@ -16,6 +16,9 @@ const GENERAL_HEADERS = new Set([
   'keep-alive',
   'x-content-type-options',
   'cache-control',
+  // CORS (docs/api.md, "Calling from a browser"): on every answer of the listener alike.
+  'access-control-allow-origin',
+  'access-control-expose-headers',
 ]);
 
 interface Documented {
@@ -148,6 +151,8 @@ test.skipIf(!POSTGRES_URL)('a 409 for an Idempotency-Key in flight conforms too'
     await insertInFlight(t.db);
     const during = await call('POST', '/v1/pets', { json: { name: 'Slow contract', categoryId: 1 }, headers });
     expect(during.status).toBe(409);
+    // A page reads it too (CORS_ORIGINS: any origin; test/platform/http/cors.test.ts has the other statuses).
+    expect(during.headers.get('access-control-allow-origin')).toBe('*');
     expect((await first).status).toBe(201);
   } finally {
     await t.db.query('DROP TRIGGER slow_contract ON pets');

@@ -272,6 +272,58 @@ export interface operations {
           };
         };
       };
+      /** @description The API key is bound to web origins (a browser key) and the request’s Origin is missing or not one of them (`origin_not_allowed`) */
+      403: {
+        headers: {
+          /** @description Units allowed in the binding window (requests, unless an operation costs more) */
+          'x-ratelimit-limit'?: number;
+          /** @description Units left in the binding window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Unix time (seconds) when the binding window resets, or a ban ends */
+          'x-ratelimit-reset'?: number;
+          /** @description Every window by name, shortest first, as in draft-ietf-httpapi-ratelimit-headers */
+          'ratelimit-policy'?: string;
+          /** @description What is left of every window and seconds until each resets, shortest first */
+          ratelimit?: string;
+          /** @description This request's id, as logged and as quoted in every 5xx message: the `X-Request-Id` a trusted proxy sent (1 to 128 characters of `A-Z a-z 0-9 . _ : -`), else a new UUID */
+          'x-request-id'?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            /**
+             * @description Machine-readable error code
+             * @enum {string}
+             */
+            code:
+              | 'bad_request'
+              | 'unauthorized'
+              | 'forbidden'
+              | 'cost_exceeds_limit'
+              | 'origin_not_allowed'
+              | 'not_found'
+              | 'method_not_allowed'
+              | 'request_timeout'
+              | 'idempotency_key_in_use'
+              | 'conflict'
+              | 'gone'
+              | 'payload_too_large'
+              | 'unsupported_media_type'
+              | 'idempotency_key_mismatch'
+              | 'headers_too_large'
+              | 'rate_limited'
+              | 'api_key_banned'
+              | 'concurrency_limited'
+              | 'credits_exhausted'
+              | 'internal_error'
+              | 'service_unavailable';
+            /** @description Human-readable description */
+            message: string;
+            /** @description The HTTP status code, repeated */
+            status: number;
+          };
+        };
+      };
       /** @description Rate limit exceeded (`rate_limited`), too many requests of the key in flight at once (`concurrency_limited`, costing nothing), fewer prepaid credits left to the key or its customer than the operation costs (`credits_exhausted`, costing nothing; Retry-After until their refill, absent without one), or the caller is banned for a while (`api_key_banned`) */
       429: {
         headers: {
@@ -607,7 +659,7 @@ export interface operations {
           };
         };
       };
-      /** @description The API key is read-only (`forbidden`) */
+      /** @description The API key is read-only (`forbidden`). The API key is bound to web origins (a browser key) and the request’s Origin is missing or not one of them (`origin_not_allowed`) */
       403: {
         headers: {
           /** @description Units allowed in the binding window (requests, unless an operation costs more) */
@@ -1239,6 +1291,64 @@ export interface operations {
           };
         };
       };
+      /** @description The API key is bound to web origins (a browser key) and the request’s Origin is missing or not one of them (`origin_not_allowed`) */
+      403: {
+        headers: {
+          /** @description Units allowed in the binding window (requests, unless an operation costs more) */
+          'x-ratelimit-limit'?: number;
+          /** @description Units left in the binding window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Unix time (seconds) when the binding window resets, or a ban ends */
+          'x-ratelimit-reset'?: number;
+          /** @description Every window by name, shortest first, as in draft-ietf-httpapi-ratelimit-headers */
+          'ratelimit-policy'?: string;
+          /** @description What is left of every window and seconds until each resets, shortest first */
+          ratelimit?: string;
+          /** @description RFC 9745: @<unix seconds> when the operation was deprecated */
+          deprecation?: string;
+          /** @description RFC 8594: when the operation is removed; from then on it answers 410 */
+          sunset?: string;
+          /** @description rel="successor-version" and rel="deprecation" links */
+          link?: string;
+          /** @description This request's id, as logged and as quoted in every 5xx message: the `X-Request-Id` a trusted proxy sent (1 to 128 characters of `A-Z a-z 0-9 . _ : -`), else a new UUID */
+          'x-request-id'?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            /**
+             * @description Machine-readable error code
+             * @enum {string}
+             */
+            code:
+              | 'bad_request'
+              | 'unauthorized'
+              | 'forbidden'
+              | 'cost_exceeds_limit'
+              | 'origin_not_allowed'
+              | 'not_found'
+              | 'method_not_allowed'
+              | 'request_timeout'
+              | 'idempotency_key_in_use'
+              | 'conflict'
+              | 'gone'
+              | 'payload_too_large'
+              | 'unsupported_media_type'
+              | 'idempotency_key_mismatch'
+              | 'headers_too_large'
+              | 'rate_limited'
+              | 'api_key_banned'
+              | 'concurrency_limited'
+              | 'credits_exhausted'
+              | 'internal_error'
+              | 'service_unavailable';
+            /** @description Human-readable description */
+            message: string;
+            /** @description The HTTP status code, repeated */
+            status: number;
+          };
+        };
+      };
       /** @description Nothing has this id (`not_found`) */
       404: {
         headers: {
@@ -1721,6 +1831,58 @@ export interface operations {
         headers: {
           /** @description Bearer realm="pets" (RFC 6750) */
           'www-authenticate'?: string;
+          /** @description Units allowed in the binding window (requests, unless an operation costs more) */
+          'x-ratelimit-limit'?: number;
+          /** @description Units left in the binding window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Unix time (seconds) when the binding window resets, or a ban ends */
+          'x-ratelimit-reset'?: number;
+          /** @description Every window by name, shortest first, as in draft-ietf-httpapi-ratelimit-headers */
+          'ratelimit-policy'?: string;
+          /** @description What is left of every window and seconds until each resets, shortest first */
+          ratelimit?: string;
+          /** @description This request's id, as logged and as quoted in every 5xx message: the `X-Request-Id` a trusted proxy sent (1 to 128 characters of `A-Z a-z 0-9 . _ : -`), else a new UUID */
+          'x-request-id'?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            /**
+             * @description Machine-readable error code
+             * @enum {string}
+             */
+            code:
+              | 'bad_request'
+              | 'unauthorized'
+              | 'forbidden'
+              | 'cost_exceeds_limit'
+              | 'origin_not_allowed'
+              | 'not_found'
+              | 'method_not_allowed'
+              | 'request_timeout'
+              | 'idempotency_key_in_use'
+              | 'conflict'
+              | 'gone'
+              | 'payload_too_large'
+              | 'unsupported_media_type'
+              | 'idempotency_key_mismatch'
+              | 'headers_too_large'
+              | 'rate_limited'
+              | 'api_key_banned'
+              | 'concurrency_limited'
+              | 'credits_exhausted'
+              | 'internal_error'
+              | 'service_unavailable';
+            /** @description Human-readable description */
+            message: string;
+            /** @description The HTTP status code, repeated */
+            status: number;
+          };
+        };
+      };
+      /** @description The API key is bound to web origins (a browser key) and the request’s Origin is missing or not one of them (`origin_not_allowed`) */
+      403: {
+        headers: {
           /** @description Units allowed in the binding window (requests, unless an operation costs more) */
           'x-ratelimit-limit'?: number;
           /** @description Units left in the binding window */

@@ -5,7 +5,8 @@ import { COMMAND, noArguments, optionsOf, sharedRule, validated, type KeysComman
 /** Issues an API key, taking what the admin API's createKey takes; the key is the last line of stdout. */
 export const create: KeysCommand = {
   name: 'create',
-  synopsis: 'keys create --plan PLAN [--name TEXT] [--per-minute N] [--per-day N] [--expires-at ISO-8601] [--read-only] [--customer ID]',
+  synopsis:
+    'keys create --plan PLAN [--name TEXT] [--per-minute N] [--per-day N] [--expires-at ISO-8601] [--read-only] [--customer ID] [--allowed-origin ORIGIN]...',
   options: optionsOf(NewAdminKey),
   parse(values, positionals) {
     noArguments(positionals);
