@@ -43,6 +43,8 @@ export default tseslint.config(
     },
   },
   { files: ['**/*.js', '**/*.mjs'], extends: [tseslint.configs.disableTypeChecked] },
+  // The browser tests' page script runs in Chromium, not Node.
+  { files: ['test/browser/page/**/*.js'], languageOptions: { globals: globals.browser } },
   // Layout is Prettier's (npm run lint checks it): no stylistic rule may disagree with it.
   prettier,
 );

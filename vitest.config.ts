@@ -23,7 +23,7 @@ export default defineConfig({
         test: {
           name: 'suite',
           include: ['test/**/*.test.ts', 'client/test/**/*.test.ts'],
-          exclude: [...configDefaults.exclude, 'test/engines/**'],
+          exclude: [...configDefaults.exclude, 'test/engines/**', 'test/browser/**'],
           // A worker runs file after file in one process: a fresh process for each file imported the
           // app's modules and compiled PGlite's WASM again, a second or two of CPU a file. Every file
           // builds and closes what it uses (apps, servers, fake timers), so none sees another's state.
@@ -33,6 +33,9 @@ export default defineConfig({
       // npm run test:engines: the engines production puts in between, started by the tests themselves.
       // One file at a time: each starts several daemons and servers, and two at once starve each other on 2 cores.
       { extends: true, test: { name: 'engines', include: ['test/engines/**/*.test.ts'], fileParallelism: false } },
+      // npm run test:browser: pages in headless Chromium (Debian's, .ci/install-browser.sh) calling the built server
+      // from other origins. One file at a time: each runs a server and a browser.
+      { extends: true, test: { name: 'browser', include: ['test/browser/**/*.test.ts'], fileParallelism: false } },
     ],
   },
 });
