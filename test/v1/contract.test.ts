@@ -19,6 +19,7 @@ const GENERAL_HEADERS = new Set([
   // CORS (docs/api.md, "Calling from a browser"): on every answer of the listener alike.
   'access-control-allow-origin',
   'access-control-expose-headers',
+  'vary',
 ]);
 
 interface Documented {
@@ -149,7 +150,10 @@ test.skipIf(!POSTGRES_URL)('a 409 for an Idempotency-Key in flight conforms too'
     const headers = { ...t.auth, 'idempotency-key': 'contract-in-flight' };
     const first = call('POST', '/v1/pets', { json: { name: 'Slow contract', categoryId: 1 }, headers });
     await insertInFlight(t.db);
-    const during = await call('POST', '/v1/pets', { json: { name: 'Slow contract', categoryId: 1 }, headers });
+    const during = await call('POST', '/v1/pets', {
+      json: { name: 'Slow contract', categoryId: 1 },
+      headers: { ...headers, origin: 'https://shop.example.com' },
+    });
     expect(during.status).toBe(409);
     // A page reads it too (CORS_ORIGINS: any origin; test/platform/http/cors.test.ts has the other statuses).
     expect(during.headers.get('access-control-allow-origin')).toBe('*');

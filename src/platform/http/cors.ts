@@ -45,27 +45,29 @@ export const isPreflight = (request: FastifyRequest) =>
  * Cross-origin calls from web pages (@fastify/cors, decisions/browser-callers.md). Registered ahead
  * of every other onRequest hook that can answer (shutdown, load shedding, the API's authentication
  * and limits), so that a preflight is answered before any of them and costs nothing, and every
- * other answer, an error of any status included, carries Access-Control-Allow-Origin.
+ * other answer to a page of an allowed origin, an error of any status included, carries
+ * Access-Control-Allow-Origin. A request without `Origin` is no browser's cross-origin call: it gets
+ * no CORS header but `Vary: Origin`, and servers calling the API send no bytes for browsers.
  */
 export default fp<CorsOptions>(
   async function cors(app, { origins, documentedHeaders }) {
-    // Filled once every route is declared: @fastify/cors reads it on each answer.
+    // Filled once every route is declared, joined once: @fastify/cors joins the array on each answer.
     const exposedHeaders: string[] = [];
 
     await app.register(fastifyCors, {
-      origin: origins,
+      origin: (origin, answer) => answer(null, origin === undefined ? false : origins),
       // A path that declares its methods (refuseOtherMethods) names its own; any other, every method, so that
       // a call to a path that is not there is a 404 the page can read rather than a failed preflight.
       methods: HTTP_METHODS,
       allowedHeaders: ALLOWED_REQUEST_HEADERS,
       exposedHeaders,
       maxAge: PREFLIGHT_MAX_AGE_SECONDS,
-      // An OPTIONS without Origin is answered as a preflight too, rather than with a text/plain 400.
+      // An OPTIONS with Origin but no Access-Control-Request-Method is answered as a preflight too, not with a text/plain 400.
       strictPreflight: false,
     });
 
     app.addHook('onReady', async () => {
-      exposedHeaders.push(...documentedHeaders());
+      exposedHeaders.push(documentedHeaders().join(', '));
     });
   },
   { name: 'cors' },

@@ -40,8 +40,8 @@ describe('CORS_ORIGINS unset: any origin', () => {
     );
     expect(Number(pets.headers.get('access-control-max-age'))).toBeGreaterThanOrEqual(600);
     expect(pets.headers.get('access-control-allow-credentials')).toBeNull();
-    // The answer is the same for every origin: nothing to vary on.
-    expect(pets.headers.get('vary') ?? '').not.toMatch(/origin/i);
+    // The same for every origin, but not for a request without one.
+    expect(pets.headers.get('vary')).toMatch(/\borigin\b/i);
 
     const pet = await request('OPTIONS', '/v1/pets/7', { headers: preflight('GET') });
     expect(pet.status).toBe(204);
@@ -96,6 +96,17 @@ describe('CORS_ORIGINS unset: any origin', () => {
       expect(exposedOf(answer.headers).sort(), status).toEqual([...documented].sort());
     }
     expect(answers[429].headers.get('retry-after')).toMatch(/^\d+$/);
+  });
+
+  test('a request without Origin, no browser’s cross-origin call, gets no CORS header, only Vary: Origin', async ({ request }) => {
+    const listed = await request('GET', '/v1/pets');
+    expect(listed.status).toBe(200);
+    expect([...listed.headers.keys()].filter((name) => name.startsWith('access-control-'))).toEqual([]);
+    expect(listed.headers.get('vary')).toMatch(/\borigin\b/i);
+    // Without Origin an OPTIONS is no preflight: the path's other methods' 405, through the API.
+    const asked = await request('OPTIONS', '/v1/pets');
+    expect(asked.status).toBe(405);
+    expect(asked.headers.get('x-ratelimit-limit')).not.toBeNull();
   });
 
   test('the admin listener answers no CORS at all', async ({ admin }) => {
