@@ -18,7 +18,7 @@ import plans from './plans/plugin.js';
 import shutdown from './platform/http/shutdown.js';
 import usage from './usage/plugin.js';
 import v1, { API_PREFIX } from './v1/pipeline.js';
-import webhooks, { recordRefills } from './webhooks/plugin.js';
+import webhooks, { recordRefills, recordUsageHours } from './webhooks/plugin.js';
 import credits from './credits/plugin.js';
 import { logFormat, logOutput } from './platform/observability/log-output.js';
 import { stopTracing, traceLogMixin } from './platform/observability/tracing.js';
@@ -159,7 +159,10 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
       firstRetryMs: deps.webhookFirstRetryMs,
     });
   }
-  await app.register(usage, { retentionDays: config.USAGE_RETENTION_DAYS });
+  await app.register(usage, {
+    retentionDays: config.USAGE_RETENTION_DAYS,
+    export: config.usageExport && { delayMs: config.usageExport.delayMs, exported: recordUsageHours(app.db, config.usageExport.source) },
+  });
   await app.register(v1, {
     prefix: API_PREFIX,
     idempotencyKeyRetentionHours: config.IDEMPOTENCY_KEY_RETENTION_HOURS,

@@ -23,6 +23,8 @@ import adminWebhookDeliveries from '../webhooks/admin-routes.js';
 import adminAudit from '../audit/admin-routes.js';
 import adminUsage from '../usage/admin-routes.js';
 import { createUsageRepository } from '../usage/repository.js';
+import { createUsageExportRules } from '../usage/rules.js';
+import { recordUsageHours } from '../webhooks/plugin.js';
 import { createWebhookDeliveriesRepository } from '../webhooks/repository.js';
 
 export const ADMIN_PREFIX = '/admin/v1';
@@ -104,6 +106,9 @@ export async function buildAdminServer(app: FastifyInstance): Promise<FastifyIns
       usage: createUsageRepository(db),
       keys: app.apiKeysRepository,
       customers: createCustomersRepository(db),
+      exports: config.usageExport && createUsageExportRules(db, recordUsageHours(db, config.usageExport.source)),
+      actorOf,
+      now: app.now,
     });
     await operations.register(adminAddressBans, { rateLimit: app.rateLimit, audit, actorOf });
     await operations.register(adminWebhookDeliveries, { deliveries: createWebhookDeliveriesRepository(db), audit, actorOf });

@@ -34,7 +34,8 @@ export type AuditAction =
   | 'key.credits'
   | 'plan.create'
   | 'plan.update'
-  | 'plan.delete';
+  | 'plan.delete'
+  | 'usage.export';
 
 /** One change as the trail keeps it: never a secret, never a hash. */
 export interface AuditEntry {

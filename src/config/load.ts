@@ -4,6 +4,7 @@ import { invalidSetting } from '../platform/config/errors.js';
 import { addressesOf, corsOriginsOf, databaseReplicaUrls, defaultBaseUrl, type CorsOrigins } from '../platform/config/parsers.js';
 import { redisSettings, type RedisCredentials, type RedisTarget } from '../rate-limit/stores/redis-settings.js';
 import { rateLimitSettings } from '../rate-limit/settings.js';
+import { usageExportSettings, type UsageExportSettings } from '../usage/settings.js';
 import { webhookSettings, type WebhookSettings } from '../webhooks/settings.js';
 import { ConfigSchema, type Settings } from './schema.js';
 
@@ -31,6 +32,9 @@ const PARSED_SETTINGS = [
   'WEBHOOK_URL',
   'WEBHOOK_SECRET',
   'WEBHOOK_USAGE_THRESHOLDS',
+  'USAGE_EXPORT',
+  'USAGE_EXPORT_DELAY_SECONDS',
+  'USAGE_EXPORT_SOURCE',
 ] as const;
 
 /** The settings, checked, with those that need parsing parsed. */
@@ -57,6 +61,8 @@ export type Config = Omit<Settings, (typeof PARSED_SETTINGS)[number]> & {
   rateLimitConcurrency: Record<string, number> | null;
   /** Where and how usage events are sent; undefined without WEBHOOK_URL. */
   webhooks: WebhookSettings | undefined;
+  /** USAGE_EXPORT and its settings: how the usage record is sent as usage.hourly events; undefined when off. */
+  usageExport: UsageExportSettings | undefined;
 };
 
 /** TypeBox converts with parseInt, which reads `1e6` as 1 and `3.2e7` as 3: these take plain digits only. */
@@ -79,6 +85,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
   const replicaUrls = databaseReplicaUrls(settings);
   const redis = redisSettings(settings);
   const webhooks = webhookSettings(settings);
+  const usageExport = usageExportSettings(settings);
   const rateLimits = rateLimitSettings(settings);
   const unparsed = Object.fromEntries(
     Object.entries(settings).filter(([name]) => !(PARSED_SETTINGS as readonly string[]).includes(name)),
@@ -93,6 +100,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     ...redis,
     ...rateLimits,
     webhooks,
+    usageExport,
   };
 }
 

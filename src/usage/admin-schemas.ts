@@ -68,3 +68,31 @@ export const UsageRows = Type.Array(UsageRow, {
   title: 'UsageRows',
   description: 'The buckets with usage, in order of start (then keyId or operation); a bucket without usage has no row',
 });
+
+/** Hours of the usage record to send again as usage.hourly events. */
+export const UsageExportRequest = Type.Object(
+  {
+    start: Bound('The first hour sent: a whole hour (UTC)'),
+    end: Bound('The end, exclusive: a whole hour (UTC) after start, at most 31 days on, and at most the end of the current hour'),
+    customerId: Type.Optional(Type.Integer({ ...Id, description: "Only this customer's hours; every customer's and key's when absent" })),
+  },
+  { title: 'UsageExportRequest', additionalProperties: false, 'x-error-message': 'must be a JSON object with known fields only' },
+);
+export type UsageExportRequest = Static<typeof UsageExportRequest>;
+
+export const UsageExport = Type.Object(
+  {
+    start: Timestamp,
+    end: Timestamp,
+    customerId: Nullable(Type.Integer({ format: 'int64' })),
+    events: Type.Integer({
+      minimum: 0,
+      description:
+        'usage.hourly events queued for WEBHOOK_URL: one per customer (or key without a customer), operation and hour with usage',
+    }),
+  },
+  {
+    title: 'UsageExport',
+    description: 'A backfill queued: its events are delivered as every usage event is (GET /admin/v1/webhook-deliveries)',
+  },
+);

@@ -1,6 +1,7 @@
 import fp from 'fastify-plugin';
 import type { FastifyRequest } from 'fastify';
 import type { ApiKeyIdentity } from '../api-keys/identity.js';
+import { UsageExporter, type RecordExportedHours } from './exporter.js';
 import { UsageRecorder } from './recorder.js';
 import { createUsageRepository, type RefusalKind } from './repository.js';
 
@@ -45,17 +46,31 @@ const ADMITTED_AT = Symbol('usageAdmittedAt');
 const NOT_ADMITTED = -1;
 type Marked = FastifyRequest & { [COST]: number; [OPERATION]: string | undefined; [ADMITTED_AT]: number };
 
+export interface UsageOptions {
+  /** Days the record keeps an hour (USAGE_RETENTION_DAYS). */
+  retentionDays: number;
+  /** With USAGE_EXPORT=hourly: how long after an hour closes it is sent, and what records its events. */
+  export?: { delayMs: number; exported: RecordExportedHours } | undefined;
+}
+
 /**
  * The usage record (docs/admin-api.md, "The usage record"): every decision on a request with a valid key,
  * counted in memory per hour, key and operation, and added to usage_hours each second and at close
- * (recorder.ts). USAGE_RETENTION_DAYS 0 records nothing (and prunes every hour recorded before).
+ * (recorder.ts); with `export`, each closed hour sent as events (exporter.ts). USAGE_RETENTION_DAYS 0
+ * records nothing (and prunes every hour recorded before).
  */
-export default fp<{ retentionDays: number }>(
-  async function usage(app, { retentionDays }) {
+export default fp<UsageOptions>(
+  async function usage(app, { retentionDays, export: exporting }) {
     const recorder = new UsageRecorder(createUsageRepository(app.db), { retentionDays, now: app.now, log: app.log });
     recorder.start();
     // Closing hooks run once the listener has closed and its requests are answered: the last counts are in.
     app.addHook('onClose', () => recorder.stop());
+    if (exporting) {
+      const exporter = new UsageExporter(app.db, { ...exporting, retentionDays, now: app.now, log: app.log });
+      exporter.start();
+      // What this instance writes at its close is sent by the next pass of any instance still running.
+      app.addHook('onClose', () => exporter.stop());
+    }
     // No record kept: nothing is counted, and the hours recorded before are pruned all the same.
     if (retentionDays === 0) {
       app.decorate('usage', { admitted() {}, served() {}, refused() {}, flush: () => recorder.flush() } satisfies UsageRecording);

@@ -44,11 +44,19 @@ export interface UsageQuery {
   end: Date;
 }
 
-const COUNT_COLUMNS = ['requests', 'units', 'refused_rate_limited', 'refused_concurrency', 'refused_credits', 'refused_banned'] as const;
+export const COUNT_COLUMNS = [
+  'requests',
+  'units',
+  'refused_rate_limited',
+  'refused_concurrency',
+  'refused_credits',
+  'refused_banned',
+] as const;
 
 const statements = {
-  // One statement per batch, whatever its size; rows in key order, so that two instances' batches lock shared rows in
-  // the same order (no deadlock). Each batch holds an hour, key and operation once (ON CONFLICT takes a row once).
+  // One statement per batch, whatever its size; rows in key order, so that two instances' batches (and the export's
+  // marking) lock shared rows in the same order (no deadlock). Each batch holds an hour, key and operation once (ON
+  // CONFLICT takes a row once). A row written is marked to be exported, again if it was (export-repository.ts).
   add: {
     name: 'usage_hours_add',
     text: `INSERT INTO usage_hours (hour, key_id, customer_id, operation, ${COUNT_COLUMNS.join(', ')})
@@ -57,7 +65,8 @@ const statements = {
              AS batch(hour, key_id, customer_id, operation, ${COUNT_COLUMNS.join(', ')})
            ORDER BY hour, key_id, operation
            ON CONFLICT (hour, key_id, operation) DO UPDATE SET
-             ${COUNT_COLUMNS.map((column) => `${column} = usage_hours.${column} + EXCLUDED.${column}`).join(', ')}`,
+             ${COUNT_COLUMNS.map((column) => `${column} = usage_hours.${column} + EXCLUDED.${column}`).join(', ')},
+             exported = false`,
   },
   // The oldest hours before $1 (by the app's clock), at most $2 rows; rows another instance is deleting or adding to are
   // skipped, not waited for (the next prune takes them).

@@ -1,6 +1,7 @@
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import type { ApiKeyIdentity } from '../api-keys/identity.js';
 import type { CreditsExhaustedEvent } from '../rate-limit/credits.js';
+import type { ExportedHour } from '../usage/export-repository.js';
 
 /** A usage event as its receiver gets it: the body of the POST, the same bytes on every attempt. */
 export interface UsageEvent {
@@ -11,9 +12,32 @@ export interface UsageEvent {
   data: Record<string, unknown>;
 }
 
-/** An event and what makes it once across all instances: its type, quota, window and threshold (or ban). */
+/**
+ * A `usage.hourly` event: a CloudEvents 1.0 envelope, POSTed as the body itself (structured mode), so that a
+ * receiver may hand it on to a CloudEvents ingest (OpenMeter's) as it came. Its id is the same on every
+ * revision and re-send of its hour: a receiver keeps the newest revision.
+ */
+export interface UsageHourlyEvent {
+  specversion: '1.0';
+  id: string;
+  source: string;
+  type: 'usage.hourly';
+  subject: string;
+  time: string;
+  datacontenttype: 'application/json';
+  data: Record<string, unknown>;
+}
+
+/** An event's type, whichever its shape. */
+export type EventType = UsageEvent['type'] | UsageHourlyEvent['type'];
+
+/** The media type an event's body is POSTed as: CloudEvents' structured mode for usage.hourly, plain JSON for the others. */
+export const contentTypeOf = (type: EventType) =>
+  type === 'usage.hourly' ? 'application/cloudevents+json; charset=utf-8' : 'application/json';
+
+/** An event and what makes it once across all instances: its type, quota, window and threshold (or ban), or hour and revision. */
 export interface RecordedEvent {
-  event: UsageEvent;
+  event: UsageEvent | UsageHourlyEvent;
   dedupeKey: string;
 }
 
@@ -100,5 +124,40 @@ export function creditsExhausted({ key, owner, balance, version, remaining }: Cr
       refillAt: balance.refillAt === null ? null : new Date(balance.refillAt).toISOString(),
     }),
     dedupeKey: `credits.exhausted:${balance.id}:${version}`,
+  };
+}
+
+/** The namespace of usage.hourly ids (a UUID of our own): with it, anyone derives an hour's id from its name. */
+const USAGE_HOURLY_NAMESPACE = Buffer.from('5e4f1a2c9b3d4e8fa6c7d8e9f0a1b2c3', 'hex');
+
+/** RFC 9562's name-based UUID (version 5, SHA-1) of `name` in USAGE_HOURLY_NAMESPACE: the same name, the same id, everywhere. */
+export function usageHourlyId(name: string): string {
+  const hash = createHash('sha1').update(USAGE_HOURLY_NAMESPACE).update(name).digest();
+  hash[6] = (hash[6]! & 0x0f) | 0x50;
+  hash[8] = (hash[8]! & 0x3f) | 0x80;
+  const hex = hash.subarray(0, 16).toString('hex');
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
+}
+
+/**
+ * The usage of a customer (or of a key without one) of one operation in one closed hour, at its revision. Once per
+ * revision across all instances; a re-send (`sendId`, a backfill's) is recorded again, with the same id and revision.
+ */
+export function usageHourly(exported: ExportedHour, source: string, sendId?: string): RecordedEvent {
+  const { hour, subject, operation, customerId, externalId, keyId, revision, requests, units, refused } = exported;
+  const start = new Date(hour).toISOString();
+  const name = `${subject}/${operation}/${start}`;
+  return {
+    event: {
+      specversion: '1.0',
+      id: usageHourlyId(name),
+      source,
+      type: 'usage.hourly',
+      subject: externalId ?? subject,
+      time: start,
+      datacontenttype: 'application/json',
+      data: { customerId, externalId, keyId, operation: operation || null, hour: start, requests, units, refused, revision },
+    },
+    dedupeKey: `usage.hourly:${name}:${revision}${sendId === undefined ? '' : `:${sendId}`}`,
   };
 }

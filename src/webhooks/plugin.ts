@@ -3,7 +3,8 @@ import { Counter, Gauge } from 'prom-client';
 import type { WebhookSettings } from './settings.js';
 import type { RefilledBalance } from '../credits/repository.js';
 import type { Database, Transaction } from '../platform/db/database.js';
-import { creditsExhausted, creditsRefilled, keyBanned, usageThreshold, type RecordedEvent } from './events.js';
+import type { RecordExportedHours } from '../usage/exporter.js';
+import { creditsExhausted, creditsRefilled, keyBanned, usageHourly, usageThreshold, type RecordedEvent } from './events.js';
 import { createWebhookDeliveriesRepository, DUE_CHANNEL } from './repository.js';
 import { FIRST_RETRY_MS, WebhookSender } from './sender.js';
 
@@ -21,6 +22,16 @@ export function recordRefills(db: Database) {
       await deliveries.record(creditsRefilled({ balanceId: id, owner, version, remaining, refillAt }, now), tx);
     }
   };
+}
+
+/** The `usage.hourly` events of the hours an export sent (src/usage/exporter.ts), recorded in its transaction, of `source`. */
+export function recordUsageHours(db: Database, source: string): RecordExportedHours {
+  const deliveries = createWebhookDeliveriesRepository(db);
+  return (tx, hours, sendId) =>
+    deliveries.recordAll(
+      hours.map((hour) => usageHourly(hour, source, sendId)),
+      tx,
+    );
 }
 
 /** The settings, WEBHOOK_RETENTION_DAYS, and the first retry's wait: FIRST_RETRY_MS unless a test shortens it. */

@@ -1,5 +1,5 @@
 import type { Database, Queryable } from '../platform/db/database.js';
-import type { RecordedEvent, UsageEvent } from './events.js';
+import type { EventType, RecordedEvent } from './events.js';
 
 /** Heard by every instance's sender when a delivery is due now: recorded, or put back by an operator. */
 export const DUE_CHANNEL = 'webhook_deliveries_due';
@@ -17,7 +17,7 @@ export type DeliveryState = (typeof DELIVERY_STATES)[number];
 export interface WebhookDelivery {
   id: number;
   eventId: string;
-  type: UsageEvent['type'];
+  type: EventType;
   state: DeliveryState;
   attempts: number;
   createdAt: string;
@@ -27,14 +27,14 @@ export interface WebhookDelivery {
   lastError: string | null;
   deliveredAt: string | null;
   /** The event's data, as in the body POSTed. */
-  data: UsageEvent['data'];
+  data: Record<string, unknown>;
 }
 
 /** A delivery a sender claimed: it alone attempts it until the claim lapses. */
 export interface ClaimedDelivery {
   id: number;
   eventId: string;
-  type: UsageEvent['type'];
+  type: EventType;
   body: string;
   attempts: number;
 }
@@ -42,7 +42,7 @@ export interface ClaimedDelivery {
 interface DeliveryRow {
   id: number;
   event_id: string;
-  type: UsageEvent['type'];
+  type: EventType;
   state: DeliveryState;
   attempts: number;
   body: string;
@@ -70,7 +70,7 @@ const deliveryOf = (row: DeliveryRow): WebhookDelivery => ({
   lastStatus: row.last_status,
   lastError: row.last_error,
   deliveredAt: iso(row.delivered_at),
-  data: (JSON.parse(row.body) as UsageEvent).data,
+  data: (JSON.parse(row.body) as RecordedEvent['event']).data,
 });
 
 const statements = {
@@ -81,6 +81,15 @@ const statements = {
              INSERT INTO webhook_deliveries (event_id, type, dedupe_key, body) VALUES ($1, $2, $3, $4)
              ON CONFLICT (dedupe_key) DO NOTHING RETURNING id)
            SELECT pg_notify('${DUE_CHANNEL}', '') FROM recorded`,
+  },
+  // Many events in one statement (an export's), each once per dedupe key; the senders hear of them at once.
+  recordAll: {
+    name: 'webhook_deliveries_record_all',
+    text: `WITH recorded AS (
+             INSERT INTO webhook_deliveries (event_id, type, dedupe_key, body)
+             SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[])
+             ON CONFLICT (dedupe_key) DO NOTHING RETURNING id)
+           SELECT pg_notify('${DUE_CHANNEL}', '') FROM (SELECT count(*) AS count FROM recorded) AS batch WHERE count > 0`,
   },
   // Due deliveries, each claimed by one sender: skipped by the others while it holds the row, and
   // not due again until the claim lapses (an attempt's timeout and then some), should it stop.
@@ -154,6 +163,15 @@ export function createWebhookDeliveriesRepository(db: Database) {
      */
     async record({ event, dedupeKey }: RecordedEvent, target: Queryable = db): Promise<boolean> {
       return (await target.query(statements.record, [event.id, event.type, dedupeKey, JSON.stringify(event)])).length > 0;
+    },
+
+    /** Records the events whose dedupe keys were not recorded before, in one statement, in the transaction given. */
+    async recordAll(recorded: readonly RecordedEvent[], target: Queryable): Promise<void> {
+      const columns: string[][] = [[], [], [], []];
+      for (const { event, dedupeKey } of recorded) {
+        [event.id, event.type, dedupeKey, JSON.stringify(event)].forEach((value, i) => columns[i]!.push(value));
+      }
+      await target.query(statements.recordAll, columns);
     },
 
     /** Claims up to `limit` due deliveries for CLAIM_SECONDS, counting the attempt. */

@@ -1,6 +1,7 @@
 import { pruneInBatches } from '../platform/lib/prune-in-batches.js';
 import type { FastifyBaseLogger } from 'fastify';
 import type { ClaimedDelivery, WebhookDeliveriesRepository } from './repository.js';
+import { contentTypeOf } from './events.js';
 import { EVENT_ID_HEADER, SIGNATURE_HEADER, signature } from './signature.js';
 import { DAY_MS, HOUR_MS, MINUTE_MS } from '../platform/time.js';
 
@@ -142,14 +143,14 @@ export class WebhookSender {
   }
 
   /** One POST, and what came of it. */
-  async #send({ eventId, body }: ClaimedDelivery): Promise<Outcome> {
+  async #send({ eventId, type, body }: ClaimedDelivery): Promise<Outcome> {
     // The receiver's clock judges the time, so it is the real one.
     const signed = signature(this.#options.secret, body, Math.floor(Date.now() / 1000));
     try {
       const response = await fetch(this.#options.url, {
         method: 'POST',
         headers: {
-          'content-type': 'application/json',
+          'content-type': contentTypeOf(type),
           'user-agent': 'pet-store-webhooks/1',
           [SIGNATURE_HEADER]: signed,
           [EVENT_ID_HEADER]: eventId,

@@ -1,0 +1,97 @@
+import type { FastifyBaseLogger } from 'fastify';
+import type { Database, Queryable } from '../platform/db/database.js';
+import { DAY_MS, HOUR_MS, MINUTE_MS } from '../platform/time.js';
+import { usageExports, type ExportedHour } from './export-repository.js';
+
+/** How often each instance looks for closed hours to send: an hour is sent within about this long of its delay. */
+const EXPORT_EVERY_MS = 1_000;
+/** Rows of the record one pass marks at most; more are taken by the next passes. */
+const EXPORT_BATCH = 5_000;
+/** How often, by the app's clock, what was sent of the hours past the retention is deleted, and how much at most. */
+const PRUNE_EVERY_MS = MINUTE_MS;
+const PRUNE_BATCH = 1_000;
+
+/**
+ * Records the events of hours sent in the transaction that decided their revisions (the webhooks' usage.hourly events);
+ * `sendId` makes a backfill's re-sends events of their own, even at an unchanged revision.
+ */
+export type RecordExportedHours = (tx: Queryable, hours: ExportedHour[], sendId?: string) => Promise<void>;
+
+export interface ExporterOptions {
+  /** How long after an hour closes it is sent (USAGE_EXPORT_DELAY_SECONDS). */
+  delayMs: number;
+  /** Days the usage record is kept (USAGE_RETENTION_DAYS): what was sent of older hours is deleted with them. */
+  retentionDays: number;
+  /** The app's clock: when an hour closed (tests move it). */
+  now: () => number;
+  log: FastifyBaseLogger;
+  exported: RecordExportedHours;
+}
+
+/**
+ * Sends each closed hour of the usage record once its delay passed: every instance looks each second, and the one that
+ * takes the export's lock marks the rows written since the last pass, sums their customers' (or keys') hours, and records
+ * the events of those whose totals are new or changed, all in one transaction. A late write marks its row again, so its
+ * hour is summed again and sent at the next revision.
+ */
+export class UsageExporter {
+  readonly #db: Database;
+  readonly #options: ExporterOptions;
+  #timer: NodeJS.Timeout | undefined;
+  #running: Promise<void> | undefined;
+  /** The first hour the export sends by itself, once read. */
+  #since: Date | undefined;
+  #nextPruneAt = 0;
+  /** Told once per run of failures (a database outage), not once a second. */
+  #failing = false;
+
+  constructor(db: Database, options: ExporterOptions) {
+    this.#db = db;
+    this.#options = options;
+  }
+
+  start() {
+    this.#timer = setInterval(() => this.#tick(), EXPORT_EVERY_MS).unref();
+  }
+
+  async stop() {
+    clearInterval(this.#timer);
+    await this.#running;
+  }
+
+  #tick() {
+    // One pass at a time: a slow database makes the next tick wait, not pile up.
+    this.#running ??= this.#pass()
+      .then(
+        () => {
+          if (this.#failing) this.#options.log.info('usage: exporting the closed hours works again');
+          this.#failing = false;
+        },
+        (error: unknown) => {
+          if (!this.#failing) this.#options.log.warn({ err: error }, 'usage: exporting the closed hours failed; trying again every second');
+          this.#failing = true;
+        },
+      )
+      .finally(() => (this.#running = undefined));
+  }
+
+  async #pass() {
+    const { delayMs, retentionDays, now: clock, exported, log } = this.#options;
+    const now = clock();
+    const before = new Date(Math.floor((now - delayMs) / HOUR_MS) * HOUR_MS);
+    const prune = now >= this.#nextPruneAt;
+    const since = await this.#db.transaction(async (tx) => {
+      if (!(await usageExports.tryLock(tx))) return this.#since;
+      const since = this.#since ?? (await usageExports.start(before, tx));
+      const hours = await usageExports.exportMarked(since, before, EXPORT_BATCH, tx);
+      if (hours.length > 0) {
+        await exported(tx, hours);
+        log.info({ events: hours.length }, 'usage: closed hours exported');
+      }
+      if (prune) await usageExports.prune(new Date(now - retentionDays * DAY_MS), PRUNE_BATCH, tx);
+      return since;
+    });
+    this.#since = since;
+    if (prune) this.#nextPruneAt = now + PRUNE_EVERY_MS;
+  }
+}

@@ -1,0 +1,182 @@
+/**
+ * The usage record sent to billing (issue 58): each closed hour as usage.hourly CloudEvents through the
+ * signed webhooks, once across instances, a revision with the same id when a late write changes an hour
+ * sent, and the backfill. Two apps on one database and one clock (the app's clock closes an hour).
+ */
+import { HTTP, type CloudEvent } from 'cloudevents';
+import type { FastifyInstance } from 'fastify';
+import { describe, test } from 'vitest';
+import { openAdmin, type TestAdmin } from '../support/admin.js';
+import { POSTGRES_URL } from '../support/databases.js';
+import { eventually } from '../support/eventually.js';
+import { expect } from '../support/fixtures.js';
+import { bearer, waitForKeyOnApp } from '../support/keys.js';
+import { MINUTE, T0, testClock, type TestClock } from '../support/time.js';
+import { closedAfterEach, startReceiver, verified, webhookEnv, type Received } from '../support/webhooks.js';
+
+const HOUR = 60 * MINUTE;
+/** The hour the tests' traffic is in, and when the export sends it: 5 minutes (the default delay) after it closes. */
+const H = T0;
+const SENT_AT = H + HOUR + 5 * MINUTE;
+
+interface UsageHourly {
+  id: string;
+  subject: string;
+  data: {
+    customerId: number | null;
+    externalId: string | null;
+    keyId: number | null;
+    operation: string | null;
+    hour: string;
+    requests: number;
+    units: number;
+    refused: Record<string, number>;
+    revision: number;
+  };
+}
+
+/** The usage.hourly events a receiver got, each checked as a CloudEvent by the CloudEvents SDK (it throws on an invalid one) and its signature. */
+function usageEvents(received: Received[]): UsageHourly[] {
+  return received
+    .filter(({ headers }) => String(headers['content-type']).startsWith('application/cloudevents+json'))
+    .map((one) => {
+      expect(verified(one)).toBe(true);
+      const event = HTTP.toEvent({ headers: one.headers, body: one.body }) as CloudEvent<UsageHourly['data']>;
+      expect(event.validate()).toBe(true);
+      expect(event).toMatchObject({ specversion: '1.0', type: 'usage.hourly', source: 'pet-store', datacontenttype: 'application/json' });
+      expect(event.time).toBe(event.data!.hour);
+      expect(one.headers['pet-store-event-id']).toBe(event.id);
+      return { id: event.id, subject: event.subject!, data: event.data! };
+    });
+}
+
+/** A customer with two keys and a key of no customer, made through the admin API; the customerless key's minute holds 3. */
+async function seedCallers(admin: TestAdmin) {
+  const customer = (await admin.request('POST', '/admin/v1/customers', { json: { externalId: 'cus_export' } })).body.id as number;
+  const key = async (json: Record<string, unknown>) => {
+    const { id, key } = (await admin.request('POST', '/admin/v1/keys', { json: { plan: 'enterprise', ...json } })).body;
+    return { id: id as number, headers: bearer(key as string) };
+  };
+  return {
+    customer,
+    first: await key({ customerId: customer, perMinute: 1e6, perDay: 1e9 }),
+    second: await key({ customerId: customer, perMinute: 1e6, perDay: 1e9 }),
+    alone: await key({ perMinute: 3, perDay: 1e9 }),
+  };
+}
+type Callers = Awaited<ReturnType<typeof seedCallers>>;
+
+/** Traffic of every kind on the app: reads, a write, a path that is no operation, and (for the customerless key) refusals. */
+async function traffic(app: FastifyInstance, { first, second, alone }: Callers) {
+  for (const caller of [first, second]) {
+    expect((await app.inject({ url: '/v1/pets?limit=1', headers: caller.headers })).statusCode).toBe(200);
+    const created = await app.inject({ method: 'POST', url: '/v1/pets', headers: caller.headers, payload: { name: 'Rex', categoryId: 1 } });
+    expect(created.statusCode).toBe(201);
+    expect((await app.inject({ url: '/v1/nowhere', headers: caller.headers })).statusCode).toBe(404);
+  }
+  for (let i = 0; i < 2; i++) await app.inject({ url: '/v1/pets?limit=1', headers: alone.headers });
+}
+
+/** The usage record's rows of an hour, by operation, as the admin API reads them: of the customer, and of the customerless key. */
+async function recordOf(admin: TestAdmin, callers: Callers, hour: number) {
+  const range = `start=${new Date(hour).toISOString()}&end=${new Date(hour + HOUR).toISOString()}&groupBy=operation`;
+  const rows = async (owner: string) =>
+    (await admin.request('GET', `/admin/v1/usage?${owner}&${range}`)).body as Array<Record<string, unknown>>;
+  const strip = ({ start, ...row }: Record<string, unknown>) => row;
+  return {
+    customer: (await rows(`customerId=${callers.customer}`)).map(strip),
+    alone: (await rows(`keyId=${callers.alone.id}`)).map(strip),
+  };
+}
+
+/** The events of an hour as the record's rows: the customer's and the key's, by operation, with what the record does not hold. */
+function asRecord(events: UsageHourly[], callers: Callers, hour: number) {
+  const of = (match: (event: UsageHourly) => boolean) =>
+    events
+      .filter((event) => event.data.hour === new Date(hour).toISOString() && match(event))
+      .map(({ data: { operation, requests, units, refused } }) => ({ operation, requests, units, refused }))
+      .sort((a, b) => String(a.operation).localeCompare(String(b.operation)));
+  const byOperation = (rows: Array<Record<string, unknown>>) =>
+    [...rows].sort((a, b) => String(a.operation).localeCompare(String(b.operation)));
+  return {
+    of: {
+      customer: of((event) => event.data.customerId === callers.customer),
+      alone: of((event) => event.data.keyId === callers.alone.id),
+    },
+    byOperation,
+  };
+}
+
+describe('usage.hourly events', () => {
+  const { closing, open } = closedAfterEach();
+
+  async function twoInstances(clock: TestClock) {
+    const receiver = await startReceiver(() => 204);
+    closing.push(receiver.close);
+    const env = webhookEnv(receiver.url, { USAGE_EXPORT: 'hourly' });
+    const a = await open(env, clock);
+    const b = await open({ ...env, ...(a.databaseUrl && { DATABASE_URL: a.databaseUrl }) }, clock);
+    const admin = await openAdmin(a.app);
+    closing.push(admin.close);
+    return { receiver, a, b, admin };
+  }
+
+  test.skipIf(!POSTGRES_URL)(
+    "two instances, one stopped midway: each hour's events hold the record's totals, each sent once; a late write sends a revision of the same id",
+    async () => {
+      const clock = testClock(H + 10 * MINUTE);
+      const { receiver, a, b, admin } = await twoInstances(clock);
+      const callers = await seedCallers(admin);
+      for (const caller of [callers.first, callers.second, callers.alone]) await waitForKeyOnApp(b.app, caller.headers);
+      await traffic(a.app, callers);
+      await traffic(b.app, callers);
+      // The second instance stops midway: its last counts are written as it closes.
+      await b.close();
+      await traffic(a.app, callers);
+      await a.app.usage.flush();
+
+      clock.set(SENT_AT);
+      const record = await recordOf(admin, callers, H);
+      // The customer's: listPets, createPet and the unknown path; the key's: listPets, its refusals with it.
+      const ours = () =>
+        usageEvents(receiver.received).filter(({ data }) => data.customerId === callers.customer || data.keyId === callers.alone.id);
+      await eventually(async () => ours().length === 4, 15_000);
+      const events = ours();
+      const { of, byOperation } = asRecord(events, callers, H);
+      expect(of.customer).toEqual(byOperation(record.customer));
+      expect(of.alone).toEqual(byOperation(record.alone));
+      console.log('events of the hour against the usage record:', JSON.stringify({ events: events.map((e) => e.data), record }));
+      expect(events.every(({ data }) => data.revision === 1)).toBe(true);
+      expect(new Set(events.map(({ id }) => id)).size).toBe(4);
+      expect(events.find(({ data }) => data.keyId === callers.alone.id)).toMatchObject({
+        subject: `key:${callers.alone.id}`,
+        data: { customerId: null, externalId: null, operation: 'listPets', refused: { rateLimited: expect.any(Number) } },
+      });
+      expect(events.filter(({ subject }) => subject === 'cus_export')).toHaveLength(3);
+      expect(events.some(({ data }) => (data.refused.rateLimited ?? 0) > 0)).toBe(true);
+      // Each sent once: every row of the hour is marked, so no later pass of any instance sends it again.
+      const unexported = await a.db.query('SELECT 1 FROM usage_hours WHERE NOT exported AND hour < $1', [new Date(H + HOUR)]);
+      expect(unexported).toEqual([]);
+      const outbox = await a.db.query<{ event_id: string; count: number }>(
+        "SELECT event_id, count(*)::int AS count FROM webhook_deliveries WHERE type = 'usage.hourly' GROUP BY event_id",
+      );
+      expect(outbox.filter(({ event_id }) => events.some(({ id }) => id === event_id)).map(({ count }) => count)).toEqual([1, 1, 1, 1]);
+      expect(receiver.received.filter(({ headers }) => events.some(({ id }) => id === headers['pet-store-event-id']))).toHaveLength(4);
+
+      // A late write: requests admitted in the hour sent (an instance's clock behind, catching up) are added to its rows.
+      clock.set(H + 59 * MINUTE);
+      await traffic(a.app, callers);
+      await a.app.usage.flush();
+      clock.set(SENT_AT + MINUTE);
+      await eventually(async () => ours().length === 8, 15_000);
+      const revised = ours().slice(4);
+      const corrected = await recordOf(admin, callers, H);
+      expect(asRecord(revised, callers, H).of.customer).toEqual(byOperation(corrected.customer));
+      expect(asRecord(revised, callers, H).of.alone).toEqual(byOperation(corrected.alone));
+      expect(revised.every(({ data }) => data.revision === 2)).toBe(true);
+      expect(new Set(revised.map(({ id }) => id))).toEqual(new Set(events.map(({ id }) => id)));
+      console.log('the revision:', JSON.stringify(revised.map(({ id, data }) => ({ id, ...data }))));
+    },
+    60_000,
+  );
+});
