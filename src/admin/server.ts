@@ -22,6 +22,7 @@ import { adminAddressBans, adminKeyUsage } from '../rate-limit/admin/admin-route
 import adminWebhookDeliveries from '../webhooks/admin-routes.js';
 import adminAudit from '../audit/admin-routes.js';
 import adminUsage from '../usage/admin-routes.js';
+import adminUsageExports from '../usage/admin-export-routes.js';
 import { createUsageRepository } from '../usage/repository.js';
 import { createUsageExportRules } from '../usage/rules.js';
 import { recordUsageHours } from '../webhooks/plugin.js';
@@ -106,7 +107,10 @@ export async function buildAdminServer(app: FastifyInstance): Promise<FastifyIns
       usage: createUsageRepository(db),
       keys: app.apiKeysRepository,
       customers: createCustomersRepository(db),
+    });
+    await operations.register(adminUsageExports, {
       exports: config.usageExport && createUsageExportRules(db, recordUsageHours(db, config.usageExport.source)),
+      customers: createCustomersRepository(db),
       actorOf,
       now: app.now,
     });

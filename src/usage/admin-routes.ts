@@ -9,19 +9,13 @@ import { errors } from '../platform/errors.js';
 import { refuseOtherMethods } from '../platform/http/method-not-allowed.js';
 import { nextLink } from '../platform/pagination.js';
 import { ErrorBody } from '../platform/schemas/error.js';
-import type { ActorOf } from '../audit/repository.js';
-import { DEFAULT_USAGE_PAGE, UsageExport, UsageExportRequest, UsageQuery, UsageRows } from './admin-schemas.js';
+import { DEFAULT_USAGE_PAGE, UsageQuery, UsageRows } from './admin-schemas.js';
 import { CSV_COUNTS, usageCsv } from './csv.js';
 import { decodeUsageCursor, encodeUsageCursor } from './pages.js';
 import type { Granularity, UsageOwner, UsageRepository } from './repository.js';
-import type { createUsageExportRules } from './rules.js';
 import { DAY_MS, HOUR_MS } from '../platform/time.js';
 
 const USAGE_PATH = '/admin/v1/usage';
-const EXPORTS_PATH = '/admin/v1/usage/exports';
-
-/** The longest range a backfill sends at once. */
-const MAX_EXPORT_DAYS = 31;
 
 /** The longest range each granularity answers: a year of hours (8,784 buckets at most), ten years of days. */
 const MAX_RANGE_DAYS: Record<Granularity, number> = { hour: 366, day: 3_660 };
@@ -32,15 +26,10 @@ export interface AdminUsageOptions {
   usage: UsageRepository;
   keys: ApiKeysRepository;
   customers: CustomersRepository;
-  /** The backfill of usage.hourly events; undefined when USAGE_EXPORT is off. */
-  exports: ReturnType<typeof createUsageExportRules> | undefined;
-  actorOf: ActorOf;
-  /** The app's clock: which hour is the current one. */
-  now: () => number;
 }
 
 /** A bound of the range, checked: on the calendar, and a whole bucket of the granularity; `field` named as its error names it. */
-function boundOf(field: string, text: string, granularity: Granularity): Date {
+export function boundOf(field: string, text: string, granularity: Granularity): Date {
   const date = dateTimeOf(text);
   if (!date) throw errors.badRequest(`${field} is no date and time on the calendar`);
   if (date.getTime() % (granularity === 'day' ? DAY_MS : HOUR_MS) !== 0) {
@@ -153,48 +142,6 @@ const adminUsage: FastifyPluginAsyncTypebox<AdminUsageOptions> = async (admin, o
     },
   );
   refuseOtherMethods(admin, USAGE_PATH, ['GET']);
-
-  admin.post(
-    EXPORTS_PATH,
-    {
-      schema: {
-        operationId: 'exportUsage',
-        tags: ['usage'],
-        summary: 'Send hours of the usage record again as usage.hourly events (a backfill), each with its stable id',
-        description:
-          'Queues one event per customer (or key without a customer), operation and hour with usage in the range: at the revision ' +
-          'sent last when its totals are unchanged, at the next when they changed. `end` may reach into the current hour: its ' +
-          'totals so far are sent, and sent again at a higher revision once it closes. Needs USAGE_EXPORT=hourly.',
-        body: UsageExportRequest,
-        response: {
-          202: UsageExport,
-          400: ErrorBody,
-          409: { ...ErrorBody, description: 'USAGE_EXPORT is off (`conflict`): no usage.hourly event is sent' },
-        },
-      },
-      config: { writes: true, idempotent: true },
-    },
-    async (request, reply) => {
-      const { exports, customers, actorOf } = options;
-      if (!exports) throw errors.conflict('USAGE_EXPORT is off: set USAGE_EXPORT=hourly (with WEBHOOK_URL) to send usage.hourly events');
-      const { body } = request;
-      const start = boundOf('body/start', body.start, 'hour');
-      const end = boundOf('body/end', body.end, 'hour');
-      if (start >= end) throw errors.badRequest('body/start must be before end');
-      if (end.getTime() - start.getTime() > MAX_EXPORT_DAYS * DAY_MS)
-        throw errors.badRequest(`body/end: the range from start to end is more than ${MAX_EXPORT_DAYS} days; send it in parts`);
-      if (end.getTime() > Math.ceil((options.now() + 1) / HOUR_MS) * HOUR_MS)
-        throw errors.badRequest('body/end is past the end of the current hour: those hours have no usage yet');
-      if (body.customerId !== undefined && !(await customers.get(body.customerId)))
-        throw errors.badRequest(`body/customerId names no customer (${body.customerId})`);
-      const { status, body: answer } = await admin.idempotently(request, reply, async (tx) => {
-        const events = await exports.resend({ start, end, customerId: body.customerId }, { tx, actor: actorOf(request) });
-        return { status: 202, body: { start: start.toISOString(), end: end.toISOString(), customerId: body.customerId ?? null, events } };
-      });
-      return reply.code(status).send(answer);
-    },
-  );
-  refuseOtherMethods(admin, EXPORTS_PATH, ['POST']);
 };
 
 export default adminUsage;

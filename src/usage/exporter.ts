@@ -50,8 +50,10 @@ export class UsageExporter {
     this.#options = options;
   }
 
+  /** Starts the passes, the first now: the first instance to export decides, by its clock as it starts, where the export starts. */
   start() {
     this.#timer = setInterval(() => this.#tick(), EXPORT_EVERY_MS).unref();
+    this.#tick();
   }
 
   async stop() {

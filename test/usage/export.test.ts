@@ -6,6 +6,7 @@
 import { HTTP, type CloudEvent } from 'cloudevents';
 import type { FastifyInstance } from 'fastify';
 import { describe, test } from 'vitest';
+import { loadConfig } from '../../src/config/load.js';
 import { openAdmin, type TestAdmin } from '../support/admin.js';
 import { POSTGRES_URL } from '../support/databases.js';
 import { eventually } from '../support/eventually.js';
@@ -82,7 +83,8 @@ async function recordOf(admin: TestAdmin, callers: Callers, hour: number) {
   const range = `start=${new Date(hour).toISOString()}&end=${new Date(hour + HOUR).toISOString()}&groupBy=operation`;
   const rows = async (owner: string) =>
     (await admin.request('GET', `/admin/v1/usage?${owner}&${range}`)).body as Array<Record<string, unknown>>;
-  const strip = ({ start, ...row }: Record<string, unknown>) => row;
+  // The event names its hour in `hour`; the rows' `start` is the same hour.
+  const strip = (row: Record<string, unknown>) => Object.fromEntries(Object.entries(row).filter(([field]) => field !== 'start'));
   return {
     customer: (await rows(`customerId=${callers.customer}`)).map(strip),
     alone: (await rows(`keyId=${callers.alone.id}`)).map(strip),
@@ -179,4 +181,95 @@ describe('usage.hourly events', () => {
     },
     60_000,
   );
+
+  /** One app exporting, its receiver and admin, and the test's callers' events as the receiver got them. */
+  async function oneInstance(clock: TestClock, extra: Record<string, string> = {}) {
+    const receiver = await startReceiver(() => 204);
+    closing.push(receiver.close);
+    const t = await open(webhookEnv(receiver.url, { USAGE_EXPORT: 'hourly', ...extra }), clock);
+    const admin = await openAdmin(t.app);
+    closing.push(admin.close);
+    const callers = await seedCallers(admin);
+    const ours = () => usageEvents(receiver.received).filter(({ data }) => data.customerId === callers.customer);
+    return { receiver, t, admin, callers, ours };
+  }
+
+  const backfill = (admin: TestAdmin, json: Record<string, unknown>) => admin.request('POST', '/admin/v1/usage/exports', { json });
+  const iso = (at: number) => new Date(at).toISOString();
+
+  test('a backfill sends the hours again with their ids: unchanged at their revision, the current hour so far, then its revision once closed', async () => {
+    const clock = testClock(H + 10 * MINUTE);
+    const { t, admin, callers, ours } = await oneInstance(clock);
+    await traffic(t.app, callers);
+    await t.app.usage.flush();
+    clock.set(SENT_AT);
+    await eventually(async () => ours().length === 3, 15_000);
+    const sent = ours();
+
+    const again = await backfill(admin, { start: iso(H), end: iso(H + HOUR), customerId: callers.customer });
+    expect(again.status).toBe(202);
+    expect(again.body).toEqual({ start: iso(H), end: iso(H + HOUR), customerId: callers.customer, events: 3 });
+    await eventually(async () => ours().length === 6, 15_000);
+    expect(ours().slice(3)).toEqual(expect.arrayContaining(sent));
+    expect(ours().slice(3)).toHaveLength(3);
+
+    // The current hour, not over: its totals so far, then (more traffic, the hour closed) the same ids at revision 2.
+    await traffic(t.app, callers);
+    await t.app.usage.flush();
+    const current = await backfill(admin, { start: iso(H + HOUR), end: iso(H + 2 * HOUR), customerId: callers.customer });
+    expect(current.body.events).toBe(3);
+    await eventually(async () => ours().length === 9, 15_000);
+    const soFar = ours().slice(6);
+    expect(soFar.map(({ data }) => data.revision)).toEqual([1, 1, 1]);
+    await traffic(t.app, callers);
+    await t.app.usage.flush();
+    clock.set(SENT_AT + HOUR);
+    await eventually(async () => ours().length === 12, 15_000);
+    const closed = ours().slice(9);
+    expect(closed.map(({ data }) => data.revision)).toEqual([2, 2, 2]);
+    expect(new Set(closed.map(({ id }) => id))).toEqual(new Set(soFar.map(({ id }) => id)));
+    const record = await recordOf(admin, callers, H + HOUR);
+    expect(asRecord(closed, callers, H + HOUR).of.customer).toEqual(asRecord([], callers, H).byOperation(record.customer));
+
+    const trail = (await admin.request('GET', '/admin/v1/audit?limit=100')).body as Array<{ action: string; details: unknown }>;
+    expect(trail.filter(({ action }) => action === 'usage.export').map(({ details }) => details)).toEqual([
+      { start: iso(H + HOUR), end: iso(H + 2 * HOUR), customerId: callers.customer, events: 3 },
+      { start: iso(H), end: iso(H + HOUR), customerId: callers.customer, events: 3 },
+    ]);
+  }, 60_000);
+
+  test('a backfill of a bad range is refused, naming the field; a read token is refused; off, it is a 409', async () => {
+    const clock = testClock(H + 10 * MINUTE);
+    const { admin } = await oneInstance(clock);
+    const refused = async (json: Record<string, unknown>) => {
+      const { status, body } = await backfill(admin, json);
+      expect({ status, code: body.code }).toEqual({ status: 400, code: 'bad_request' });
+      return body.message as string;
+    };
+    expect(await refused({ start: iso(H + MINUTE), end: iso(H + HOUR) })).toMatch(/^body\/start must be a whole hour/);
+    expect(await refused({ start: iso(H), end: iso(H) })).toMatch(/^body\/start must be before end/);
+    expect(await refused({ start: iso(H - 32 * 24 * HOUR), end: iso(H) })).toMatch(/more than 31 days/);
+    expect(await refused({ start: iso(H), end: iso(H + 2 * HOUR) })).toMatch(/past the end of the current hour/);
+    expect(await refused({ start: iso(H), end: iso(H + HOUR), customerId: 999_999 })).toMatch(/names no customer/);
+    expect(await refused({ start: iso(H), end: iso(H + HOUR), keyId: 1 })).toMatch(/known fields only/);
+    const read = await admin.request('POST', '/admin/v1/usage/exports', {
+      json: { start: iso(H), end: iso(H + HOUR) },
+      headers: bearer(admin.read.token),
+    });
+    expect(read.status).toBe(403);
+
+    const receiver = await startReceiver(() => 204);
+    closing.push(receiver.close);
+    const off = await open(webhookEnv(receiver.url), clock);
+    const offAdmin = await openAdmin(off.app);
+    closing.push(offAdmin.close);
+    const conflict = await backfill(offAdmin, { start: iso(H), end: iso(H + HOUR) });
+    expect(conflict.status).toBe(409);
+    expect(conflict.body).toEqual({ code: 'conflict', status: 409, message: expect.stringMatching(/^USAGE_EXPORT is off/) });
+  });
+
+  test('USAGE_EXPORT=hourly needs WEBHOOK_URL, where its events are sent', () => {
+    expect(() => loadConfig({ USAGE_EXPORT: 'hourly' })).toThrow(/USAGE_EXPORT=hourly needs WEBHOOK_URL/);
+    expect(() => loadConfig({ USAGE_EXPORT: 'daily' })).toThrow(/USAGE_EXPORT/);
+  });
 });
