@@ -31,6 +31,7 @@ const PARSED_SETTINGS = [
   'WEBHOOK_URL',
   'WEBHOOK_SECRET',
   'WEBHOOK_USAGE_THRESHOLDS',
+  'CREDITS_LOW_THRESHOLDS',
 ] as const;
 
 /** The settings, checked, with those that need parsing parsed. */
