@@ -224,7 +224,7 @@ const RACES = [
 describe.each(RACES)('two instances on one PostgreSQL racing requests across the thresholds, on $name', ({ usesRedis, env }) => {
   it.skipIf(!POSTGRES_URL || (usesRedis && !REDIS_URL))(
     'one event per threshold and version; each instance tells each at most once',
-    async () => {
+    async ({ annotate }) => {
       await withApps(2, env(), async (instances) => {
         const told = instances.map(toldLow);
         const customer = await createCustomerRules(instances[0]!.db).create(
@@ -242,6 +242,7 @@ describe.each(RACES)('two instances on one PostgreSQL racing requests across the
         for (const each of told) expect(new Set(each).size).toBe(each.length);
         // Told at least once in all, per threshold and version: by the instance whose request got there first, or by both.
         expect(new Set(told.flat())).toEqual(new Set(expected));
+        await annotate(`credits.low told by instance a ${told[0]!.length} times, b ${told[1]!.length}; recorded ${expected.length}`);
       });
     },
   );
