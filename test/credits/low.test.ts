@@ -175,8 +175,35 @@ describe.each(RATE_LIMIT_STORES)('credits.low with the $name store', (store) => 
         });
       });
     });
+
+    it('an event whose recording failed is told again by the next request below its threshold, and recorded then', async () => {
+      await withApps(1, store.env(), async ([t]) => {
+        const told = toldLow(t!);
+        const { headers, record } = await knownKey([t!]);
+        const id = await withBalance([t!], { quotaId: record.quotaId }, 10);
+        const outbox = await refuseLowEvents(t!);
+        expect(await statusesOf(t!, headers, 6)).toEqual(Array(6).fill(200));
+        const failed = (entry: Record<string, unknown>) =>
+          entry.msg === 'webhooks: recording an event failed' && entry.type === 'credits.low';
+        await eventually(async () => t!.logs.entries().some(failed));
+        await outbox.heal();
+        expect(await statusesOf(t!, headers, 1)).toEqual([200]);
+        expect(told).toEqual([`${id}:1:50`, `${id}:1:50`]);
+        await eventually(async () => (await lowEvents(t!, id)).length === 1);
+        expect((await lowEvents(t!, id))[0]!.data).toMatchObject({ threshold: 50, remaining: 3 });
+      });
+    });
   });
 });
+
+/** Makes the outbox refuse credits.low events for real (a trigger raising on their insert), until healed. */
+async function refuseLowEvents(t: TestApp) {
+  await t.db.query(`CREATE FUNCTION refuse_credits_low() RETURNS trigger LANGUAGE plpgsql AS $$
+                    BEGIN RAISE EXCEPTION 'credits.low refused by the test'; END $$`);
+  await t.db.query(`CREATE TRIGGER refuse_credits_low BEFORE INSERT ON webhook_deliveries
+                    FOR EACH ROW WHEN (NEW.type = 'credits.low') EXECUTE FUNCTION refuse_credits_low()`);
+  return { heal: () => t.db.query('DROP TRIGGER refuse_credits_low ON webhook_deliveries') };
+}
 
 describe.skipIf(!REDIS_URL)('credits.low while Redis is unreachable (a private Redis server, stopped): decided in the record', () => {
   it('a balance spent in PostgreSQL itself is told low as it falls below each threshold', async () => {
