@@ -9,8 +9,9 @@ import { FIRST_RETRY_MS, WebhookSender } from './sender.js';
 
 /**
  * Usage events by webhook (WEBHOOK_URL): the rate limiter's crossings of WEBHOOK_USAGE_THRESHOLDS,
- * its bans and the balances of credits that ran low (CREDITS_LOW_THRESHOLDS) or out, recorded in the outbox (webhook_deliveries) by the instance whose decision made
- * them, once per quota, window and threshold across all instances, and delivered by every
+ * its bans and the balances of credits that ran low (CREDITS_LOW_THRESHOLDS) or out, recorded in
+ * the outbox (webhook_deliveries) by the instance whose decision made them, once per quota, window
+ * and threshold (or balance, version and threshold) across all instances, and delivered by every
  * instance's sender from there, so a restart loses none.
  */
 /** The `credits.refilled` events of a refill pass, recorded in its transaction (the credits plugin's `refilled`). */
