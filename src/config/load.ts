@@ -35,6 +35,7 @@ const PARSED_SETTINGS = [
   'USAGE_EXPORT',
   'USAGE_EXPORT_DELAY_SECONDS',
   'USAGE_EXPORT_SOURCE',
+  'CREDITS_LOW_THRESHOLDS',
 ] as const;
 
 /** The settings, checked, with those that need parsing parsed. */

@@ -7,14 +7,7 @@ import type { Limits } from '../plans/limits.js';
 import type { PlanBook } from '../plans/ports.js';
 import type { ApiKeyIdentity, CustomerLimits } from '../api-keys/identity.js';
 import { clientOf } from './address.js';
-import {
-  creditClaims,
-  creditsRefusal,
-  creditsSpending,
-  decideSeeded,
-  type CreditsExhaustedEvent,
-  type CreditsSpending,
-} from './credits.js';
+import { creditClaims, creditsRefusal, creditsSpending, decideSeeded, type CreditsSpending, type CreditsWatcher } from './credits.js';
 import { setHeaders, windowPhrase } from './headers.js';
 import type { RateLimitMetrics, RateLimitOutcome } from './metrics.js';
 import {
@@ -44,18 +37,13 @@ export interface UsageCrossing {
   resetAt: number;
 }
 
-/** What a watcher of keys' usage hears (app.rateLimit.watchUsage): the webhooks' usage events. */
-export interface UsageWatcher {
+/** What a watcher of keys' usage hears (app.rateLimit.watchUsage): the webhooks' usage events; of credits, as CreditsWatcher says. */
+export interface UsageWatcher extends CreditsWatcher {
   /** Percentages of a window's limit: crossed() hears of each one a key's request takes its window to or past. */
   thresholds: number[];
   crossed(event: UsageCrossing): void;
   /** A key's refusals started a ban, ending at bannedUntil (ms since the epoch). */
   banned(event: { key: ApiKeyIdentity; bannedUntil: number }): void;
-  /**
-   * A balance of credits of a key (its own, or its customer's) ran out in its version: a request
-   * left it none, or was refused for it. Once per balance and version across all instances.
-   */
-  creditsExhausted?(event: CreditsExhaustedEvent): void;
 }
 
 /** Who a request is, as admit takes it: its key (none: its address counts), when, whether it is sure to be free, its operation's cost. */
@@ -326,7 +314,7 @@ function refuseBusy(
   throw errors.concurrencyLimited(limit!);
 }
 
-/** The 429 of a request a balance of credits holds less than its cost of; the watchers told of a balance that ran out. */
+/** The 429 of a request a balance of credits holds less than its cost of; the watchers told what it found of the balances. */
 function refuseForCredits(
   admitting: Admitting,
   request: FastifyRequest,
@@ -337,7 +325,7 @@ function refuseForCredits(
   (request as Charged)[CHARGE] = SETTLED;
   setHeaders(reply, decision, now, cost);
   noteOutcome(admitting, request, 'credits_exhausted');
-  admitting.credits.exhausted(key!, decision.credits!);
+  admitting.credits.tell(key!, decision.credits!);
   throw creditsRefusal(key!, decision.credits!, cost, now);
 }
 

@@ -2,6 +2,7 @@ import type { FastifyInstance } from 'fastify';
 import type { Ledger } from '../credits/ports.js';
 import type { ApiKeyIdentity, CreditBalance } from '../api-keys/identity.js';
 import { errors, secondsUntil } from '../platform/errors.js';
+import { Lru } from '../platform/lib/lru.js';
 import type { CreditClaim, CreditStanding, Decision } from './stores/store.js';
 import { customerSubject, keySubject } from './subjects.js';
 
@@ -98,39 +99,105 @@ export interface CreditsExhaustedEvent {
   remaining: number;
 }
 
+/** A balance of credits of a key whose remaining fell below `threshold` percent of its base (`balance.base`) in `version`. */
+export type CreditsLowEvent = CreditsExhaustedEvent & { threshold: number };
+
+/** What a watcher hears of the balances of credits a decision left. */
+export interface CreditsWatcher {
+  /**
+   * A balance of credits of a key (its own, or its customer's) ran out in its version: a request
+   * left it none, or was refused for it. Once per balance and version across all instances.
+   */
+  creditsExhausted?(event: CreditsExhaustedEvent): void;
+  /** Percentages of a balance's base: creditsLow() hears of each one a decision leaves its remaining below. */
+  creditsLowThresholds?: readonly number[];
+  /**
+   * A balance's remaining is below one of creditsLowThresholds in its version: once per balance, version and
+   * threshold on this instance (as long as it remembers it), so the watcher makes it once across instances.
+   * A promise it returns that rejects (the watcher failed to act on it) makes the next decision tell it again.
+   */
+  creditsLow?(event: CreditsLowEvent): Promise<unknown> | void;
+}
+
+/** The balances whose thresholds told low this instance remembers, the least recently told forgotten first (then told again). */
+const LOW_BALANCES_REMEMBERED = 10_000;
+
+/** A balance's remaining below `threshold` percent of its base (none below a base of 0: exhausted tells of that one). */
+const isBelow = (remaining: number, base: number, threshold: number) => remaining * 100 < base * threshold;
+
 /**
  * What admission does with the balances' standings a decision left: records what was spent or
  * given back (the ledger writes it within a second), and tells the watchers of a balance that ran
- * out (a request left it none, or was refused for it), once per balance and version across all instances.
+ * out (a request left it none, or was refused for it), once per balance and version across all
+ * instances, and of each threshold a balance fell below.
  */
-export function creditsSpending(
-  app: FastifyInstance,
-  ledger: Ledger,
-  watchers: ReadonlyArray<{ creditsExhausted?(event: CreditsExhaustedEvent): void }>,
-) {
+export function creditsSpending(app: FastifyInstance, ledger: Ledger, watchers: readonly CreditsWatcher[]) {
+  /** Per balance, the version and thresholds told low in it on this instance. */
+  const toldLow = new Lru<number, { version: number; thresholds: Set<number> }>(LOW_BALANCES_REMEMBERED);
+
   /**
    * Tells the watchers of each balance a decision left at 0 (served or refused): exhausted is what can
    * serve nothing, not a balance a dearer request finds short while a cheaper one would still be served.
    */
-  function exhausted(key: ApiKeyIdentity, standings: readonly CreditStanding[]) {
-    if (!watchers.some((watcher) => watcher.creditsExhausted !== undefined)) return;
+  function exhausted(key: ApiKeyIdentity, owner: CreditOwner, balance: CreditBalance, { remaining, version }: CreditStanding) {
+    if (remaining === null || remaining > 0) return;
+    ledger
+      .exhaustedOnce(balance.id, version)
+      .then((first) => {
+        const event = { key, owner, balance, version, remaining: Math.max(0, remaining) };
+        if (first) for (const watcher of watchers) watcher.creditsExhausted?.(event);
+      })
+      .catch((error: unknown) => app.log.warn({ err: error, balanceId: balance.id }, 'credits: marking a balance exhausted failed'));
+  }
+
+  /**
+   * Tells the watchers of each of their thresholds the balance's remaining is below, once per balance,
+   * version and threshold on this instance, without a round trip: the watcher makes it once across instances.
+   */
+  function low(key: ApiKeyIdentity, owner: CreditOwner, balance: CreditBalance, { remaining, version }: CreditStanding) {
+    // Its base is known for the key's version only: a standing of another version (a set or refill this
+    // instance has not read yet) is passed over, as the key is read again within a second with the new one.
+    if (remaining === null || version !== balance.version) return;
+    for (const watcher of watchers) {
+      for (const threshold of watcher.creditsLowThresholds ?? []) {
+        if (!isBelow(remaining, balance.base, threshold)) continue;
+        const told = toldLowIn(balance.id, version);
+        if (told.has(threshold)) continue;
+        told.add(threshold);
+        const event = { key, owner, balance, version, remaining: Math.max(0, remaining), threshold };
+        // Every watcher of the threshold at once: marked told, it is not met again in this loop.
+        for (const each of watchers) {
+          if (each.creditsLowThresholds?.includes(threshold))
+            void Promise.resolve(each.creditsLow?.(event)).catch(() => told.delete(threshold));
+        }
+      }
+    }
+  }
+
+  /** The thresholds told low of the balance in this version on this instance (none yet in a version newer than it remembers). */
+  function toldLowIn(id: number, version: number): Set<number> {
+    const remembered = toldLow.get(id);
+    if (remembered?.version === version) return remembered.thresholds;
+    const thresholds = new Set<number>();
+    toldLow.set(id, { version, thresholds });
+    return thresholds;
+  }
+
+  /** Tells the watchers what a decision left of the key's balances: each that ran out, and each threshold one fell below. */
+  function tell(key: ApiKeyIdentity, standings: readonly CreditStanding[]) {
+    const exhaustion = watchers.some((watcher) => watcher.creditsExhausted !== undefined);
+    const lows = watchers.some((watcher) => watcher.creditsLow !== undefined);
+    if (!exhaustion && !lows) return;
     balancesOf(key).forEach(({ owner, balance }, i) => {
-      const { remaining, version } = standings[i]!;
-      if (remaining === null || remaining > 0) return;
-      ledger
-        .exhaustedOnce(balance.id, version)
-        .then((first) => {
-          const event = { key, owner, balance, version, remaining: Math.max(0, remaining) };
-          if (first) for (const watcher of watchers) watcher.creditsExhausted?.(event);
-        })
-        .catch((error: unknown) => app.log.warn({ err: error, balanceId: balance.id }, 'credits: marking a balance exhausted failed'));
+      if (exhaustion) exhausted(key, owner, balance, standings[i]!);
+      if (lows) low(key, owner, balance, standings[i]!);
     });
   }
   return {
-    exhausted,
+    tell,
     /**
-     * A counted request spent `cost` from each balance; one that leaves a balance at 0 tells it
-     * exhausted. Spending the store made in the record itself (`recorded`) is there already.
+     * A counted request spent `cost` from each balance; the watchers are told what it left of them
+     * (tell). Spending the store made in the record itself (`recorded`) is there already.
      */
     spent(key: ApiKeyIdentity, claims: readonly CreditClaim[], standings: readonly CreditStanding[], cost: number) {
       claims.forEach((claim, i) => {
@@ -139,7 +206,7 @@ export function creditsSpending(
         const spentAfter = version === claim.version && remaining !== null ? claim.base - remaining : undefined;
         if (!recorded) ledger.spend(claim.subject, claim.id, version, cost, spentAfter);
       });
-      exhausted(key, standings);
+      tell(key, standings);
     },
     /**
      * A counted request taken back (a free 304) gives its cost back to each balance, in the version

@@ -1,13 +1,13 @@
 import { createHash, randomUUID } from 'node:crypto';
 import type { ApiKeyIdentity } from '../api-keys/identity.js';
-import type { CreditsExhaustedEvent } from '../rate-limit/credits.js';
+import type { CreditsExhaustedEvent, CreditsLowEvent } from '../rate-limit/credits.js';
 import type { ExportedHour } from '../usage/export-repository.js';
 
 /** A usage event as its receiver gets it: the body of the POST, the same bytes on every attempt. */
 export interface UsageEvent {
   /** Unique per event, the same on every attempt: a receiver drops one it has seen. */
   id: string;
-  type: 'usage.threshold' | 'key.banned' | 'credits.refilled' | 'credits.exhausted';
+  type: 'usage.threshold' | 'key.banned' | 'credits.refilled' | 'credits.exhausted' | 'credits.low';
   createdAt: string;
   data: Record<string, unknown>;
 }
@@ -112,18 +112,33 @@ export function creditsRefilled(
  * A balance of prepaid credits ran out (a request left it none, or was refused for it): the key's
  * own (`owner` key) or its customer's, once per balance and version (each set or refill starts one).
  */
-export function creditsExhausted({ key, owner, balance, version, remaining }: CreditsExhaustedEvent, now: number): RecordedEvent {
+export function creditsExhausted(exhausted: CreditsExhaustedEvent, now: number): RecordedEvent {
   return {
-    event: newEvent('credits.exhausted', now, {
-      keyId: key.id,
-      quotaId: key.quotaId,
-      customerId: key.customerId,
-      owner,
-      balanceId: balance.id,
-      remaining,
-      refillAt: balance.refillAt === null ? null : new Date(balance.refillAt).toISOString(),
-    }),
-    dedupeKey: `credits.exhausted:${balance.id}:${version}`,
+    event: newEvent('credits.exhausted', now, balanceData(exhausted)),
+    dedupeKey: `credits.exhausted:${exhausted.balance.id}:${exhausted.version}`,
+  };
+}
+
+/** The data of credits.exhausted, which credits.low shares: the balance, whose it is, and the key whose request told it. */
+const balanceData = ({ key, owner, balance, remaining }: CreditsExhaustedEvent) => ({
+  keyId: key.id,
+  quotaId: key.quotaId,
+  customerId: key.customerId,
+  owner,
+  balanceId: balance.id,
+  remaining,
+  refillAt: balance.refillAt === null ? null : new Date(balance.refillAt).toISOString(),
+});
+
+/**
+ * A balance of prepaid credits fell below `threshold` percent of its amount (its base: what it was last set or
+ * refilled to, moved by increments and decrements), once per balance, version and threshold: credits.exhausted's
+ * data, with the threshold and the amount its remaining is a part of.
+ */
+export function creditsLow(event: CreditsLowEvent, now: number): RecordedEvent {
+  return {
+    event: newEvent('credits.low', now, { ...balanceData(event), amount: event.balance.base, threshold: event.threshold }),
+    dedupeKey: `credits.low:${event.balance.id}:${event.version}:${event.threshold}`,
   };
 }
 

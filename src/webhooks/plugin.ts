@@ -4,14 +4,15 @@ import type { WebhookSettings } from './settings.js';
 import type { RefilledBalance } from '../credits/repository.js';
 import type { Database, Transaction } from '../platform/db/database.js';
 import type { RecordExportedHours } from '../usage/exporter.js';
-import { creditsExhausted, creditsRefilled, keyBanned, usageHourly, usageThreshold, type RecordedEvent } from './events.js';
+import { creditsExhausted, creditsLow, creditsRefilled, keyBanned, usageHourly, usageThreshold, type RecordedEvent } from './events.js';
 import { createWebhookDeliveriesRepository, DUE_CHANNEL } from './repository.js';
 import { FIRST_RETRY_MS, WebhookSender } from './sender.js';
 
 /**
  * Usage events by webhook (WEBHOOK_URL): the rate limiter's crossings of WEBHOOK_USAGE_THRESHOLDS,
- * its bans and the balances of credits that ran out, recorded in the outbox (webhook_deliveries) by the instance whose decision made
- * them, once per quota, window and threshold across all instances, and delivered by every
+ * its bans and the balances of credits that ran low (CREDITS_LOW_THRESHOLDS) or out, recorded in
+ * the outbox (webhook_deliveries) by the instance whose decision made them, once per quota, window
+ * and threshold (or balance, version and threshold) across all instances, and delivered by every
  * instance's sender from there, so a restart loses none.
  */
 /** The `credits.refilled` events of a refill pass, recorded in its transaction (the credits plugin's `refilled`). */
@@ -67,16 +68,21 @@ export default fp<WebhooksOptions>(
       onOutcome: (type, outcome) => outcomes.inc({ type, outcome }),
     });
 
-    const record = (recorded: RecordedEvent) => {
-      deliveries
-        .record(recorded)
-        .catch((error: unknown) => app.log.warn({ err: error, type: recorded.event.type }, 'webhooks: recording an event failed'));
-    };
+    /** Records the event; a failure is logged, and rejected for a caller that tries again (creditsLow). */
+    const recording = (recorded: RecordedEvent) =>
+      deliveries.record(recorded).catch((error: unknown) => {
+        app.log.warn({ err: error, type: recorded.event.type }, 'webhooks: recording an event failed');
+        throw error;
+      });
+    const record = (recorded: RecordedEvent) => void recording(recorded).catch(() => {});
     app.rateLimit.watchUsage({
       thresholds: settings.usageThresholds,
       crossed: (crossing) => record(usageThreshold(crossing, app.now())),
       banned: (ban) => record(keyBanned(ban, app.now())),
       creditsExhausted: (exhausted) => record(creditsExhausted(exhausted, app.now())),
+      // Told once per balance, version and threshold by each instance: the outbox's dedupe key makes it once in all.
+      creditsLowThresholds: settings.creditsLowThresholds,
+      creditsLow: (low) => recording(creditsLow(low, app.now())),
     });
 
     // Any instance's new event, or an operator's retry, wakes every sender; the first to claim it sends it.

@@ -1,6 +1,6 @@
 import { Type } from '@sinclair/typebox';
 import { invalidSetting, SettingsTogetherError } from '../platform/config/errors.js';
-import type { SettingValues } from '../platform/config/parsers.js';
+import { percentagesOf, type SettingValues } from '../platform/config/parsers.js';
 
 // The WEBHOOK_* settings, each description the setting's documentation (src/config/schema.ts), and their parser.
 
@@ -11,7 +11,7 @@ export const webhooks = {
       pattern: '^https?://[^/\\s]+(/\\S*)?$',
       examples: ['https://billing.example.com/hooks/pet-store'],
       description:
-        'Where usage events are POSTed (`usage.threshold`, `key.banned`, `credits.refilled`, `credits.exhausted`), signed with `WEBHOOK_SECRET`; unset, none are recorded or sent (docs/admin-api.md, "Usage events"). ' +
+        'Where usage events are POSTed (`usage.threshold`, `key.banned`, `credits.refilled`, `credits.low`, `credits.exhausted`), signed with `WEBHOOK_SECRET`; unset, none are recorded or sent (docs/admin-api.md, "Usage events"). ' +
         'A user and password in it (`https://user:password@host/path`, %-escaped) are sent as HTTP Basic authentication, never in the URL, and never shown.',
     }),
   ),
@@ -27,6 +27,14 @@ export const webhooks = {
     pattern: '^[0-9]+(,[0-9]+)*$',
     examples: ['50,80,100'],
     description: "Percentages of a key's window (1 to 100, ascending): crossing each sends one `usage.threshold` event per window.",
+  }),
+  CREDITS_LOW_THRESHOLDS: Type.String({
+    default: '20',
+    pattern: '^[0-9]+(,[0-9]+)*$',
+    examples: ['20,50'],
+    description:
+      "Percentages of a balance of prepaid credits' amount (what it was last set or refilled to, moved by increments and decrements; 1 to 100, ascending): " +
+      'its remaining falling below each sends one `credits.low` event per balance until it is set or refilled again; with `WEBHOOK_URL`.',
   }),
   WEBHOOK_RETENTION_DAYS: Type.Integer({
     minimum: 1,
@@ -44,6 +52,8 @@ export interface WebhookSettings {
   secret: string;
   /** WEBHOOK_USAGE_THRESHOLDS: percentages, ascending. */
   usageThresholds: number[];
+  /** CREDITS_LOW_THRESHOLDS: percentages, ascending. */
+  creditsLowThresholds: number[];
 }
 
 /** The WEBHOOK_* settings: where and how usage events are sent; undefined without WEBHOOK_URL. */
@@ -57,12 +67,10 @@ export function webhookSettings(settings: SettingValues<typeof webhooks>): Webho
   // The pattern takes `https://exa[mple.com`, which fetch would refuse at every attempt.
   if (settings.WEBHOOK_URL !== undefined && !URL.canParse(settings.WEBHOOK_URL))
     throw invalidSetting('WEBHOOK_URL', settings.WEBHOOK_URL, 'not a URL');
-  const usageThresholds = settings.WEBHOOK_USAGE_THRESHOLDS.split(',').map(Number);
-  if (usageThresholds.some((threshold, i) => threshold < 1 || threshold > 100 || threshold <= (usageThresholds[i - 1] ?? 0))) {
-    throw invalidSetting('WEBHOOK_USAGE_THRESHOLDS', settings.WEBHOOK_USAGE_THRESHOLDS, 'percentages from 1 to 100, ascending, each once');
-  }
+  const usageThresholds = percentagesOf('WEBHOOK_USAGE_THRESHOLDS', settings.WEBHOOK_USAGE_THRESHOLDS);
+  const creditsLowThresholds = percentagesOf('CREDITS_LOW_THRESHOLDS', settings.CREDITS_LOW_THRESHOLDS);
   if (!settings.WEBHOOK_URL) return undefined;
-  return { ...webhookTarget(settings.WEBHOOK_URL), secret: settings.WEBHOOK_SECRET!, usageThresholds };
+  return { ...webhookTarget(settings.WEBHOOK_URL), secret: settings.WEBHOOK_SECRET!, usageThresholds, creditsLowThresholds };
 }
 
 /**

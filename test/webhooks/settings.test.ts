@@ -12,6 +12,7 @@ describe('webhook settings', () => {
       authorization: undefined,
       secret: SECRET,
       usageThresholds: [100],
+      creditsLowThresholds: [20],
     });
     expect(loadConfig({ WEBHOOK_URL: 'https://h.example.test', WEBHOOK_SECRET: SECRET }).webhooks?.usageThresholds).toEqual([80, 100]);
     expect(() => loadConfig(webhookEnv('https://h.example.test', { WEBHOOK_RETENTION_DAYS: '0' }))).toThrow('WEBHOOK_RETENTION_DAYS');
@@ -40,5 +41,22 @@ describe('webhook settings', () => {
         loadConfig({ WEBHOOK_URL: 'https://h.example.test', WEBHOOK_SECRET: SECRET, WEBHOOK_USAGE_THRESHOLDS: thresholds }),
       ).toThrow('WEBHOOK_USAGE_THRESHOLDS');
     }
+  });
+
+  it('CREDITS_LOW_THRESHOLDS: percentages of a balance, 1 to 100, ascending; refused at start otherwise, naming the setting and its value', () => {
+    expect(loadConfig(webhookEnv('https://h.example.test', { CREDITS_LOW_THRESHOLDS: '10,25,50' })).webhooks?.creditsLowThresholds).toEqual(
+      [10, 25, 50],
+    );
+    expect(loadConfig(webhookEnv('https://h.example.test', { CREDITS_LOW_THRESHOLDS: '100' })).webhooks?.creditsLowThresholds).toEqual([
+      100,
+    ]);
+    for (const thresholds of ['50,20', '0', '101', '20,20']) {
+      expect(() => loadConfig(webhookEnv('https://h.example.test', { CREDITS_LOW_THRESHOLDS: thresholds }))).toThrow(
+        `Invalid CREDITS_LOW_THRESHOLDS="${thresholds}": percentages from 1 to 100, ascending, each once`,
+      );
+    }
+    // Checked without WEBHOOK_URL too, as a mistake there would surface only once the webhooks are set.
+    expect(() => loadConfig({ CREDITS_LOW_THRESHOLDS: '101' })).toThrow('Invalid CREDITS_LOW_THRESHOLDS="101"');
+    expect(() => loadConfig({ CREDITS_LOW_THRESHOLDS: '20;50' })).toThrow('CREDITS_LOW_THRESHOLDS');
   });
 });

@@ -54,6 +54,15 @@ function isAddressOrCidr(entry: string): boolean {
   return prefix === undefined || (/^[0-9]{1,3}$/.test(prefix) && Number(prefix) <= (version === 4 ? 32 : 128));
 }
 
+/** Comma-separated percentages (the schema's pattern let only digits and commas through), each 1 to 100, ascending, each once. */
+export function percentagesOf(setting: string, value: string): number[] {
+  const percentages = value.split(',').map(Number);
+  if (percentages.some((percentage, i) => percentage < 1 || percentage > 100 || percentage <= (percentages[i - 1] ?? 0))) {
+    throw invalidSetting(setting, value, 'percentages from 1 to 100, ascending, each once');
+  }
+  return percentages;
+}
+
 /** PUBLIC_BASE_URL unset: the one HOST and PORT give. */
 export function defaultBaseUrl(host: string, port: number): string {
   const reachable = host === '0.0.0.0' || host === '::' ? 'localhost' : host.includes(':') ? `[${host}]` : host;
