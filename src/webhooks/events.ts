@@ -145,9 +145,9 @@ export function creditsLow(event: CreditsLowEvent, now: number): RecordedEvent {
 /** The namespace of usage.hourly ids (a UUID of our own): with it, anyone derives an hour's id from its name. */
 const USAGE_HOURLY_NAMESPACE = Buffer.from('5e4f1a2c9b3d4e8fa6c7d8e9f0a1b2c3', 'hex');
 
-/** RFC 9562's name-based UUID (version 5, SHA-1) of `name` in USAGE_HOURLY_NAMESPACE: the same name, the same id, everywhere. */
-export function usageHourlyId(name: string): string {
-  const hash = createHash('sha1').update(USAGE_HOURLY_NAMESPACE).update(name).digest();
+/** RFC 9562's name-based UUID (version 5, SHA-1) of `name` in `namespace` (16 bytes): the same name, the same id, everywhere. */
+export function nameBasedUuid(namespace: Buffer, name: string): string {
+  const hash = createHash('sha1').update(namespace).update(name).digest();
   hash[6] = (hash[6]! & 0x0f) | 0x50;
   hash[8] = (hash[8]! & 0x3f) | 0x80;
   const hex = hash.subarray(0, 16).toString('hex');
@@ -165,7 +165,7 @@ export function usageHourly(exported: ExportedHour, source: string, sendId?: str
   return {
     event: {
       specversion: '1.0',
-      id: usageHourlyId(name),
+      id: nameBasedUuid(USAGE_HOURLY_NAMESPACE, name),
       source,
       type: 'usage.hourly',
       subject: externalId ?? subject,

@@ -7,6 +7,7 @@ import { HTTP, type CloudEvent } from 'cloudevents';
 import type { FastifyInstance } from 'fastify';
 import { describe, test } from 'vitest';
 import { loadConfig } from '../../src/config/load.js';
+import { nameBasedUuid, usageHourly } from '../../src/webhooks/events.js';
 import { openAdmin, type TestAdmin } from '../support/admin.js';
 import { POSTGRES_URL } from '../support/databases.js';
 import { eventually } from '../support/eventually.js';
@@ -19,6 +20,7 @@ const HOUR = 60 * MINUTE;
 /** The hour the tests' traffic is in, and when the export sends it: 5 minutes (the default delay) after it closes. */
 const H = T0;
 const SENT_AT = H + HOUR + 5 * MINUTE;
+const iso = (at: number) => new Date(at).toISOString();
 
 interface UsageHourly {
   id: string;
@@ -195,7 +197,6 @@ describe('usage.hourly events', () => {
   }
 
   const backfill = (admin: TestAdmin, json: Record<string, unknown>) => admin.request('POST', '/admin/v1/usage/exports', { json });
-  const iso = (at: number) => new Date(at).toISOString();
 
   test('a backfill sends the hours again with their ids: unchanged at their revision, the current hour so far, then its revision once closed', async () => {
     const clock = testClock(H + 10 * MINUTE);
@@ -272,4 +273,15 @@ describe('usage.hourly events', () => {
     expect(() => loadConfig({ USAGE_EXPORT: 'hourly' })).toThrow(/USAGE_EXPORT=hourly needs WEBHOOK_URL/);
     expect(() => loadConfig({ USAGE_EXPORT: 'daily' })).toThrow(/USAGE_EXPORT/);
   });
+});
+
+test("an hour's id is the name-based UUID (version 5) of its name, as RFC 9562 derives one", () => {
+  // RFC 9562's example: www.example.com in the DNS namespace.
+  const dns = Buffer.from('6ba7b8109dad11d180b400c04fd430c8', 'hex');
+  expect(nameBasedUuid(dns, 'www.example.com')).toBe('2ed6657d-e927-568b-95e1-2665a8aea6a2');
+  const namespace = Buffer.from('5e4f1a2c9b3d4e8fa6c7d8e9f0a1b2c3', 'hex');
+  const hour = { hour: H, operation: 'listPets', customerId: 1, externalId: 'cus_1', keyId: null, revision: 3 };
+  const counts = { requests: 1, units: 1, refused: { rateLimited: 0, concurrency: 0, credits: 0, banned: 0 } };
+  const { event } = usageHourly({ ...hour, ...counts, subject: 'customer:1' }, 'pet-store');
+  expect(event.id).toBe(nameBasedUuid(namespace, `customer:1/listPets/${iso(H)}`));
 });
