@@ -3,6 +3,7 @@ import type { FastifyInstance } from 'fastify';
 import { describe } from 'vitest';
 import { minuteAndDay } from '../../src/plans/limits.js';
 import { insertBalance } from '../support/credit-balances.js';
+import { insertCustomer } from '../support/customers.js';
 import { describeAppTest, expect } from '../support/fixtures.js';
 import { keyInFreshWindows } from '../support/keys.js';
 import { RATE_LIMIT_STORES, REDIS_URL } from '../support/redis.js';
@@ -13,10 +14,6 @@ const iso = (time: number) => new Date(time).toISOString();
 const hourOf = (time: number) => Math.floor(time / HOUR) * HOUR;
 const none = { rateLimited: 0, concurrency: 0, credits: 0, banned: 0 };
 const LIMITS = minuteAndDay(1_000, 10_000);
-
-/** A customer of the app's database, as the admin API makes one; its id. */
-const newCustomer = async (app: FastifyInstance, externalId: string) =>
-  Number((await app.db.query<{ id: number }>('INSERT INTO customers (external_id) VALUES ($1) RETURNING id', [externalId]))[0]!.id);
 
 /** New keys of the app, known to it; then the clock at 10:00 UTC of a later day whose hours none of them has used. */
 async function keysOf(
@@ -57,8 +54,8 @@ describe('GET /v1/usage shows the calling key its own rows, and its customer its
     t,
     clock,
   }) => {
-    const customerA = await newCustomer(t.app, 'cus_v1_usage_a');
-    const customerB = await newCustomer(t.app, 'cus_v1_usage_b');
+    const customerA = await insertCustomer(t.app.db, 'cus_v1_usage_a');
+    const customerB = await insertCustomer(t.app.db, 'cus_v1_usage_b');
     const [a1, a2, b1, solo] = await keysOf(t.app, clock, [
       { plan: 'enterprise', limits: LIMITS, customerId: customerA },
       { plan: 'enterprise', limits: LIMITS, customerId: customerA },
