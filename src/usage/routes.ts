@@ -80,8 +80,11 @@ const usageRoutes: FastifyPluginAsyncTypebox<UsageRoutesOptions> = async (app, {
       await app.rateLimit.spendFreeCall(key, GET_USAGE, app.now());
       const { rows, next } = await usagePage(usage, usageQuery, after, query.limit ?? DEFAULT_USAGE_PAGE);
       if (next) {
-        const { granularity, start, end, scope, groupBy, limit } = query;
-        reply.header('link', nextLink(`${base}/usage`, { granularity, start, end, scope, groupBy, limit, cursor: next }));
+        const { start, end, scope, groupBy, limit } = query;
+        reply.header(
+          'link',
+          nextLink(`${base}/usage`, { granularity: query.granularity, start, end, scope, groupBy, limit, cursor: next }),
+        );
       }
       return rows;
     },

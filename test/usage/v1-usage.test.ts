@@ -227,6 +227,9 @@ describe.each(RATE_LIMIT_STORES)('GET /v1/usage costs nothing, with the $name st
       clock.advance(30_000);
       const range = `start=${iso(hourOf(clock.now()))}&end=${iso(hourOf(clock.now()) + HOUR)}`;
       const read = () => t.app.inject({ url: `/v1/usage?${range}`, headers: key!.headers });
+      // A query refused as bad spends nothing of the limit.
+      for (let i = 0; i < 5; i++)
+        expect((await t.app.inject({ url: `/v1/usage?${range}&scope=customer`, headers: key!.headers })).statusCode).toBe(400);
       for (let i = 0; i < 60; i++) expect((await read()).statusCode).toBe(200);
       // Refused well past the ban threshold of 2: still no ban.
       for (let i = 0; i < 5; i++) {
