@@ -119,6 +119,7 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
     tags: [
       { name: 'pets', description: 'Animals available for adoption' },
       { name: 'rate limits', description: "The caller's own limits and what is left of them" },
+      { name: 'usage', description: "The caller's own usage record: what it was served and refused, hour by hour" },
     ],
     securityScheme: {
       name: SECURITY_SCHEME,

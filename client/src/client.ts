@@ -2,7 +2,7 @@ import { ConditionalCache, type HeldAnswer } from './conditional-cache.js';
 import { ConnectionError, errorOf, PetStoreError, TimeoutError } from './errors.js';
 import { clockOffsetMs, deprecationOf, linksOf, retryAfterMs, urlOf, type DeprecationNotice, type RateLimit } from './headers.js';
 import { RateGate } from './rate-gate.js';
-import type { NewPet, Pet, PetStatus, RateLimitStatus, ServiceErrorCode } from './types.js';
+import type { NewPet, Pet, PetStatus, RateLimitStatus, ServiceErrorCode, UsageRow } from './types.js';
 import { VERSION } from './version.js';
 import { retryDelayMs, sleep } from './backoff.js';
 
@@ -65,6 +65,19 @@ export interface CreateOptions extends CallOptions {
   idempotencyKey?: string;
 }
 
+export interface UsageOptions extends CallOptions {
+  /** The first bucket's start, inclusive: a whole hour (UTC), or 00:00 UTC of a day with `granularity: 'day'`. */
+  start: Date | string;
+  /** The end of the range, exclusive, after `start` and as whole. */
+  end: Date | string;
+  /** The buckets: hours (the service's default) or UTC days. */
+  granularity?: 'hour' | 'day';
+  /** Whose usage: the key's own (the service's default), or all its customer's keys' together. */
+  scope?: 'key' | 'customer';
+  /** A row per operation in each bucket, instead of one for all. */
+  groupBy?: 'operation';
+}
+
 /** One page of a listing. */
 export interface Page {
   pets: Pet[];
@@ -74,7 +87,7 @@ export interface Page {
   requestId: string | undefined;
 }
 
-export type Operation = 'listPets' | 'createPet' | 'getPet' | 'getRateLimit';
+export type Operation = 'listPets' | 'createPet' | 'getPet' | 'getRateLimit' | 'getUsage';
 
 /** What the hooks are told of an attempt; never a header. */
 export interface RequestEvent {
@@ -246,6 +259,37 @@ export class PetStoreClient {
   async getRateLimit(options: CallOptions = {}): Promise<RateLimitStatus> {
     const call = this.#callOf('getRateLimit', 'GET', `${this.#baseUrl}/rate_limit`, options);
     return (await this.#call({ ...call, free: true })).body as RateLimitStatus;
+  }
+
+  /**
+   * The key's own usage record (GET /v1/usage), or its customer's with `scope: 'customer'`: the
+   * buckets from `start` to `end` that had usage (`{ start, operation?, requests, units, refused:
+   * { rateLimited, concurrency, credits, banned } }`, `start` an ISO date-time string), every page
+   * the service links followed, in order. Free like getRateLimit, so sent at once; the service
+   * answers it 60 times (pages) a minute per key. A next link the walk cannot follow is `unexpected_response`.
+   */
+  async getUsage(options: UsageOptions): Promise<UsageRow[]> {
+    const rows: UsageRow[] = [];
+    const walked = new Set<string>();
+    let cursor: string | undefined;
+    for (;;) {
+      const url = this.#usageUrl(options, cursor);
+      const { body, headers } = await this.#call({ ...this.#callOf('getUsage', 'GET', url, options), free: true });
+      rows.push(...(body as UsageRow[]));
+      cursor = this.#nextCursor(headers, url);
+      if (cursor === undefined) return rows;
+      if (walked.has(cursor)) throw refusedLink(headers, 'a next link back to a page already walked');
+      walked.add(cursor);
+    }
+  }
+
+  #usageUrl({ start, end, granularity, scope, groupBy }: UsageOptions, cursor: string | undefined): string {
+    const query = new URLSearchParams({ start: dateTimeOf('start', start), end: dateTimeOf('end', end) });
+    if (granularity !== undefined) query.set('granularity', granularity);
+    if (scope !== undefined) query.set('scope', scope);
+    if (groupBy !== undefined) query.set('groupBy', groupBy);
+    if (cursor !== undefined) query.set('cursor', cursor);
+    return `${this.#baseUrl}/usage?${query}`;
   }
 
   #listUrl({ status, limit, cursor }: Pick<ListOptions, 'status' | 'limit' | 'cursor'>): string {
@@ -452,6 +496,14 @@ function unexpected(response: Response, what: string, cause?: unknown): PetStore
     requestId: response.headers.get('x-request-id') ?? undefined,
     cause,
   });
+}
+
+/** A bound of a usage range as the service reads it: a Date as its ISO 8601 string, a string as given (the service checks it). */
+function dateTimeOf(name: 'start' | 'end', value: Date | string): string {
+  if (typeof value === 'string') return value;
+  if (!(value instanceof Date) || Number.isNaN(value.getTime()))
+    throw new TypeError(`${name} must be a valid Date or an ISO 8601 date-time string`);
+  return value.toISOString();
 }
 
 function refusedLink(headers: Headers, what: string): PetStoreError {

@@ -11,6 +11,7 @@ export {
   type ResponseEvent,
   type RetryEvent,
   type RetryOptions,
+  type UsageOptions,
 } from './client.js';
 export {
   AuthenticationError,
@@ -27,5 +28,5 @@ export {
   type PetStoreErrorDetails,
 } from './errors.js';
 export type { DeprecationNotice, RateLimit } from './headers.js';
-export type { NewPet, Pet, PetStatus, RateLimitStatus, ServiceErrorCode } from './types.js';
+export type { NewPet, Pet, PetStatus, RateLimitStatus, ServiceErrorCode, UsageRow } from './types.js';
 export { VERSION } from './version.js';

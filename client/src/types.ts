@@ -13,3 +13,8 @@ export type ServiceErrorCode = operations['listPets']['responses'][400]['content
  * (null without any), the operations' costs.
  */
 export type RateLimitStatus = operations['getRateLimit']['responses'][200]['content']['application/json'];
+/**
+ * A bucket of GET /v1/usage's answer: its start (an ISO date-time string), its operation with
+ * groupBy, the requests served, the units they spent and the refusals by kind.
+ */
+export type UsageRow = operations['getUsage']['responses'][200]['content']['application/json'][number];

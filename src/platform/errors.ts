@@ -144,11 +144,12 @@ export const errors = {
       'Too many unknown API keys from this address; retry after the Retry-After delay',
       retryAfter(retryAfterSeconds),
     ),
-  quotaLookupsLimited: (perMinute: number, retryAfterSeconds: number) =>
+  /** `route`: the free operation (of cost 0) whose own limit per key was reached, as `GET /v1/rate_limit`. */
+  freeCallsLimited: (route: string, perMinute: number, retryAfterSeconds: number) =>
     new ApiError(
       429,
       'rate_limited',
-      `GET /v1/rate_limit answers ${perMinute} times a minute per API key; retry after the Retry-After delay`,
+      `${route} answers ${perMinute} times a minute per API key; retry after the Retry-After delay`,
       retryAfter(retryAfterSeconds),
     ),
   /** `holder`: whose limit it is, the key's or (of a customer's key) its customer's, shared by all its keys. */

@@ -1,18 +1,18 @@
 import fp from 'fastify-plugin';
 import { errors, secondsUntil } from '../platform/errors.js';
-import { minuteAndDay } from '../plans/limits.js';
 import type { ApiKeyIdentity } from '../api-keys/identity.js';
 import { clientOf } from './address.js';
 import { adminOperations, type AdminOperations } from './admin/admin-operations.js';
 import { createAdmission, keyStanding, type RequestAdmission } from './admission.js';
 import { BALANCE_GONE, bindingBalance, creditClaims, decideSeeded, parseBalanceGone } from './credits.js';
+import { FREE_CALLS, FREE_CALLS_PER_MINUTE, type FreeCall } from './free-calls.js';
 import { createLookupBudget, type LookupSpent } from './lookup-budget.js';
 import { rateLimitMetrics } from './metrics.js';
 import { checkCostsFitPlans } from './settings.js';
 import { bindingWindow } from './headers.js';
 import { chooseStore, type StoreOptions } from './stores/store-choice.js';
 import type { CreditClaim, WindowUsage } from './stores/store.js';
-import { addressSubject, ANONYMOUS, customerSubject, keyPolicy, keySubject, lookupSubject, type KeyQuota } from './subjects.js';
+import { addressSubject, ANONYMOUS, customerSubject, keyPolicy, keySubject, freeCallSubject, type KeyQuota } from './subjects.js';
 
 export interface RateLimitOptions extends StoreOptions {
   /** Callers without a key count per IPv6 network of this many leading bits (see clientOf). */
@@ -20,9 +20,6 @@ export interface RateLimitOptions extends StoreOptions {
   /** What an operation (by operationId) costs a key, where it is not 1 (RATE_LIMIT_COSTS). */
   costs: Record<string, number>;
 }
-
-/** GET /v1/rate_limit's own limit per key: counted apart from the key's windows, and banning no one. */
-const QUOTA_LOOKUPS = minuteAndDay(60, 60 * 24 * 60);
 
 /** A key's standing, as GET /v1/rate_limit tells it. */
 export interface Standing {
@@ -52,9 +49,13 @@ export interface RateLimiter extends RequestAdmission, AdminOperations {
    */
   spendLookup(address: string, now: number): Promise<LookupSpent>;
   /**
+   * Spends one of the key's calls of a free operation (free-calls.ts: the quota lookup, the usage
+   * read), each operation's limit its own (FREE_CALLS per key quota): 429 rate_limited past it, and no ban.
+   */
+  spendFreeCall(key: KeyQuota, call: FreeCall, now: number): Promise<void>;
+  /**
    * The key's windows (each the lesser of its own and its customer's: keyStanding) and its
-   * requests in flight now, counting nothing of them: one of its quota lookups, which have a
-   * limit of their own (60 a minute, 429 rate_limited past it; no ban).
+   * requests in flight now, counting nothing of them (GET /v1/rate_limit, which spends a free call first).
    */
   standing(key: ApiKeyIdentity, now: number): Promise<Standing>;
   /**
@@ -118,10 +119,13 @@ export default fp<RateLimitOptions>(
         return lookups.spend(address, now);
       },
 
+      async spendFreeCall(key, { operationId, route }, now) {
+        const spent = await store.consume(freeCallSubject(operationId, key.quotaId), FREE_CALLS, now, 1, false);
+        if (spent.outcome !== 'allowed')
+          throw errors.freeCallsLimited(route, FREE_CALLS_PER_MINUTE, secondsUntil(bindingWindow(spent).resetAt - now));
+      },
+
       async standing(key, now) {
-        const lookup = await store.consume(lookupSubject(key.quotaId), QUOTA_LOOKUPS, now, 1, false);
-        if (lookup.outcome !== 'allowed')
-          throw errors.quotaLookupsLimited(QUOTA_LOOKUPS[0]!.limit, secondsUntil(bindingWindow(lookup).resetAt - now));
         const policy = keyPolicy(plans, key);
         const [{ windows }, inFlight, credits] = await Promise.all([
           keyStanding(store, key, policy.limits, now),

@@ -17,8 +17,8 @@ export const keySubject = ({ quotaId, customerId }: KeyQuota) =>
   customerId === null ? `key:${quotaId}` : `{${customerSubject(customerId)}}key:${quotaId}`;
 /** The subject a caller without a valid key counts as: its client address (see clientOf). */
 export const addressSubject = (client: string) => `ip:${client}`;
-/** The subject a key's quota lookups count as. */
-export const lookupSubject = (quotaId: number) => `lookups:${quotaId}`;
+/** The subject a key's calls of a free operation (free-calls.ts) count as, each operation's apart. */
+export const freeCallSubject = (operationId: string, quotaId: number) => `free:${operationId}:${quotaId}`;
 
 /**
  * Callers without a valid key are limited by address, as the seed's Free plan (fixed here, not

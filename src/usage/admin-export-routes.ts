@@ -5,7 +5,7 @@ import { errors } from '../platform/errors.js';
 import { refuseOtherMethods } from '../platform/http/method-not-allowed.js';
 import { ErrorBody } from '../platform/schemas/error.js';
 import { DAY_MS, HOUR_MS } from '../platform/time.js';
-import { boundOf } from './admin-routes.js';
+import { boundOf } from './range.js';
 import { UsageExport, UsageExportRequest } from './admin-schemas.js';
 import type { createUsageExportRules } from './rules.js';
 

@@ -3,22 +3,19 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
 import Negotiator from 'negotiator';
 import type { ApiKeysRepository } from '../api-keys/repository.js';
-import { dateTimeOf } from '../api-keys/expiry.js';
 import type { CustomersRepository } from '../customers/repository.js';
 import { errors } from '../platform/errors.js';
 import { refuseOtherMethods } from '../platform/http/method-not-allowed.js';
 import { nextLink } from '../platform/pagination.js';
 import { ErrorBody } from '../platform/schemas/error.js';
-import { DEFAULT_USAGE_PAGE, UsageQuery, UsageRows } from './admin-schemas.js';
+import { UsageQuery } from './admin-schemas.js';
+import { rangeOf } from './range.js';
+import { DEFAULT_USAGE_PAGE, UsageRows } from './schemas.js';
 import { CSV_COUNTS, usageCsv } from './csv.js';
-import { decodeUsageCursor, encodeUsageCursor } from './pages.js';
-import type { Granularity, UsageOwner, UsageRepository } from './repository.js';
-import { DAY_MS, HOUR_MS } from '../platform/time.js';
+import { decodeUsageCursor, usagePage } from './pages.js';
+import type { UsageOwner, UsageRepository } from './repository.js';
 
 const USAGE_PATH = '/admin/v1/usage';
-
-/** The longest range each granularity answers: a year of hours (8,784 buckets at most), ten years of days. */
-const MAX_RANGE_DAYS: Record<Granularity, number> = { hour: 366, day: 3_660 };
 
 export const CSV_TYPE = 'text/csv; charset=utf-8; header=present';
 
@@ -26,33 +23,6 @@ export interface AdminUsageOptions {
   usage: UsageRepository;
   keys: ApiKeysRepository;
   customers: CustomersRepository;
-}
-
-/** A bound of the range, checked: on the calendar, and a whole bucket of the granularity; `field` named as its error names it. */
-export function boundOf(field: string, text: string, granularity: Granularity): Date {
-  const date = dateTimeOf(text);
-  if (!date) throw errors.badRequest(`${field} is no date and time on the calendar`);
-  if (date.getTime() % (granularity === 'day' ? DAY_MS : HOUR_MS) !== 0) {
-    throw errors.badRequest(
-      `${field} must be ${granularity === 'day' ? '00:00 UTC of a day, with granularity=day' : 'a whole hour (UTC)'}, as the buckets are`,
-    );
-  }
-  return date;
-}
-
-/** The query's range, checked: start before end, and no longer than its granularity answers. */
-function rangeOf(query: UsageQuery, granularity: Granularity) {
-  const start = boundOf('querystring/start', query.start, granularity);
-  const end = boundOf('querystring/end', query.end, granularity);
-  if (start >= end) throw errors.badRequest('querystring/start must be before end');
-  const most = MAX_RANGE_DAYS[granularity];
-  if (end.getTime() - start.getTime() > most * DAY_MS) {
-    throw errors.badRequest(
-      `querystring/end: the range from start to end is more than ${most} days, the most granularity=${granularity} answers` +
-        (granularity === 'hour' ? '; ask granularity=day, or a shorter range' : '; ask a shorter range'),
-    );
-  }
-  return { start, end };
 }
 
 /** Whose usage: exactly one of customerId and keyId. */
@@ -128,14 +98,21 @@ const adminUsage: FastifyPluginAsyncTypebox<AdminUsageOptions> = async (admin, o
         return reply.type(CSV_TYPE).send(stream as unknown as string);
       }
       const limit = query.limit ?? DEFAULT_USAGE_PAGE;
-      const rows = await options.usage.page(usageQuery, after, limit);
-      if (rows.length > limit) {
-        rows.length = limit;
+      const { rows, next } = await usagePage(options.usage, usageQuery, after, limit);
+      if (next) {
         const { customerId, keyId, start, end, groupBy } = query;
-        const cursor = encodeUsageCursor(usageQuery, rows.at(-1)!);
         reply.header(
           'link',
-          nextLink(USAGE_PATH, { customerId, keyId, granularity: query.granularity, start, end, groupBy, limit: query.limit, cursor }),
+          nextLink(USAGE_PATH, {
+            customerId,
+            keyId,
+            granularity: query.granularity,
+            start,
+            end,
+            groupBy,
+            limit: query.limit,
+            cursor: next,
+          }),
         );
       }
       return rows;

@@ -8,6 +8,8 @@ import { createIdempotencyKeysRepository } from '../idempotency/repository.js';
 import { documentOperation } from './contract.js';
 import pets from '../pets/routes.js';
 import rateLimitRoutes from '../rate-limit/routes.js';
+import usageRoutes from '../usage/routes.js';
+import { createUsageRepository } from '../usage/repository.js';
 import { checkCostsServed } from '../rate-limit/settings.js';
 import { isPreflight } from '../platform/http/cors.js';
 
@@ -28,7 +30,7 @@ export interface V1Options {
  *               usage record (app.usage) counts each refusal of a request with a valid key
  *   validation  the operation's schemas (400); a deprecated operation past its sunset is a 410
  *   preHandler  a revalidation of a tag known current is answered 304 here, before the handler
- *   handler     pets/routes.ts
+ *   handler     pets/routes.ts; the free operations (rate-limit/free-calls.ts): rate-limit/routes.ts, usage/routes.ts
  *   onSend      ETag and 304; the limiter takes back a free revalidation, gives back the
  *               request's slot of its key's concurrency limit before the answer leaves, and gives
  *               a response answered before it decided (load shedding, shutdown, a failed key
@@ -43,7 +45,7 @@ declare module 'fastify' {
   interface FastifyContextConfig {
     /**
      * The units the operation spends of a key's quota: app.rateLimit.costOf, set as the route is
-     * added, unless the route sets its own (the quota lookup's 0), which RATE_LIMIT_COSTS cannot change.
+     * added, unless the route sets its own (a free operation's 0: rate-limit/free-calls.ts), which RATE_LIMIT_COSTS cannot change.
      */
     cost?: number;
   }
@@ -107,6 +109,7 @@ const v1: FastifyPluginAsync<V1Options> = async (app, options) => {
   app.get('/openapi.json', { schema: { hide: true }, config: { public: true } }, async () => app.swagger());
   await app.register(pets);
   await app.register(rateLimitRoutes, { operations: () => [...operations] });
+  await app.register(usageRoutes, { usage: createUsageRepository(app.db) });
   checkCostsServed(app.rateLimit.pricedOperations(), operations);
 };
 

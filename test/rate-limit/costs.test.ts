@@ -28,6 +28,14 @@ describe('RATE_LIMIT_COSTS', () => {
     );
   });
 
+  it('a free operation (the quota lookup, the usage read) cannot be priced: it spends nothing, with a limit of its own', async () => {
+    for (const free of ['getRateLimit', 'getUsage']) {
+      await expect(buildTestApp({ RATE_LIMIT_COSTS: `${free}=5` })).rejects.toThrow(
+        `Invalid RATE_LIMIT_COSTS: no operation ${free} here; the operations are listPets, createPet, getPet`,
+      );
+    }
+  });
+
   it("a cost above a plan's minute stops the start: the plan's keys could never call the operation", async () => {
     await expect(buildTestApp({ RATE_LIMIT_COSTS: 'listPets=2,createPet=61' })).rejects.toThrow(
       "Invalid RATE_LIMIT_COSTS: createPet costs 61, more than the free plan's 60 a minute; its keys could never call it",

@@ -117,6 +117,15 @@ test('live traffic over HTTP, every status of every operation, conforms to the O
   await call('GET', '/v1/pets/1', { headers: auth });
   clock.set(T0);
 
+  // The key's own usage: free, with a limit of its own per key (the 61st read of a minute is refused).
+  const range = `start=${new Date(T0).toISOString()}&end=${new Date(T0 + 3_600_000).toISOString()}`;
+  const usage = await call('GET', `/v1/usage?${range}&groupBy=operation`, { headers: auth });
+  await call('GET', `/v1/usage?${range}&groupBy=operation`, { headers: { ...auth, 'if-none-match': usage.headers.get('etag')! } });
+  await call('GET', `/v1/usage?${range}&scope=customer`, { headers: auth });
+  await call('GET', `/v1/usage?${range}`);
+  for (let read = 0; read < 58; read++) await call('GET', `/v1/usage?${range}`, { headers: auth });
+  await call('GET', `/v1/usage?${range}`, { headers: auth });
+
   const expected = [
     'POST /pets 201',
     'POST /pets 400',
@@ -138,6 +147,11 @@ test('live traffic over HTTP, every status of every operation, conforms to the O
     'GET /pets/{petId} 404',
     'GET /pets/{petId} 410',
     'GET /pets/{petId} 429',
+    'GET /usage 200',
+    'GET /usage 304',
+    'GET /usage 400',
+    'GET /usage 401',
+    'GET /usage 429',
   ];
   expect([...seen].sort()).toEqual(expect.arrayContaining(expected));
 });

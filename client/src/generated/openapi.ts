@@ -68,6 +68,26 @@ export interface paths {
     patch?: never;
     trace?: never;
   };
+  '/usage': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /**
+     * The key's own usage (or its customer's) by hour or UTC day: requests served, units spent and refusals by kind
+     * @description The usage record's rows of the calling key, or of all its customer's keys together with `scope=customer`, as the admin API's usage read has them; no other key or customer can be named. Rows are written by each instance about once a second, so the last seconds may not show yet. Counts towards no window, no ban and no concurrency limit, and spends no credits (the record counts the call itself as a request of 0 units); limited to 60 calls a minute per key of its own (429 `rate_limited`).
+     */
+    get: operations['getUsage'];
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -1754,6 +1774,446 @@ export interface operations {
       /** @description Not Modified: the ETag matched If-None-Match; the client's copy is current. No body; not counted against the rate limit when it matched a tag the client sent */
       304: {
         headers: {
+          /** @description Strong entity tag of the body: it changes exactly when the body does */
+          etag?: string;
+          /** @description `private, no-cache`: a client may keep the response and revalidate it with If-None-Match */
+          'cache-control'?: string;
+          /** @description Units allowed in the binding window (requests, unless an operation costs more) */
+          'x-ratelimit-limit'?: number;
+          /** @description Units left in the binding window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Unix time (seconds) when the binding window resets, or a ban ends */
+          'x-ratelimit-reset'?: number;
+          /** @description Every window by name, shortest first, as in draft-ietf-httpapi-ratelimit-headers */
+          'ratelimit-policy'?: string;
+          /** @description What is left of every window and seconds until each resets, shortest first */
+          ratelimit?: string;
+          /** @description This request's id, as logged and as quoted in every 5xx message: the `X-Request-Id` a trusted proxy sent (1 to 128 characters of `A-Z a-z 0-9 . _ : -`), else a new UUID */
+          'x-request-id'?: string;
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
+      /** @description The request is invalid (`bad_request`); the message names each field at fault and what it must be */
+      400: {
+        headers: {
+          /** @description Units allowed in the binding window (requests, unless an operation costs more) */
+          'x-ratelimit-limit'?: number;
+          /** @description Units left in the binding window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Unix time (seconds) when the binding window resets, or a ban ends */
+          'x-ratelimit-reset'?: number;
+          /** @description Every window by name, shortest first, as in draft-ietf-httpapi-ratelimit-headers */
+          'ratelimit-policy'?: string;
+          /** @description What is left of every window and seconds until each resets, shortest first */
+          ratelimit?: string;
+          /** @description This request's id, as logged and as quoted in every 5xx message: the `X-Request-Id` a trusted proxy sent (1 to 128 characters of `A-Z a-z 0-9 . _ : -`), else a new UUID */
+          'x-request-id'?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            /**
+             * @description Machine-readable error code
+             * @enum {string}
+             */
+            code:
+              | 'bad_request'
+              | 'unauthorized'
+              | 'forbidden'
+              | 'cost_exceeds_limit'
+              | 'origin_not_allowed'
+              | 'not_found'
+              | 'method_not_allowed'
+              | 'request_timeout'
+              | 'idempotency_key_in_use'
+              | 'conflict'
+              | 'gone'
+              | 'payload_too_large'
+              | 'unsupported_media_type'
+              | 'idempotency_key_mismatch'
+              | 'headers_too_large'
+              | 'rate_limited'
+              | 'api_key_banned'
+              | 'concurrency_limited'
+              | 'credits_exhausted'
+              | 'internal_error'
+              | 'service_unavailable';
+            /** @description Human-readable description */
+            message: string;
+            /** @description The HTTP status code, repeated */
+            status: number;
+          };
+        };
+      };
+      /** @description API key missing, invalid, revoked or expired */
+      401: {
+        headers: {
+          /** @description Bearer realm="pets" (RFC 6750) */
+          'www-authenticate'?: string;
+          /** @description Units allowed in the binding window (requests, unless an operation costs more) */
+          'x-ratelimit-limit'?: number;
+          /** @description Units left in the binding window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Unix time (seconds) when the binding window resets, or a ban ends */
+          'x-ratelimit-reset'?: number;
+          /** @description Every window by name, shortest first, as in draft-ietf-httpapi-ratelimit-headers */
+          'ratelimit-policy'?: string;
+          /** @description What is left of every window and seconds until each resets, shortest first */
+          ratelimit?: string;
+          /** @description This request's id, as logged and as quoted in every 5xx message: the `X-Request-Id` a trusted proxy sent (1 to 128 characters of `A-Z a-z 0-9 . _ : -`), else a new UUID */
+          'x-request-id'?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            /**
+             * @description Machine-readable error code
+             * @enum {string}
+             */
+            code:
+              | 'bad_request'
+              | 'unauthorized'
+              | 'forbidden'
+              | 'cost_exceeds_limit'
+              | 'origin_not_allowed'
+              | 'not_found'
+              | 'method_not_allowed'
+              | 'request_timeout'
+              | 'idempotency_key_in_use'
+              | 'conflict'
+              | 'gone'
+              | 'payload_too_large'
+              | 'unsupported_media_type'
+              | 'idempotency_key_mismatch'
+              | 'headers_too_large'
+              | 'rate_limited'
+              | 'api_key_banned'
+              | 'concurrency_limited'
+              | 'credits_exhausted'
+              | 'internal_error'
+              | 'service_unavailable';
+            /** @description Human-readable description */
+            message: string;
+            /** @description The HTTP status code, repeated */
+            status: number;
+          };
+        };
+      };
+      /** @description The API key is bound to web origins (a browser key) and the request’s Origin is missing or not one of them (`origin_not_allowed`) */
+      403: {
+        headers: {
+          /** @description Units allowed in the binding window (requests, unless an operation costs more) */
+          'x-ratelimit-limit'?: number;
+          /** @description Units left in the binding window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Unix time (seconds) when the binding window resets, or a ban ends */
+          'x-ratelimit-reset'?: number;
+          /** @description Every window by name, shortest first, as in draft-ietf-httpapi-ratelimit-headers */
+          'ratelimit-policy'?: string;
+          /** @description What is left of every window and seconds until each resets, shortest first */
+          ratelimit?: string;
+          /** @description This request's id, as logged and as quoted in every 5xx message: the `X-Request-Id` a trusted proxy sent (1 to 128 characters of `A-Z a-z 0-9 . _ : -`), else a new UUID */
+          'x-request-id'?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            /**
+             * @description Machine-readable error code
+             * @enum {string}
+             */
+            code:
+              | 'bad_request'
+              | 'unauthorized'
+              | 'forbidden'
+              | 'cost_exceeds_limit'
+              | 'origin_not_allowed'
+              | 'not_found'
+              | 'method_not_allowed'
+              | 'request_timeout'
+              | 'idempotency_key_in_use'
+              | 'conflict'
+              | 'gone'
+              | 'payload_too_large'
+              | 'unsupported_media_type'
+              | 'idempotency_key_mismatch'
+              | 'headers_too_large'
+              | 'rate_limited'
+              | 'api_key_banned'
+              | 'concurrency_limited'
+              | 'credits_exhausted'
+              | 'internal_error'
+              | 'service_unavailable';
+            /** @description Human-readable description */
+            message: string;
+            /** @description The HTTP status code, repeated */
+            status: number;
+          };
+        };
+      };
+      /** @description Rate limit exceeded (`rate_limited`), too many requests of the key in flight at once (`concurrency_limited`, costing nothing), fewer prepaid credits left to the key or its customer than the operation costs (`credits_exhausted`, costing nothing; Retry-After until their refill, absent without one), or the caller is banned for a while (`api_key_banned`) */
+      429: {
+        headers: {
+          /** @description Seconds to wait before retrying */
+          'retry-after'?: number;
+          /** @description Units allowed in the binding window (requests, unless an operation costs more) */
+          'x-ratelimit-limit'?: number;
+          /** @description Units left in the binding window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Unix time (seconds) when the binding window resets, or a ban ends */
+          'x-ratelimit-reset'?: number;
+          /** @description Every window by name, shortest first, as in draft-ietf-httpapi-ratelimit-headers */
+          'ratelimit-policy'?: string;
+          /** @description What is left of every window and seconds until each resets, shortest first */
+          ratelimit?: string;
+          /** @description This request's id, as logged and as quoted in every 5xx message: the `X-Request-Id` a trusted proxy sent (1 to 128 characters of `A-Z a-z 0-9 . _ : -`), else a new UUID */
+          'x-request-id'?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            /**
+             * @description Machine-readable error code
+             * @enum {string}
+             */
+            code:
+              | 'bad_request'
+              | 'unauthorized'
+              | 'forbidden'
+              | 'cost_exceeds_limit'
+              | 'origin_not_allowed'
+              | 'not_found'
+              | 'method_not_allowed'
+              | 'request_timeout'
+              | 'idempotency_key_in_use'
+              | 'conflict'
+              | 'gone'
+              | 'payload_too_large'
+              | 'unsupported_media_type'
+              | 'idempotency_key_mismatch'
+              | 'headers_too_large'
+              | 'rate_limited'
+              | 'api_key_banned'
+              | 'concurrency_limited'
+              | 'credits_exhausted'
+              | 'internal_error'
+              | 'service_unavailable';
+            /** @description Human-readable description */
+            message: string;
+            /** @description The HTTP status code, repeated */
+            status: number;
+          };
+        };
+      };
+      /** @description A failure inside the service (`internal_error`); the message names the request id to quote, and nothing of the cause */
+      500: {
+        headers: {
+          /** @description Units allowed in the binding window (requests, unless an operation costs more) */
+          'x-ratelimit-limit'?: number;
+          /** @description Units left in the binding window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Unix time (seconds) when the binding window resets, or a ban ends */
+          'x-ratelimit-reset'?: number;
+          /** @description Every window by name, shortest first, as in draft-ietf-httpapi-ratelimit-headers */
+          'ratelimit-policy'?: string;
+          /** @description What is left of every window and seconds until each resets, shortest first */
+          ratelimit?: string;
+          /** @description This request's id, as logged and as quoted in every 5xx message: the `X-Request-Id` a trusted proxy sent (1 to 128 characters of `A-Z a-z 0-9 . _ : -`), else a new UUID */
+          'x-request-id'?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            /**
+             * @description Machine-readable error code
+             * @enum {string}
+             */
+            code:
+              | 'bad_request'
+              | 'unauthorized'
+              | 'forbidden'
+              | 'cost_exceeds_limit'
+              | 'origin_not_allowed'
+              | 'not_found'
+              | 'method_not_allowed'
+              | 'request_timeout'
+              | 'idempotency_key_in_use'
+              | 'conflict'
+              | 'gone'
+              | 'payload_too_large'
+              | 'unsupported_media_type'
+              | 'idempotency_key_mismatch'
+              | 'headers_too_large'
+              | 'rate_limited'
+              | 'api_key_banned'
+              | 'concurrency_limited'
+              | 'credits_exhausted'
+              | 'internal_error'
+              | 'service_unavailable';
+            /** @description Human-readable description */
+            message: string;
+            /** @description The HTTP status code, repeated */
+            status: number;
+          };
+        };
+      };
+      /** @description The service is overloaded, shutting down, or cannot reach its database (`service_unavailable`); retry after Retry-After */
+      503: {
+        headers: {
+          /** @description Seconds to wait before retrying */
+          'retry-after'?: number;
+          /** @description Units allowed in the binding window (requests, unless an operation costs more) */
+          'x-ratelimit-limit'?: number;
+          /** @description Units left in the binding window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Unix time (seconds) when the binding window resets, or a ban ends */
+          'x-ratelimit-reset'?: number;
+          /** @description Every window by name, shortest first, as in draft-ietf-httpapi-ratelimit-headers */
+          'ratelimit-policy'?: string;
+          /** @description What is left of every window and seconds until each resets, shortest first */
+          ratelimit?: string;
+          /** @description This request's id, as logged and as quoted in every 5xx message: the `X-Request-Id` a trusted proxy sent (1 to 128 characters of `A-Z a-z 0-9 . _ : -`), else a new UUID */
+          'x-request-id'?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            /**
+             * @description Machine-readable error code
+             * @enum {string}
+             */
+            code:
+              | 'bad_request'
+              | 'unauthorized'
+              | 'forbidden'
+              | 'cost_exceeds_limit'
+              | 'origin_not_allowed'
+              | 'not_found'
+              | 'method_not_allowed'
+              | 'request_timeout'
+              | 'idempotency_key_in_use'
+              | 'conflict'
+              | 'gone'
+              | 'payload_too_large'
+              | 'unsupported_media_type'
+              | 'idempotency_key_mismatch'
+              | 'headers_too_large'
+              | 'rate_limited'
+              | 'api_key_banned'
+              | 'concurrency_limited'
+              | 'credits_exhausted'
+              | 'internal_error'
+              | 'service_unavailable';
+            /** @description Human-readable description */
+            message: string;
+            /** @description The HTTP status code, repeated */
+            status: number;
+          };
+        };
+      };
+    };
+  };
+  getUsage: {
+    parameters: {
+      query: {
+        /** @description The buckets: hours, or UTC days (hour when absent) */
+        granularity?: 'hour' | 'day';
+        /** @description The first bucket’s start, inclusive: a whole hour (UTC), a whole UTC day with granularity=day */
+        start: string;
+        /** @description The end of the range, exclusive, after start, as whole as start */
+        end: string;
+        /** @description Whose usage: the calling key's own (key, when absent), or all of its customer's keys' together (customer; 400 for a key of no customer) */
+        scope?: 'key' | 'customer';
+        /** @description A row per operation in each bucket, instead of one for all */
+        groupBy?: 'operation';
+        /** @description Rows per JSON page: 1,000 when absent */
+        limit?: number;
+        /** @description Opaque cursor from the rel="next" Link header of the previous page */
+        cursor?: string;
+      };
+      header?: {
+        /** @description Entity tags of representations the client holds, or `*`; when one matches the current `ETag`, the answer is 304 without a body */
+        'if-none-match'?: string;
+      };
+      path?: never;
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description The buckets with usage, in order of start (then operation); a bucket without usage has no row */
+      200: {
+        headers: {
+          /** @description RFC 8288 rel="next" link, when more rows follow */
+          link?: string;
+          /** @description Strong entity tag of the body: it changes exactly when the body does */
+          etag?: string;
+          /** @description `private, no-cache`: a client may keep the response and revalidate it with If-None-Match */
+          'cache-control'?: string;
+          /** @description Units allowed in the binding window (requests, unless an operation costs more) */
+          'x-ratelimit-limit'?: number;
+          /** @description Units left in the binding window */
+          'x-ratelimit-remaining'?: number;
+          /** @description Unix time (seconds) when the binding window resets, or a ban ends */
+          'x-ratelimit-reset'?: number;
+          /** @description Every window by name, shortest first, as in draft-ietf-httpapi-ratelimit-headers */
+          'ratelimit-policy'?: string;
+          /** @description What is left of every window and seconds until each resets, shortest first */
+          ratelimit?: string;
+          /** @description This request's id, as logged and as quoted in every 5xx message: the `X-Request-Id` a trusted proxy sent (1 to 128 characters of `A-Z a-z 0-9 . _ : -`), else a new UUID */
+          'x-request-id'?: string;
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': {
+            /**
+             * Format: date-time
+             * @description The bucket’s start: an hour, or 00:00 UTC of a day
+             */
+            start: string;
+            /** @description With groupBy=operation: the operationId the row counts; null for requests that matched no operation (an unknown path) */
+            operation?: string | null;
+            /**
+             * Format: int64
+             * @description Requests admitted and served, whatever their status (a shadow-mode would-be refusal is served)
+             */
+            requests: number;
+            /**
+             * Format: int64
+             * @description Units they spent: each its operation's cost (RATE_LIMIT_COSTS); none for a free revalidation (304) or an operation of cost 0
+             */
+            units: number;
+            /** @description Requests the rate limiter refused, by kind; none of them spent units */
+            refused: {
+              /**
+               * Format: int64
+               * @description 429 rate_limited, and cost_exceeds_limit: over a minute or day window
+               */
+              rateLimited: number;
+              /**
+               * Format: int64
+               * @description 429 concurrency_limited: too many requests in flight
+               */
+              concurrency: number;
+              /**
+               * Format: int64
+               * @description 429 credits_exhausted: fewer credits left than the operation costs
+               */
+              credits: number;
+              /**
+               * Format: int64
+               * @description 429 api_key_banned: refused while the key was banned
+               */
+              banned: number;
+            };
+          }[];
+        };
+      };
+      /** @description Not Modified: the ETag matched If-None-Match; the client's copy is current. No body; not counted against the rate limit when it matched a tag the client sent */
+      304: {
+        headers: {
+          /** @description RFC 8288 rel="next" link, when more rows follow */
+          link?: string;
           /** @description Strong entity tag of the body: it changes exactly when the body does */
           etag?: string;
           /** @description `private, no-cache`: a client may keep the response and revalidate it with If-None-Match */

@@ -40,9 +40,21 @@ describe('the OpenAPI document at /v1/openapi.json', () => {
     expect(document.servers).toEqual([{ url: 'https://api.example.test/v1' }]);
   });
 
-  test("lists the interface's three operations and the quota lookup relative to the base URL, and nothing else", ({ document }) => {
-    expect(Object.keys(document.paths).sort()).toEqual(['/pets', '/pets/{petId}', '/rate_limit']);
+  test("lists the interface's three operations, the quota lookup and the usage read relative to the base URL, and nothing else", ({
+    document,
+  }) => {
+    expect(Object.keys(document.paths).sort()).toEqual(['/pets', '/pets/{petId}', '/rate_limit', '/usage']);
     expect(document.paths['/rate_limit'].get.operationId).toBe('getRateLimit');
+    expect(document.paths['/usage'].get.operationId).toBe('getUsage');
+    expect(document.paths['/usage'].get.tags).toEqual(['usage']);
+    // A key's own rows: the admin API's row, never per key.
+    expect(Object.keys(document.paths['/usage'].get.responses[200].content['application/json'].schema.items.properties)).toEqual([
+      'start',
+      'operation',
+      'requests',
+      'units',
+      'refused',
+    ]);
     expect(
       document.paths['/rate_limit'].get.responses[200].content['application/json'].schema.properties.concurrency.properties.limit,
     ).toEqual({
