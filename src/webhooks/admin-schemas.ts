@@ -10,8 +10,11 @@ export const DeliveryState = Literals(
 export const WebhookDelivery = Type.Object(
   {
     id: Type.Integer({ format: 'int64' }),
-    eventId: Type.String({ format: 'uuid', description: "The event's id: the same on every attempt" }),
-    type: Type.String({ description: 'usage.threshold, key.banned, credits.refilled, credits.low or credits.exhausted' }),
+    eventId: Type.String({
+      format: 'uuid',
+      description: "The event's id: the same on every attempt (and, for usage.hourly, on every revision of its hour)",
+    }),
+    type: Type.String({ description: 'usage.threshold, key.banned, credits.refilled, credits.low, credits.exhausted or usage.hourly' }),
     state: DeliveryState,
     attempts: Type.Integer({ description: 'Attempts made so far' }),
     createdAt: Timestamp,
@@ -25,7 +28,7 @@ export const WebhookDelivery = Type.Object(
       {
         additionalProperties: true,
         description:
-          "The event's data, as POSTed: usage.threshold {keyId, quotaId, plan, window, limit, used, threshold, resetAt}; key.banned {keyId, quotaId, bannedUntil}; credits.refilled {owner, balanceId, customerId or quotaId, remaining, refillAt}; credits.low {keyId, quotaId, customerId, owner, balanceId, remaining, refillAt, amount, threshold}; credits.exhausted {keyId, quotaId, customerId, owner, balanceId, remaining, refillAt}",
+          "The event's data, as POSTed: usage.threshold {keyId, quotaId, plan, window, limit, used, threshold, resetAt}; key.banned {keyId, quotaId, bannedUntil}; credits.refilled {owner, balanceId, customerId or quotaId, remaining, refillAt}; credits.low {keyId, quotaId, customerId, owner, balanceId, remaining, refillAt, amount, threshold}; credits.exhausted {keyId, quotaId, customerId, owner, balanceId, remaining, refillAt}; usage.hourly {customerId, externalId, keyId, operation, hour, requests, units, refused, revision}",
       },
     ),
   },

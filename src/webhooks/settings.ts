@@ -11,7 +11,7 @@ export const webhooks = {
       pattern: '^https?://[^/\\s]+(/\\S*)?$',
       examples: ['https://billing.example.com/hooks/pet-store'],
       description:
-        'Where usage events are POSTed (`usage.threshold`, `key.banned`, `credits.refilled`, `credits.low`, `credits.exhausted`), signed with `WEBHOOK_SECRET`; unset, none are recorded or sent (docs/admin-api.md, "Usage events"). ' +
+        'Where usage events are POSTed (`usage.threshold`, `key.banned`, `credits.refilled`, `credits.low`, `credits.exhausted`; `usage.hourly` with `USAGE_EXPORT`), signed with `WEBHOOK_SECRET`; unset, none are recorded or sent (docs/admin-api.md, "Usage events"). ' +
         'A user and password in it (`https://user:password@host/path`, %-escaped) are sent as HTTP Basic authentication, never in the URL, and never shown.',
     }),
   ),

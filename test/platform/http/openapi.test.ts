@@ -282,6 +282,7 @@ describe('the admin OpenAPI document at /admin/v1/openapi.json, on the admin lis
     ['/keys/{id}/usage', 'get', 'getKeyUsage', false],
     ['/keys/{id}/ban', 'delete', 'liftKeyBan', true],
     ['/usage', 'get', 'getUsage', false],
+    ['/usage/exports', 'post', 'exportUsage', true],
     ['/address-bans', 'get', 'listAddressBans', false],
     ['/address-bans/{address}', 'delete', 'liftAddressBan', true],
     ['/webhook-deliveries', 'get', 'listWebhookDeliveries', false],
@@ -382,6 +383,9 @@ describe('the admin OpenAPI document at /admin/v1/openapi.json, on the admin lis
     expect(usage.body.length).toBeGreaterThan(0);
     check(schemaOf('/usage', 'get', 200), usage.body);
     check(schemaOf('/usage', 'get', 400), (await admin.request('GET', `/admin/v1/usage?${window}`)).body);
+    const range = { start: new Date(hour).toISOString(), end: new Date(hour + 3_600_000).toISOString() };
+    // This app exports no usage (USAGE_EXPORT off): a backfill is its 409; test/usage/export.test.ts checks the 202 and the 400s.
+    check(schemaOf('/usage/exports', 'post', 409), (await admin.request('POST', '/admin/v1/usage/exports', { json: range })).body);
     // A usage event recorded as the rate limiter's watcher would (this app has no WEBHOOK_URL, so it stays pending).
     const crossing = {
       key: created.body,
