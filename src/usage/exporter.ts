@@ -26,7 +26,11 @@ export interface ExporterOptions {
   now: () => number;
   log: FastifyBaseLogger;
   exported: RecordExportedHours;
+  /** Each pass's outcome (a metric): events sent, nothing new, the lock held by another instance's pass, or failed. */
+  onPass: (outcome: PassOutcome) => void;
 }
+
+export type PassOutcome = 'sent' | 'idle' | 'locked' | 'failed';
 
 /**
  * Sends each closed hour of the usage record once its delay passed: every instance looks each second, and the one that
@@ -65,11 +69,13 @@ export class UsageExporter {
     // One pass at a time: a slow database makes the next tick wait, not pile up.
     this.#running ??= this.#pass()
       .then(
-        () => {
+        (outcome) => {
+          this.#options.onPass(outcome);
           if (this.#failing) this.#options.log.info('usage: exporting the closed hours works again');
           this.#failing = false;
         },
         (error: unknown) => {
+          this.#options.onPass('failed');
           if (!this.#failing) this.#options.log.warn({ err: error }, 'usage: exporting the closed hours failed; trying again every second');
           this.#failing = true;
         },
@@ -77,13 +83,13 @@ export class UsageExporter {
       .finally(() => (this.#running = undefined));
   }
 
-  async #pass() {
+  async #pass(): Promise<PassOutcome> {
     const { delayMs, retentionDays, now: clock, exported, log } = this.#options;
     const now = clock();
     const before = new Date(Math.floor((now - delayMs) / HOUR_MS) * HOUR_MS);
     const prune = now >= this.#nextPruneAt;
-    const since = await this.#db.transaction(async (tx) => {
-      if (!(await usageExports.tryLock(tx))) return this.#since;
+    const pass = await this.#db.transaction(async (tx) => {
+      if (!(await usageExports.tryLock(tx))) return { outcome: 'locked' as const, since: this.#since };
       const since = this.#since ?? (await usageExports.start(before, tx));
       const hours = await usageExports.exportMarked(since, before, EXPORT_BATCH, tx);
       if (hours.length > 0) {
@@ -91,9 +97,10 @@ export class UsageExporter {
         log.info({ events: hours.length }, 'usage: closed hours exported');
       }
       if (prune) await usageExports.prune(new Date(now - retentionDays * DAY_MS), PRUNE_BATCH, tx);
-      return since;
+      return { outcome: hours.length > 0 ? ('sent' as const) : ('idle' as const), since };
     });
-    this.#since = since;
-    if (prune) this.#nextPruneAt = now + PRUNE_EVERY_MS;
+    this.#since = pass.since;
+    if (prune && pass.outcome !== 'locked') this.#nextPruneAt = now + PRUNE_EVERY_MS;
+    return pass.outcome;
   }
 }

@@ -1,4 +1,5 @@
 import fp from 'fastify-plugin';
+import { Counter } from 'prom-client';
 import type { FastifyRequest } from 'fastify';
 import type { ApiKeyIdentity } from '../api-keys/identity.js';
 import { UsageExporter, type RecordExportedHours } from './exporter.js';
@@ -66,7 +67,19 @@ export default fp<UsageOptions>(
     // Closing hooks run once the listener has closed and its requests are answered: the last counts are in.
     app.addHook('onClose', () => recorder.stop());
     if (exporting) {
-      const exporter = new UsageExporter(app.db, { ...exporting, retentionDays, now: app.now, log: app.log });
+      const passes = new Counter({
+        name: 'usage_export_passes_total',
+        help: "This instance's looks for closed hours of the usage record to send (USAGE_EXPORT=hourly), by outcome: sent (usage.hourly events recorded), idle (nothing new), locked (another instance's pass was running), failed",
+        labelNames: ['outcome'] as const,
+        registers: [app.metricsRegistry],
+      });
+      const exporter = new UsageExporter(app.db, {
+        ...exporting,
+        retentionDays,
+        now: app.now,
+        log: app.log,
+        onPass: (outcome) => passes.inc({ outcome }),
+      });
       exporter.start();
       // What this instance writes at its close is sent by the next pass of any instance still running.
       app.addHook('onClose', () => exporter.stop());
@@ -99,5 +112,5 @@ export default fp<UsageOptions>(
       flush: () => recorder.flush(),
     } satisfies UsageRecording);
   },
-  { name: 'usage', dependencies: ['database'] },
+  { name: 'usage', dependencies: ['database', 'metrics'] },
 );

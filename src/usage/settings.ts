@@ -30,12 +30,12 @@ export const usage = {
       'counts (each writes every second; one cut off longer sends a revision when it catches up).',
   }),
   USAGE_EXPORT_SOURCE: Type.String({
-    minLength: 1,
+    pattern: '^\\S+$',
     default: 'pet-store',
-    examples: ['https://api.example.com'],
+    examples: ['/pet-store/production'],
     description:
-      "With `USAGE_EXPORT=hourly`: the events' CloudEvents `source`, a URI-reference naming this deployment; a meter that " +
-      'drops duplicates by `source` and `id` (OpenMeter) tells two deployments apart by it.',
+      "With `USAGE_EXPORT=hourly`: the events' CloudEvents `source`, a URI-reference naming this deployment (the API's URL " +
+      'will do); a meter that drops duplicates by `source` and `id` (OpenMeter) tells two deployments apart by it.',
   }),
 };
 

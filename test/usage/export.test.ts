@@ -114,30 +114,43 @@ function asRecord(events: UsageHourly[], callers: Callers, hour: number) {
 describe('usage.hourly events', () => {
   const { closing, open } = closedAfterEach();
 
-  async function twoInstances(clock: TestClock) {
+  /** Three instances on one database and clock, exporting to one receiver. */
+  async function threeInstances(clock: TestClock) {
     const receiver = await startReceiver(() => 204);
     closing.push(receiver.close);
     const env = webhookEnv(receiver.url, { USAGE_EXPORT: 'hourly' });
     const a = await open(env, clock);
-    const b = await open({ ...env, ...(a.databaseUrl && { DATABASE_URL: a.databaseUrl }) }, clock);
+    const shared = { ...env, ...(a.databaseUrl && { DATABASE_URL: a.databaseUrl }) };
+    const [b, c] = [await open(shared, clock), await open(shared, clock)];
     const admin = await openAdmin(a.app);
     closing.push(admin.close);
-    return { receiver, a, b, admin };
+    return { receiver, instances: [a, b, c] as const, admin };
   }
 
+  /** The passes an instance made so far, by outcome (usage_export_passes_total). */
+  const passesOf = async (app: FastifyInstance) =>
+    Object.fromEntries(
+      (await app.metricsRegistry.getSingleMetric('usage_export_passes_total')!.get()).values.map(({ labels, value }) => [
+        labels.outcome,
+        value,
+      ]),
+    ) as Record<string, number | undefined>;
+  const passCount = async (app: FastifyInstance) => Object.values(await passesOf(app)).reduce((sum: number, n) => sum + (n ?? 0), 0);
+
   test.skipIf(!POSTGRES_URL)(
-    "two instances, one stopped midway: each hour's events hold the record's totals, each sent once; a late write sends a revision of the same id",
+    "two instances exporting, a third stopped midway: each hour's events hold the record's totals, each sent once; a late write sends a revision of the same id",
     async () => {
       const clock = testClock(H + 10 * MINUTE);
-      const { receiver, a, b, admin } = await twoInstances(clock);
+      const { receiver, instances, admin } = await threeInstances(clock);
+      const [a, b, c] = instances;
       const callers = await seedCallers(admin);
-      for (const caller of [callers.first, callers.second, callers.alone]) await waitForKeyOnApp(b.app, caller.headers);
-      await traffic(a.app, callers);
-      await traffic(b.app, callers);
-      // The second instance stops midway: its last counts are written as it closes.
-      await b.close();
-      await traffic(a.app, callers);
-      await a.app.usage.flush();
+      for (const t of [b, c])
+        for (const caller of [callers.first, callers.second, callers.alone]) await waitForKeyOnApp(t.app, caller.headers);
+      for (const t of instances) await traffic(t.app, callers);
+      // The third instance stops midway: its last counts are written as it closes.
+      await c.close();
+      for (const t of [a, b]) await traffic(t.app, callers);
+      await Promise.all([a.app.usage.flush(), b.app.usage.flush()]);
 
       clock.set(SENT_AT);
       const record = await recordOf(admin, callers, H);
@@ -145,6 +158,9 @@ describe('usage.hourly events', () => {
       const ours = () =>
         usageEvents(receiver.received).filter(({ data }) => data.customerId === callers.customer || data.keyId === callers.alone.id);
       await eventually(async () => ours().length === 4, 15_000);
+      // Both instances look again once the hour is sent: neither sends it a second time.
+      const looked = await Promise.all([passCount(a.app), passCount(b.app)]);
+      await eventually(async () => (await passCount(a.app)) > looked[0] + 1 && (await passCount(b.app)) > looked[1] + 1, 15_000);
       const events = ours();
       const { of, byOperation } = asRecord(events, callers, H);
       expect(of.customer).toEqual(byOperation(record.customer));
@@ -166,6 +182,7 @@ describe('usage.hourly events', () => {
       );
       expect(outbox.filter(({ event_id }) => events.some(({ id }) => id === event_id)).map(({ count }) => count)).toEqual([1, 1, 1, 1]);
       expect(receiver.received.filter(({ headers }) => events.some(({ id }) => id === headers['pet-store-event-id']))).toHaveLength(4);
+      console.log('passes by outcome:', JSON.stringify({ a: await passesOf(a.app), b: await passesOf(b.app) }));
 
       // A late write: requests admitted in the hour sent (an instance's clock behind, catching up) are added to its rows.
       clock.set(H + 59 * MINUTE);
