@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { recordAudit, type Actor, type ChangeOptions } from '../audit/repository.js';
 import { atomically, type Database } from '../platform/db/database.js';
+import { HOUR_MS } from '../platform/time.js';
 import { usageExports } from './export-repository.js';
 import type { RecordExportedHours } from './exporter.js';
 
@@ -24,11 +25,17 @@ export function createUsageExportRules(db: Database, exported: RecordExportedHou
     async resend({ start, end, customerId }: ExportRange, { tx, actor }: Pick<ChangeOptions, 'tx'> & { actor: Actor }): Promise<number> {
       return atomically(db, tx, async (target) => {
         await usageExports.lock(target);
-        const hours = await usageExports.exportRange(start, end, customerId, target);
-        await exported(target, hours, randomUUID());
-        const details = { start: start.toISOString(), end: end.toISOString(), customerId: customerId ?? null, events: hours.length };
+        const sendId = randomUUID();
+        let events = 0;
+        // An hour at a time, so that a month of many customers is never all in memory at once.
+        for (let hour = start.getTime(); hour < end.getTime(); hour += HOUR_MS) {
+          const hours = await usageExports.exportRange(new Date(hour), new Date(hour + HOUR_MS), customerId, target);
+          if (hours.length > 0) await exported(target, hours, sendId);
+          events += hours.length;
+        }
+        const details = { start: start.toISOString(), end: end.toISOString(), customerId: customerId ?? null, events };
         await recordAudit(target, actor, 'usage.export', null, details);
-        return hours.length;
+        return events;
       });
     },
   };
