@@ -53,6 +53,11 @@ const statements = {
     text: `WITH proposed AS (INSERT INTO usage_export_start (since) VALUES ($1) ON CONFLICT DO NOTHING RETURNING since)
            SELECT since FROM proposed UNION ALL SELECT since FROM usage_export_start`,
   },
+  // Whether any row of the closed hours from $1 to $2 is not exported yet (the partial index answers it).
+  anyUnmarked: {
+    name: 'usage_exports_any_unmarked',
+    text: 'SELECT EXISTS (SELECT 1 FROM usage_hours WHERE NOT exported AND hour >= $1 AND hour < $2) AS found',
+  },
   // Up to $3 rows not exported of the closed hours from $1 to $2, marked (in the recorder's lock order), and the totals
   // of their customers' (or keys') hours and operations over every row, exported or not: each group by the index that
   // finds its rows (a customer's, or the key's own).
@@ -150,6 +155,12 @@ export const usageExports = {
   async start(proposed: Date, tx: Queryable): Promise<Date> {
     const [row] = await tx.query<{ since: Date }>(statements.start, [proposed]);
     return new Date(row!.since);
+  },
+
+  /** Whether a row of the hours from `since` to `before` waits to be exported: a pass has anything to do. */
+  async anyUnmarked(since: Date, before: Date, target: Queryable): Promise<boolean> {
+    const [row] = await target.query<{ found: boolean }>(statements.anyUnmarked, [since, before]);
+    return row!.found;
   },
 
   /**

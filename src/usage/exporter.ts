@@ -88,6 +88,8 @@ export class UsageExporter {
     const now = clock();
     const before = new Date(Math.floor((now - delayMs) / HOUR_MS) * HOUR_MS);
     const prune = now >= this.#nextPruneAt;
+    // Once the start is known, an idle look is one read, not a transaction of four round trips.
+    if (this.#since && !prune && !(await usageExports.anyUnmarked(this.#since, before, this.#db))) return 'idle';
     const pass = await this.#db.transaction(async (tx) => {
       if (!(await usageExports.tryLock(tx))) return { outcome: 'locked' as const, since: this.#since };
       const since = this.#since ?? (await usageExports.start(before, tx));
