@@ -99,15 +99,6 @@ const statements = {
            WHERE sent.hour >= $1 AND sent.hour < $2 AND ($3::bigint IS NULL OR sent.customer_id = $3)
            ORDER BY sent.hour, sent.subject, sent.operation`,
   },
-  // What was sent of the hours before $1, at most $2 rows: the usage record's retention.
-  prune: {
-    name: 'usage_exports_prune',
-    text: `WITH pruned AS (
-             DELETE FROM usage_exports WHERE (hour, subject, operation) IN (
-               SELECT hour, subject, operation FROM usage_exports WHERE hour < $1 ORDER BY hour LIMIT $2 FOR UPDATE SKIP LOCKED)
-             RETURNING 1)
-           SELECT count(*)::int AS count FROM pruned`,
-  },
 } as const;
 
 type SentRow = Record<(typeof COUNT_COLUMNS)[number], number> & {
@@ -175,11 +166,5 @@ export const usageExports = {
   async exportRange(start: Date, end: Date, customerId: number | undefined, tx: Queryable): Promise<ExportedHour[]> {
     await tx.query(statements.exportRange, [start, end, customerId ?? null]);
     return (await tx.query<SentRow>(statements.sentInRange, [start, end, customerId ?? null])).map(hourOf);
-  },
-
-  /** Deletes up to `limit` rows of what was sent of hours before `before`; how many it deleted. */
-  async prune(before: Date, limit: number, tx: Queryable): Promise<number> {
-    const [row] = await tx.query<{ count: number }>(statements.prune, [before, limit]);
-    return row!.count;
   },
 };

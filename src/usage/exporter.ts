@@ -1,15 +1,12 @@
 import type { FastifyBaseLogger } from 'fastify';
 import type { Database, Queryable } from '../platform/db/database.js';
-import { DAY_MS, HOUR_MS, MINUTE_MS } from '../platform/time.js';
+import { HOUR_MS } from '../platform/time.js';
 import { usageExports, type ExportedHour } from './export-repository.js';
 
 /** How often each instance looks for closed hours to send: an hour is sent within about this long of its delay. */
 const EXPORT_EVERY_MS = 1_000;
 /** Rows of the record one pass marks at most; more are taken by the next passes. */
 const EXPORT_BATCH = 5_000;
-/** How often, by the app's clock, what was sent of the hours past the retention is deleted, and how much at most. */
-const PRUNE_EVERY_MS = MINUTE_MS;
-const PRUNE_BATCH = 1_000;
 
 /**
  * Records the events of hours sent in the transaction that decided their revisions (the webhooks' usage.hourly events);
@@ -20,8 +17,6 @@ export type RecordExportedHours = (tx: Queryable, hours: ExportedHour[], sendId?
 export interface ExporterOptions {
   /** How long after an hour closes it is sent (USAGE_EXPORT_DELAY_SECONDS). */
   delayMs: number;
-  /** Days the usage record is kept (USAGE_RETENTION_DAYS): what was sent of older hours is deleted with them. */
-  retentionDays: number;
   /** The app's clock: when an hour closed (tests move it). */
   now: () => number;
   log: FastifyBaseLogger;
@@ -45,7 +40,6 @@ export class UsageExporter {
   #running: Promise<void> | undefined;
   /** The first hour the export sends by itself, once read. */
   #since: Date | undefined;
-  #nextPruneAt = 0;
   /** Told once per run of failures (a database outage), not once a second. */
   #failing = false;
 
@@ -84,12 +78,11 @@ export class UsageExporter {
   }
 
   async #pass(): Promise<PassOutcome> {
-    const { delayMs, retentionDays, now: clock, exported, log } = this.#options;
+    const { delayMs, now: clock, exported, log } = this.#options;
     const now = clock();
     const before = new Date(Math.floor((now - delayMs) / HOUR_MS) * HOUR_MS);
-    const prune = now >= this.#nextPruneAt;
     // Once the start is known, an idle look is one read, not a transaction of four round trips.
-    if (this.#since && !prune && !(await usageExports.anyUnmarked(this.#since, before, this.#db))) return 'idle';
+    if (this.#since && !(await usageExports.anyUnmarked(this.#since, before, this.#db))) return 'idle';
     const pass = await this.#db.transaction(async (tx) => {
       if (!(await usageExports.tryLock(tx))) return { outcome: 'locked' as const, since: this.#since };
       const since = this.#since ?? (await usageExports.start(before, tx));
@@ -98,11 +91,9 @@ export class UsageExporter {
         await exported(tx, hours);
         log.info({ events: hours.length }, 'usage: closed hours exported');
       }
-      if (prune) await usageExports.prune(new Date(now - retentionDays * DAY_MS), PRUNE_BATCH, tx);
       return { outcome: hours.length > 0 ? ('sent' as const) : ('idle' as const), since };
     });
     this.#since = pass.since;
-    if (prune && pass.outcome !== 'locked') this.#nextPruneAt = now + PRUNE_EVERY_MS;
     return pass.outcome;
   }
 }

@@ -75,7 +75,6 @@ export default fp<UsageOptions>(
       });
       const exporter = new UsageExporter(app.db, {
         ...exporting,
-        retentionDays,
         now: app.now,
         log: app.log,
         onPass: (outcome) => passes.inc({ outcome }),

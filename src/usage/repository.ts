@@ -68,14 +68,18 @@ const statements = {
              ${COUNT_COLUMNS.map((column) => `${column} = usage_hours.${column} + EXCLUDED.${column}`).join(', ')},
              exported = false`,
   },
-  // The oldest hours before $1 (by the app's clock), at most $2 rows; rows another instance is deleting or adding to are
-  // skipped, not waited for (the next prune takes them).
+  // The oldest hours before $1 (by the app's clock), at most $2 rows, and as many of what the export sent of such hours
+  // (at most one row per customer or key where the record has one per key: never more); rows another instance is
+  // deleting or adding to are skipped, not waited for (the next prune takes them).
   prune: {
     name: 'usage_hours_prune',
     text: `WITH pruned AS (
              DELETE FROM usage_hours WHERE (hour, key_id, operation) IN (
                SELECT hour, key_id, operation FROM usage_hours WHERE hour < $1 ORDER BY hour LIMIT $2 FOR UPDATE SKIP LOCKED)
-             RETURNING 1)
+             RETURNING 1),
+           sent AS (
+             DELETE FROM usage_exports WHERE (hour, subject, operation) IN (
+               SELECT hour, subject, operation FROM usage_exports WHERE hour < $1 ORDER BY hour LIMIT $2 FOR UPDATE SKIP LOCKED))
            SELECT count(*)::int AS count FROM pruned`,
   },
 } as const;

@@ -336,6 +336,18 @@ describe('what the record keeps', () => {
       iso(hour - 29 * DAY),
       key.keyId,
     ]);
+    // What the export sent of the same hours (usage.hourly) goes with them.
+    await t.app.db.query(
+      `INSERT INTO usage_exports (hour, subject, operation, key_id, revision, requests, units, refused_rate_limited,
+                                  refused_concurrency, refused_credits, refused_banned)
+       SELECT hour, 'key:' || key_id, operation, key_id, 1, requests, requests, 0, 0, 0, 0 FROM usage_hours WHERE key_id = $1`,
+      [key.keyId],
+    );
+    const sent = async () =>
+      (
+        await t.app.db.query<{ hour: Date }>('SELECT hour FROM usage_exports WHERE key_id = $1 AND hour < $2', [key.keyId, iso(now - DAY)])
+      ).map((row) => new Date(row.hour).getTime());
+    expect(await sent()).toHaveLength(2_501);
     const left = async () =>
       (
         await t.app.db.query<{ hour: Date }>('SELECT hour FROM usage_hours WHERE key_id = $1 AND hour < $2 ORDER BY hour', [
@@ -348,6 +360,7 @@ describe('what the record keeps', () => {
     clock.advance(2 * MINUTE);
     await eventually(async () => (await left()).length === 1, 10_000);
     expect(await left()).toEqual([hour - 29 * DAY]);
+    expect(await sent()).toEqual([hour - 29 * DAY]);
   });
 
   test('USAGE_RETENTION_DAYS: 400 days by default; 0 keeps no record at all, counting nothing and deleting the hours recorded before', async () => {
