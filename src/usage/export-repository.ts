@@ -1,5 +1,5 @@
 import type { Queryable } from '../platform/db/database.js';
-import { COUNT_COLUMNS, type UsageCounts } from './repository.js';
+import { COUNT_COLUMNS, countsOf, type UsageCounts } from './repository.js';
 
 /**
  * One customer's (or key's without a customer) usage of one operation in one hour, as it is sent:
@@ -119,14 +119,7 @@ const hourOf = (row: SentRow): ExportedHour => ({
   externalId: row.external_id,
   keyId: row.key_id,
   revision: row.revision,
-  requests: row.requests,
-  units: row.units,
-  refused: {
-    rateLimited: row.refused_rate_limited,
-    concurrency: row.refused_concurrency,
-    credits: row.refused_credits,
-    banned: row.refused_banned,
-  },
+  ...countsOf(row),
 });
 
 /** What was sent of the usage record, in the transaction of the export that sends it (tx). */

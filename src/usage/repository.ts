@@ -121,10 +121,8 @@ const MIN_WINDOW_BUCKETS = 168;
 
 type CountRow = Record<(typeof COUNT_COLUMNS)[number], number> & { start: Date; key_id?: number; operation?: string };
 
-const rowOf = (row: CountRow): UsageRow => ({
-  start: new Date(row.start).toISOString(),
-  ...(row.key_id !== undefined && { keyId: row.key_id }),
-  ...(row.operation !== undefined && { operation: row.operation === '' ? null : row.operation }),
+/** The counts of a row with the record's count columns (the record's, or what the export sent). */
+export const countsOf = (row: Record<(typeof COUNT_COLUMNS)[number], number>): UsageCounts => ({
   requests: row.requests,
   units: row.units,
   refused: {
@@ -133,6 +131,13 @@ const rowOf = (row: CountRow): UsageRow => ({
     credits: row.refused_credits,
     banned: row.refused_banned,
   },
+});
+
+const rowOf = (row: CountRow): UsageRow => ({
+  start: new Date(row.start).toISOString(),
+  ...(row.key_id !== undefined && { keyId: row.key_id }),
+  ...(row.operation !== undefined && { operation: row.operation === '' ? null : row.operation }),
+  ...countsOf(row),
 });
 
 /** The usage record: what the instances add, what the admin API reads, and its retention. */
