@@ -178,10 +178,10 @@ fi
 # to memory, and its fallback gauge is exported all the same.
 redis_url="${REDIS_URL:-redis://127.0.0.1:$(node --import tsx harness/free-port.ts)}"
 # The primary named as its own replica, so that the replica metrics are exported: not in recovery,
-# it never takes a read, and every read stays on the primary. Usage webhooks on (to a closed port;
-# no event occurs), so that their metrics are exported too.
+# it never takes a read, and every read stays on the primary. Usage webhooks and the hourly export on
+# (to a closed port; no event occurs), so that their metrics are exported too.
 PORT="$port" METRICS_PORT="$metrics_port" DATA_DIR="$data_dir" DATABASE_URL="$database_url" REDIS_URL="$redis_url" \
-  DATABASE_REPLICA_URLS="$database_url" REDIS_KEY_PREFIX="deploy-check:$$:" LOG_LEVEL=warn \
+  DATABASE_REPLICA_URLS="$database_url" REDIS_KEY_PREFIX="deploy-check:$$:" LOG_LEVEL=warn USAGE_EXPORT=hourly \
   WEBHOOK_URL="http://127.0.0.1:$(node --import tsx harness/free-port.ts)/hooks" WEBHOOK_SECRET="deploy-check-secret-0123456789abcdef" \
   node dist/server.js > "$RUN_DIR/server.log" 2>&1 &
 server=$!
