@@ -68,9 +68,9 @@ const statements = {
              ${COUNT_COLUMNS.map((column) => `${column} = usage_hours.${column} + EXCLUDED.${column}`).join(', ')},
              exported = false`,
   },
-  // The oldest hours before $1 (by the app's clock), at most $2 rows, and as many of what the export sent of such hours
-  // (at most one row per customer or key where the record has one per key: never more); rows another instance is
-  // deleting or adding to are skipped, not waited for (the next prune takes them).
+  // The oldest hours before $1 (by the app's clock), at most $2 rows, and as many of what the export sent of such hours;
+  // the greater count, so that batches go on while either table had a full one. Rows another instance is deleting or
+  // adding to are skipped, not waited for (the next prune takes them).
   prune: {
     name: 'usage_hours_prune',
     text: `WITH pruned AS (
@@ -79,8 +79,9 @@ const statements = {
              RETURNING 1),
            sent AS (
              DELETE FROM usage_exports WHERE (hour, subject, operation) IN (
-               SELECT hour, subject, operation FROM usage_exports WHERE hour < $1 ORDER BY hour LIMIT $2 FOR UPDATE SKIP LOCKED))
-           SELECT count(*)::int AS count FROM pruned`,
+               SELECT hour, subject, operation FROM usage_exports WHERE hour < $1 ORDER BY hour LIMIT $2 FOR UPDATE SKIP LOCKED)
+             RETURNING 1)
+           SELECT greatest((SELECT count(*) FROM pruned), (SELECT count(*) FROM sent))::int AS count`,
   },
 } as const;
 
@@ -193,7 +194,7 @@ export function createUsageRepository(db: Database) {
       return rows;
     },
 
-    /** Deletes up to `limit` rows of hours before `before`, oldest first; how many it deleted. */
+    /** Deletes up to `limit` rows of hours before `before`, oldest first, and as many sent totals; the more it deleted of either. */
     async prune(before: Date, limit: number): Promise<number> {
       const [row] = await db.query<{ count: number }>(statements.prune, [before, limit]);
       return row!.count;

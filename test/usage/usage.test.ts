@@ -325,42 +325,43 @@ describe('what the record keeps', () => {
     const range = `keyId=${key.keyId}&start=${iso(hour)}&end=${iso(hour + HOUR)}`;
     expect(await rowsOf(t.app, admin, range)).toEqual([{ start: iso(hour), requests: 3, units: 3, refused: refused() }]);
 
-    // 2,500 hours (past a prune's batch of 1,000) before the 30 days of retention, and one within them.
+    // 2,500 hours (past a prune's batch of 1,000) before the 30 days of retention, and one within them; and what the
+    // export sent (usage.hourly) of 3,500 such hours, more than the record holds (as after a record pruned by hand), which
+    // are deleted all the same. The clock moved days with freshKey, so a prune may run at any moment from here: the
+    // inserts count their own rows rather than read them back after.
     const now = clock.now();
-    await t.app.db.query(
-      `INSERT INTO usage_hours (hour, key_id, operation, requests)
-       SELECT $1::timestamptz - make_interval(hours => i), $2, 'listPets', 1 FROM generate_series(0, 2499) AS i`,
-      [iso(hour - 31 * DAY), key.keyId],
-    );
-    await t.app.db.query(`INSERT INTO usage_hours (hour, key_id, operation, requests) VALUES ($1, $2, 'listPets', 1)`, [
-      iso(hour - 29 * DAY),
-      key.keyId,
-    ]);
-    // What the export sent of the same hours (usage.hourly) goes with them.
-    await t.app.db.query(
-      `INSERT INTO usage_exports (hour, subject, operation, key_id, revision, requests, units, refused_rate_limited,
-                                  refused_concurrency, refused_credits, refused_banned)
-       SELECT hour, 'key:' || key_id, operation, key_id, 1, requests, requests, 0, 0, 0, 0 FROM usage_hours WHERE key_id = $1`,
-      [key.keyId],
-    );
-    const sent = async () =>
+    const added = async (text: string, values: unknown[]) =>
+      (await t.app.db.query<{ count: number }>(`WITH added AS (${text} RETURNING 1) SELECT count(*)::int AS count FROM added`, values))[0]!
+        .count;
+    const hours = (old: number) => `SELECT $1::timestamptz - make_interval(hours => i) AS hour FROM generate_series(1, ${old}) AS i
+                                    UNION ALL SELECT $2::timestamptz`;
+    const values = [iso(hour - 31 * DAY), iso(hour - 29 * DAY), key.keyId];
+    expect(
+      await added(
+        `INSERT INTO usage_hours (hour, key_id, operation, requests) SELECT hour, $3, 'listPets', 1 FROM (${hours(2_500)}) AS h`,
+        values,
+      ),
+    ).toBe(2_501);
+    expect(
+      await added(
+        `INSERT INTO usage_exports (hour, subject, operation, key_id, revision, requests, units, refused_rate_limited,
+                                    refused_concurrency, refused_credits, refused_banned)
+         SELECT hour, 'key:' || $3::int, 'listPets', $3::int, 1, 1, 1, 0, 0, 0, 0 FROM (${hours(3_500)}) AS h`,
+        values,
+      ),
+    ).toBe(3_501);
+    const before = async (table: 'usage_hours' | 'usage_exports') =>
       (
-        await t.app.db.query<{ hour: Date }>('SELECT hour FROM usage_exports WHERE key_id = $1 AND hour < $2', [key.keyId, iso(now - DAY)])
-      ).map((row) => new Date(row.hour).getTime());
-    expect(await sent()).toHaveLength(2_501);
-    const left = async () =>
-      (
-        await t.app.db.query<{ hour: Date }>('SELECT hour FROM usage_hours WHERE key_id = $1 AND hour < $2 ORDER BY hour', [
+        await t.app.db.query<{ hour: Date }>(`SELECT hour FROM ${table} WHERE key_id = $1 AND hour < $2 ORDER BY hour`, [
           key.keyId,
           iso(now - DAY),
         ])
       ).map((row) => new Date(row.hour).getTime());
-    expect(await left()).toHaveLength(2_501);
     // The next prune comes a minute later on the app's clock.
     clock.advance(2 * MINUTE);
-    await eventually(async () => (await left()).length === 1, 10_000);
-    expect(await left()).toEqual([hour - 29 * DAY]);
-    expect(await sent()).toEqual([hour - 29 * DAY]);
+    await eventually(async () => (await before('usage_hours')).length === 1 && (await before('usage_exports')).length === 1, 10_000);
+    expect(await before('usage_hours')).toEqual([hour - 29 * DAY]);
+    expect(await before('usage_exports')).toEqual([hour - 29 * DAY]);
   });
 
   test('USAGE_RETENTION_DAYS: 400 days by default; 0 keeps no record at all, counting nothing and deleting the hours recorded before', async () => {
