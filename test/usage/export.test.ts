@@ -7,6 +7,7 @@ import { HTTP, type CloudEvent } from 'cloudevents';
 import type { FastifyInstance } from 'fastify';
 import { describe, test } from 'vitest';
 import { loadConfig } from '../../src/config/load.js';
+import { usageExports } from '../../src/usage/export-repository.js';
 import { nameBasedUuid, usageHourly } from '../../src/webhooks/events.js';
 import { openAdmin, type TestAdmin } from '../support/admin.js';
 import { POSTGRES_URL } from '../support/databases.js';
@@ -285,6 +286,43 @@ describe('usage.hourly events', () => {
     expect(conflict.status).toBe(409);
     expect(conflict.body).toEqual({ code: 'conflict', status: 409, message: expect.stringMatching(/^USAGE_EXPORT is off/) });
   });
+
+  test.skipIf(!POSTGRES_URL)(
+    'a late write that commits while a pass waits for its row is in the totals the pass sends, as the row it marks holds it',
+    async () => {
+      // The instance's own passes stop before H (its clock stays in H): the test makes the pass of H itself.
+      const { t, callers } = await oneInstance(testClock(H + 10 * MINUTE));
+      await traffic(t.app, callers);
+      await t.app.usage.flush();
+      // A recorder's late write of one more listPets request to the first key's row, not committed yet.
+      let commit!: () => void;
+      const committed = new Promise<void>((resolve) => (commit = resolve));
+      const late = t.db.transaction(async (tx) => {
+        await tx.query(
+          "UPDATE usage_hours SET requests = requests + 1, units = units + 1, exported = false WHERE hour = $1 AND key_id = $2 AND operation = 'listPets'",
+          [new Date(H), callers.first.id],
+        );
+        await committed;
+      });
+      const pass = t.db.transaction((tx) => usageExports.exportMarked(new Date(H), new Date(H + HOUR), 5_000, tx));
+      await eventually(async () => {
+        const [waiting] = await t.db.query<{ n: number }>(
+          "SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()",
+        );
+        return waiting!.n > 0;
+      });
+      commit();
+      await late;
+      const sent = (await pass).find(({ customerId, operation }) => customerId === callers.customer && operation === 'listPets');
+      const [record] = await t.db.query<{ requests: number }>(
+        "SELECT sum(requests)::int AS requests FROM usage_hours WHERE customer_id = $1 AND hour = $2 AND operation = 'listPets'",
+        [callers.customer, new Date(H)],
+      );
+      // Its row is marked: no later pass would send the request the totals missed.
+      expect(await usageExports.anyUnmarked(new Date(H), new Date(H + HOUR), t.db)).toBe(false);
+      expect(sent?.requests).toBe(record!.requests);
+    },
+  );
 
   test('USAGE_EXPORT=hourly needs WEBHOOK_URL, where its events are sent', () => {
     expect(() => loadConfig({ USAGE_EXPORT: 'hourly' })).toThrow(/USAGE_EXPORT=hourly needs WEBHOOK_URL/);
