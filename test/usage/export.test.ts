@@ -339,4 +339,6 @@ test("an hour's id is the name-based UUID (version 5) of its name, as RFC 9562 d
   const counts = { requests: 1, units: 1, refused: { rateLimited: 0, concurrency: 0, credits: 0, banned: 0 } };
   const { event } = usageHourly({ ...hour, ...counts, subject: 'customer:1' }, 'pet-store');
   expect(event.id).toBe(nameBasedUuid(namespace, `customer:1/listPets/${iso(H)}`));
+  // docs/admin-api.md's example event: customer 1's listPets of this hour.
+  expect(event.id).toBe('a59dbb69-10fc-5414-af46-30e5e1d9af18');
 });
