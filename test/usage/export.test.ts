@@ -8,6 +8,8 @@ import type { FastifyInstance } from 'fastify';
 import { describe, test } from 'vitest';
 import { loadConfig } from '../../src/config/load.js';
 import { usageExports } from '../../src/usage/export-repository.js';
+import { UsageExporter, type PassOutcome } from '../../src/usage/exporter.js';
+import { createUsageExportRules } from '../../src/usage/rules.js';
 import { nameBasedUuid, usageHourly } from '../../src/webhooks/events.js';
 import { openAdmin, type TestAdmin } from '../support/admin.js';
 import { POSTGRES_URL } from '../support/databases.js';
@@ -295,15 +297,21 @@ describe('usage.hourly events', () => {
       await traffic(t.app, callers);
       await t.app.usage.flush();
       // A recorder's late write of one more listPets request to the first key's row, not committed yet.
+      let written!: () => void;
       let commit!: () => void;
-      const committed = new Promise<void>((resolve) => (commit = resolve));
+      const [holding, committed] = [
+        new Promise<void>((resolve) => (written = resolve)),
+        new Promise<void>((resolve) => (commit = resolve)),
+      ];
       const late = t.db.transaction(async (tx) => {
         await tx.query(
           "UPDATE usage_hours SET requests = requests + 1, units = units + 1, exported = false WHERE hour = $1 AND key_id = $2 AND operation = 'listPets'",
           [new Date(H), callers.first.id],
         );
+        written();
         await committed;
       });
+      await holding;
       const pass = t.db.transaction((tx) => usageExports.exportMarked(new Date(H), new Date(H + HOUR), 5_000, tx));
       await eventually(async () => {
         const [waiting] = await t.db.query<{ n: number }>(
@@ -321,6 +329,65 @@ describe('usage.hourly events', () => {
       // Its row is marked: no later pass would send the request the totals missed.
       expect(await usageExports.anyUnmarked(new Date(H), new Date(H + HOUR), t.db)).toBe(false);
       expect(sent?.requests).toBe(record!.requests);
+    },
+  );
+
+  test.skipIf(!POSTGRES_URL)(
+    "the export's lock: a backfill waiting behind another never sends, at a higher revision, totals older than a pass sent meanwhile",
+    async () => {
+      // The instance's own passes stop before H (its clock stays in H): the test's exporters pass H, once each.
+      const { t, admin, callers } = await oneInstance(testClock(H + 10 * MINUTE));
+      await traffic(t.app, callers);
+      await t.app.usage.flush();
+      await eventually(async () => (await t.db.query('SELECT 1 FROM usage_export_start')).length > 0);
+      const pass = async () => {
+        const outcomes: PassOutcome[] = [];
+        const options = { delayMs: 5 * MINUTE, now: () => SENT_AT, log: t.app.log, exported: async () => {} };
+        const exporter = new UsageExporter(t.db, { ...options, onPass: (outcome) => outcomes.push(outcome) });
+        exporter.start();
+        await exporter.stop();
+        return outcomes[0];
+      };
+      expect(await pass()).toBe('sent');
+
+      // A backfill of the customer's hour, held open (the lock, and the customer's rows of what was sent) until released.
+      let holding!: () => void;
+      let release!: () => void;
+      const [held, released] = [new Promise<void>((resolve) => (holding = resolve)), new Promise<void>((resolve) => (release = resolve))];
+      const customers = createUsageExportRules(t.db, async () => {
+        holding();
+        await released;
+      }).resend(
+        { start: new Date(H), end: new Date(H + HOUR), customerId: callers.customer },
+        { actor: { name: 'system:test', adminTokenId: null } },
+      );
+      await held;
+      // A backfill of everyone's hour, waiting behind it (for the lock; without it, for the customer's rows of what was sent).
+      const everyone = backfill(admin, { start: iso(H), end: iso(H + HOUR) });
+      await eventually(async () => {
+        const [waiting] = await t.db.query<{ n: number }>(
+          "SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()",
+        );
+        return waiting!.n > 0;
+      });
+      // A late write of the customerless key's hour, then a pass (which the lock keeps out).
+      await t.db.query(
+        "UPDATE usage_hours SET requests = requests + 1, units = units + 1, exported = false WHERE hour = $1 AND key_id = $2 AND operation = 'listPets'",
+        [new Date(H), callers.alone.id],
+      );
+      console.log('the pass while the backfills ran:', await pass());
+      release();
+      await customers;
+      expect((await everyone).status).toBe(202);
+      const [sent] = await t.db.query<{ requests: number }>(
+        "SELECT requests::int FROM usage_exports WHERE hour = $1 AND subject = $2 AND operation = 'listPets'",
+        [new Date(H), `key:${callers.alone.id}`],
+      );
+      const [record] = await t.db.query<{ requests: number }>(
+        "SELECT requests::int FROM usage_hours WHERE hour = $1 AND key_id = $2 AND operation = 'listPets'",
+        [new Date(H), callers.alone.id],
+      );
+      expect(sent!.requests).toBe(record!.requests);
     },
   );
 
