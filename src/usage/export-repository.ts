@@ -58,18 +58,23 @@ const statements = {
     name: 'usage_exports_any_unmarked',
     text: 'SELECT EXISTS (SELECT 1 FROM usage_hours WHERE NOT exported AND hour >= $1 AND hour < $2) AS found',
   },
-  // Up to $3 rows not exported of the closed hours from $1 to $2, marked (in the recorder's lock order), and the totals
-  // of their customers' (or keys') hours and operations over every row, exported or not: each group by the index that
-  // finds its rows (a customer's, or the key's own).
-  exportMarked: {
-    name: 'usage_exports_marked',
+  // Up to $3 rows not exported of the closed hours from $1 to $2, marked (in the recorder's lock order): their customers'
+  // (or keys') hours and operations.
+  mark: {
+    name: 'usage_exports_mark',
+    text: `WITH marked AS (
+             UPDATE usage_hours SET exported = true WHERE (hour, key_id, operation) IN (
+               SELECT hour, key_id, operation FROM usage_hours WHERE NOT exported AND hour >= $1 AND hour < $2
+               ORDER BY hour, key_id, operation LIMIT $3 FOR UPDATE)
+             RETURNING hour, key_id, customer_id, operation)
+           SELECT DISTINCT hour, operation, customer_id, CASE WHEN customer_id IS NULL THEN key_id END AS key_id FROM marked`,
+  },
+  // The totals of the groups marked ($1 to $4) over every row, exported or not: each group by the index that finds its
+  // rows (a customer's, or the key's own).
+  exportGroups: {
+    name: 'usage_exports_groups',
     text: upsertSent(`
-      marked AS (
-        UPDATE usage_hours SET exported = true WHERE (hour, key_id, operation) IN (
-          SELECT hour, key_id, operation FROM usage_hours WHERE NOT exported AND hour >= $1 AND hour < $2
-          ORDER BY hour, key_id, operation LIMIT $3 FOR UPDATE)
-        RETURNING hour, key_id, customer_id, operation),
-      groups AS (SELECT DISTINCT hour, operation, customer_id, CASE WHEN customer_id IS NULL THEN key_id END AS key_id FROM marked),
+      groups AS (SELECT * FROM unnest($1::timestamptz[], $2::text[], $3::bigint[], $4::bigint[]) AS g(hour, operation, customer_id, key_id)),
       totals AS (
       SELECT groups.hour, ${SUBJECT} AS subject, groups.operation, groups.customer_id, NULL::bigint AS key_id, ${SUMS}
         FROM groups JOIN usage_hours AS usage
@@ -152,7 +157,21 @@ export const usageExports = {
    * (or keys') hours: the hours whose totals are new or changed, each at its revision.
    */
   async exportMarked(since: Date, before: Date, limit: number, tx: Queryable): Promise<ExportedHour[]> {
-    return (await tx.query<SentRow>(statements.exportMarked, [since, before, limit])).map(hourOf);
+    const groups = await tx.query<{ hour: Date; operation: string; customer_id: number | null; key_id: number | null }>(statements.mark, [
+      since,
+      before,
+      limit,
+    ]);
+    if (groups.length === 0) return [];
+    // Summed by a statement of its own: a write that committed while the marking waited for its row is in the row
+    // marked, which only a later statement's snapshot sees.
+    const columns = [
+      groups.map((g) => new Date(g.hour).toISOString()),
+      groups.map((g) => g.operation),
+      groups.map((g) => g.customer_id),
+      groups.map((g) => g.key_id),
+    ];
+    return (await tx.query<SentRow>(statements.exportGroups, columns)).map(hourOf);
   },
 
   /** Sums every hour from `start` to `end` (of one customer's keys when given) and returns all of them, each at its revision. */

@@ -7,6 +7,9 @@ import { HTTP, type CloudEvent } from 'cloudevents';
 import type { FastifyInstance } from 'fastify';
 import { describe, test } from 'vitest';
 import { loadConfig } from '../../src/config/load.js';
+import { usageExports } from '../../src/usage/export-repository.js';
+import { UsageExporter, type PassOutcome } from '../../src/usage/exporter.js';
+import { createUsageExportRules } from '../../src/usage/rules.js';
 import { nameBasedUuid, usageHourly } from '../../src/webhooks/events.js';
 import { openAdmin, type TestAdmin } from '../support/admin.js';
 import { POSTGRES_URL } from '../support/databases.js';
@@ -286,6 +289,108 @@ describe('usage.hourly events', () => {
     expect(conflict.body).toEqual({ code: 'conflict', status: 409, message: expect.stringMatching(/^USAGE_EXPORT is off/) });
   });
 
+  test.skipIf(!POSTGRES_URL)(
+    'a late write that commits while a pass waits for its row is in the totals the pass sends, as the row it marks holds it',
+    async () => {
+      // The instance's own passes stop before H (its clock stays in H): the test makes the pass of H itself.
+      const { t, callers } = await oneInstance(testClock(H + 10 * MINUTE));
+      await traffic(t.app, callers);
+      await t.app.usage.flush();
+      // A recorder's late write of one more listPets request to the first key's row, not committed yet.
+      let written!: () => void;
+      let commit!: () => void;
+      const [holding, committed] = [
+        new Promise<void>((resolve) => (written = resolve)),
+        new Promise<void>((resolve) => (commit = resolve)),
+      ];
+      const late = t.db.transaction(async (tx) => {
+        await tx.query(
+          "UPDATE usage_hours SET requests = requests + 1, units = units + 1, exported = false WHERE hour = $1 AND key_id = $2 AND operation = 'listPets'",
+          [new Date(H), callers.first.id],
+        );
+        written();
+        await committed;
+      });
+      await holding;
+      const pass = t.db.transaction((tx) => usageExports.exportMarked(new Date(H), new Date(H + HOUR), 5_000, tx));
+      await eventually(async () => {
+        const [waiting] = await t.db.query<{ n: number }>(
+          "SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()",
+        );
+        return waiting!.n > 0;
+      });
+      commit();
+      await late;
+      const sent = (await pass).find(({ customerId, operation }) => customerId === callers.customer && operation === 'listPets');
+      const [record] = await t.db.query<{ requests: number }>(
+        "SELECT sum(requests)::int AS requests FROM usage_hours WHERE customer_id = $1 AND hour = $2 AND operation = 'listPets'",
+        [callers.customer, new Date(H)],
+      );
+      // Its row is marked: no later pass would send the request the totals missed.
+      expect(await usageExports.anyUnmarked(new Date(H), new Date(H + HOUR), t.db)).toBe(false);
+      expect(sent?.requests).toBe(record!.requests);
+    },
+  );
+
+  test.skipIf(!POSTGRES_URL)(
+    "the export's lock: a backfill waiting behind another never sends, at a higher revision, totals older than a pass sent meanwhile",
+    async () => {
+      // The instance's own passes stop before H (its clock stays in H): the test's exporters pass H, once each.
+      const { t, admin, callers } = await oneInstance(testClock(H + 10 * MINUTE));
+      await traffic(t.app, callers);
+      await t.app.usage.flush();
+      await eventually(async () => (await t.db.query('SELECT 1 FROM usage_export_start')).length > 0);
+      const pass = async () => {
+        const outcomes: PassOutcome[] = [];
+        const options = { delayMs: 5 * MINUTE, now: () => SENT_AT, log: t.app.log, exported: async () => {} };
+        const exporter = new UsageExporter(t.db, { ...options, onPass: (outcome) => outcomes.push(outcome) });
+        exporter.start();
+        await exporter.stop();
+        return outcomes[0];
+      };
+      expect(await pass()).toBe('sent');
+
+      // A backfill of the customer's hour, held open (the lock, and the customer's rows of what was sent) until released.
+      let holding!: () => void;
+      let release!: () => void;
+      const [held, released] = [new Promise<void>((resolve) => (holding = resolve)), new Promise<void>((resolve) => (release = resolve))];
+      const customers = createUsageExportRules(t.db, async () => {
+        holding();
+        await released;
+      }).resend(
+        { start: new Date(H), end: new Date(H + HOUR), customerId: callers.customer },
+        { actor: { name: 'system:test', adminTokenId: null } },
+      );
+      await held;
+      // A backfill of everyone's hour, waiting behind it (for the lock; without it, for the customer's rows of what was sent).
+      const everyone = backfill(admin, { start: iso(H), end: iso(H + HOUR) });
+      await eventually(async () => {
+        const [waiting] = await t.db.query<{ n: number }>(
+          "SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()",
+        );
+        return waiting!.n > 0;
+      });
+      // A late write of the customerless key's hour, then a pass (which the lock keeps out).
+      await t.db.query(
+        "UPDATE usage_hours SET requests = requests + 1, units = units + 1, exported = false WHERE hour = $1 AND key_id = $2 AND operation = 'listPets'",
+        [new Date(H), callers.alone.id],
+      );
+      console.log('the pass while the backfills ran:', await pass());
+      release();
+      await customers;
+      expect((await everyone).status).toBe(202);
+      const [sent] = await t.db.query<{ requests: number }>(
+        "SELECT requests::int FROM usage_exports WHERE hour = $1 AND subject = $2 AND operation = 'listPets'",
+        [new Date(H), `key:${callers.alone.id}`],
+      );
+      const [record] = await t.db.query<{ requests: number }>(
+        "SELECT requests::int FROM usage_hours WHERE hour = $1 AND key_id = $2 AND operation = 'listPets'",
+        [new Date(H), callers.alone.id],
+      );
+      expect(sent!.requests).toBe(record!.requests);
+    },
+  );
+
   test('USAGE_EXPORT=hourly needs WEBHOOK_URL, where its events are sent', () => {
     expect(() => loadConfig({ USAGE_EXPORT: 'hourly' })).toThrow(/USAGE_EXPORT=hourly needs WEBHOOK_URL/);
     expect(() => loadConfig({ USAGE_EXPORT: 'daily' })).toThrow(/USAGE_EXPORT/);
@@ -301,4 +406,6 @@ test("an hour's id is the name-based UUID (version 5) of its name, as RFC 9562 d
   const counts = { requests: 1, units: 1, refused: { rateLimited: 0, concurrency: 0, credits: 0, banned: 0 } };
   const { event } = usageHourly({ ...hour, ...counts, subject: 'customer:1' }, 'pet-store');
   expect(event.id).toBe(nameBasedUuid(namespace, `customer:1/listPets/${iso(H)}`));
+  // docs/admin-api.md's example event: customer 1's listPets of this hour.
+  expect(event.id).toBe('a59dbb69-10fc-5414-af46-30e5e1d9af18');
 });
