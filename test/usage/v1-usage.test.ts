@@ -145,6 +145,15 @@ describe('GET /v1/usage shows the calling key its own rows, and its customer its
     expect(second.json()).toEqual([{ start: iso(hour + 2 * HOUR), requests: 1, units: 1, refused: none }]);
     expect(second.headers.link).toBeUndefined();
 
+    // A cursor moved off its bucket is none of ours: read from there, a bucket would come back cut, or twice.
+    const [digest, after] = Buffer.from(next.searchParams.get('cursor')!, 'base64url').toString().split(':');
+    const offBucket = Buffer.from(`${digest}:${Number(after) + MINUTE}:`).toString('base64url');
+    expect((await usageOf(t.app, key!.headers, `${range}&limit=2&cursor=${offBucket}`)).json()).toEqual({
+      code: 'bad_request',
+      message: 'querystring/cursor is not a cursor from a rel="next" link',
+      status: 400,
+    });
+
     const elsewhere = await usageOf(t.app, key!.headers, `${range}&scope=customer&cursor=${next.searchParams.get('cursor')}`);
     expect(elsewhere.statusCode).toBe(400);
     const moved = await usageOf(t.app, key!.headers, `${range}&groupBy=operation&cursor=${next.searchParams.get('cursor')}`);
