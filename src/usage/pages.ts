@@ -1,5 +1,6 @@
 import { errors } from '../platform/errors.js';
 import { filterDigest } from '../platform/pagination.js';
+import { DAY_MS, HOUR_MS } from '../platform/time.js';
 import type { UsagePosition, UsageQuery, UsageRepository, UsageRow } from './repository.js';
 
 /** A query as its cursor carries it: whose usage, the buckets, the groups and the range (a page's limit may change). */
@@ -39,7 +40,9 @@ export function decodeUsageCursor(
   const start = Number(match[2]);
   const group = match[3]!;
   const groupFits = query.groupBy === 'key' ? /^[1-9][0-9]{0,15}$/.test(group) : query.groupBy === 'operation' || group === '';
-  if (start < query.start.getTime() || start >= query.end.getTime() || !groupFits) throw notOurs();
+  // A bucket's start: read from another instant, a bucket would come back cut, or twice.
+  const onBucket = (start - query.start.getTime()) % (query.granularity === 'day' ? DAY_MS : HOUR_MS) === 0;
+  if (start < query.start.getTime() || start >= query.end.getTime() || !onBucket || !groupFits) throw notOurs();
   return { start, group: query.groupBy === 'key' ? Number(group) : query.groupBy === 'operation' ? group : undefined };
 }
 

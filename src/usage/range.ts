@@ -10,6 +10,9 @@ const MAX_RANGE_DAYS: Record<Granularity, number> = { hour: 366, day: 3_660 };
 export function boundOf(field: string, text: string, granularity: Granularity): Date {
   const date = dateTimeOf(text);
   if (!date) throw errors.badRequest(`${field} is no date and time on the calendar`);
+  // PGlite is sent a bound as toISOString writes it, which it reads only for years 0001 to 9999 (else a 500).
+  if (date.getUTCFullYear() < 1 || date.getUTCFullYear() > 9999)
+    throw errors.badRequest(`${field} must lie in the years 0001 to 9999 (UTC)`);
   if (date.getTime() % (granularity === 'day' ? DAY_MS : HOUR_MS) !== 0) {
     throw errors.badRequest(
       `${field} must be ${granularity === 'day' ? '00:00 UTC of a day, with granularity=day' : 'a whole hour (UTC)'}, as the buckets are`,

@@ -286,6 +286,7 @@ describe('GET /admin/v1/usage', () => {
       [`keyId=${keyId}&start=yesterday&end=2026-11-02T00:00:00Z`, 'querystring/start must be an ISO 8601 date-time'],
       [`keyId=${keyId}&start=2026-02-30T00:00:00Z&end=2026-11-02T00:00:00Z`, 'querystring/start is no date and time on the calendar'],
       [`keyId=${keyId}&start=2026-11-01T00:30:00Z&end=2026-11-02T00:00:00Z`, 'querystring/start must be a whole hour'],
+      [`keyId=${keyId}&start=0000-12-31T00:00:00Z&end=0001-01-01T00:00:00Z`, 'querystring/start must lie in the years 0001 to 9999 (UTC)'],
       [`keyId=${keyId}&${range.replace('02T00', '02T05')}&granularity=day`, 'querystring/end must be 00:00 UTC of a day'],
       [`keyId=${keyId}&start=2026-11-02T00:00:00Z&end=2026-11-01T00:00:00Z`, 'querystring/start must be before end'],
       [`keyId=${keyId}&start=2026-11-01T00:00:00Z&end=2026-11-01T00:00:00Z`, 'querystring/start must be before end'],
