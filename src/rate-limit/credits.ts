@@ -122,8 +122,14 @@ export interface CreditsWatcher {
 /** The balances whose thresholds told low this instance remembers, the least recently told forgotten first (then told again). */
 const LOW_BALANCES_REMEMBERED = 10_000;
 
-/** A balance's remaining below `threshold` percent of its base (none below a base of 0: exhausted tells of that one). */
-const isBelow = (remaining: number, base: number, threshold: number) => remaining * 100 < base * threshold;
+/**
+ * A balance's remaining below `threshold` percent of its base (none below a base of 0: exhausted tells of that one):
+ * remaining × 100 < base × threshold, exactly, with the base split at 100, as a base up to 10^15 × 100 is past 2^53.
+ */
+function isBelow(remaining: number, base: number, threshold: number) {
+  const hundreds = Math.floor(base / 100);
+  return (remaining - hundreds * threshold) * 100 < (base % 100) * threshold;
+}
 
 /**
  * What admission does with the balances' standings a decision left: records what was spent or

@@ -131,8 +131,8 @@ const balanceData = ({ key, owner, balance, remaining }: CreditsExhaustedEvent) 
 });
 
 /**
- * A balance of prepaid credits fell below `threshold` percent of its amount (its base: what it was last set or
- * refilled to, moved by increments and decrements), once per balance, version and threshold: credits.exhausted's
+ * A balance of prepaid credits fell below `threshold` percent of its amount (its base: what it was last set,
+ * refilled or decremented to, moved by increments), once per balance, version and threshold: credits.exhausted's
  * data, with the threshold and the amount its remaining is a part of.
  */
 export function creditsLow(event: CreditsLowEvent, now: number): RecordedEvent {

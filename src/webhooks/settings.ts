@@ -33,8 +33,8 @@ export const webhooks = {
     pattern: '^[0-9]+(,[0-9]+)*$',
     examples: ['20,50'],
     description:
-      "Percentages of a balance of prepaid credits' amount (what it was last set or refilled to, moved by increments and decrements; 1 to 100, ascending): " +
-      'its remaining falling below each sends one `credits.low` event per balance until it is set or refilled again; with `WEBHOOK_URL`.',
+      "Percentages of a balance of prepaid credits' amount (what it was last set, refilled or decremented to, moved by increments; 1 to 100, ascending): " +
+      'its remaining falling below each sends one `credits.low` event per balance until it is set, refilled or decremented again; with `WEBHOOK_URL`.',
   }),
   WEBHOOK_RETENTION_DAYS: Type.Integer({
     minimum: 1,

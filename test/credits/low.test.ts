@@ -176,6 +176,18 @@ describe.each(RATE_LIMIT_STORES)('credits.low with the $name store', (store) => 
       });
     });
 
+    it('a balance of 10^15 is told below a threshold one unit under it (past 2^53 once multiplied by 100)', async () => {
+      await withApps(1, { ...store.env(), CREDITS_LOW_THRESHOLDS: '99' }, async ([t]) => {
+        const { headers, record } = await knownKey([t!]);
+        // 99% of 999,999,999,999,999 is 989,999,999,999,999.01: 990,000,000,000,000 left is not below it, one unit less is.
+        const id = await insertBalance(t!.db, { quotaId: record.quotaId }, 999_999_999_999_999, { spent: 9_999_999_999_999 });
+        expect(await t!.app.keyNotices.catchUp()).toBe(true);
+        expect(await statusesOf(t!, headers, 1)).toEqual([200]);
+        await eventually(async () => (await lowEvents(t!, id)).length === 1);
+        expect((await lowEvents(t!, id))[0]!.data).toMatchObject({ threshold: 99, remaining: 989_999_999_999_999 });
+      });
+    });
+
     it('an event whose recording failed is told again by the next request below its threshold, and recorded then', async () => {
       await withApps(1, store.env(), async ([t]) => {
         const told = toldLow(t!);
